@@ -1,0 +1,45 @@
+"""awa-fast: a Postgres-backed job queue with a multiprocess worker pool and a Rust core."""
+
+from awa_fast.client import AsyncClient, Client
+from awa_fast.codec import kind_of as derive_kind
+from awa_fast.db.migrate import migrate
+from awa_fast.db.transitions import Backoff
+from awa_fast.errors import AwaError, ConfigError, TerminalError, UniqueConflict, ValidationError
+from awa_fast.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
+from awa_fast.producer import insert, insert_async, insert_many, insert_many_async
+from awa_fast.runtime.followups import OutcomeContext
+from awa_fast.runtime.hooks import Event, EventType
+from awa_fast.runtime.runner import RunnerConfig
+from awa_fast.types import InsertRequest, JobRow, UniqueOpts
+from awa_fast.worker import CallbackToken, Job, Worker
+
+__all__ = [
+    "AsyncClient",
+    "AwaError",
+    "Backoff",
+    "CallbackToken",
+    "Cancel",
+    "Client",
+    "ConfigError",
+    "Event",
+    "EventType",
+    "InsertRequest",
+    "Job",
+    "JobRow",
+    "OutcomeContext",
+    "RetryAfter",
+    "RunnerConfig",
+    "Snooze",
+    "TerminalError",
+    "UniqueConflict",
+    "UniqueOpts",
+    "ValidationError",
+    "WaitForCallback",
+    "Worker",
+    "derive_kind",
+    "insert",
+    "insert_async",
+    "insert_many",
+    "insert_many_async",
+    "migrate",
+]

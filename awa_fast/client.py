@@ -1,0 +1,203 @@
+"""The user-facing clients: producers, handler registration, and the runner.
+
+``Client`` is the synchronous twin of ``AsyncClient``. Both share one registration surface
+(:class:`_Handlers`) and the producer functions in :mod:`awa_fast.producer`; only the I/O
+edge differs. Connection pools open on first use, so a client built at import time in an
+application module holds no connection when the pool forks its workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, Unpack
+
+import uvloop
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from awa_fast import producer
+from awa_fast.db.migrate import migrate as _migrate
+from awa_fast.db.queries import Q
+from awa_fast.db.transitions import Outcome
+from awa_fast.runtime.followups import FollowupRegistry, Make
+from awa_fast.runtime.hooks import Hook, HookRegistry
+from awa_fast.runtime.runner import Handlers, QueueSpec, Runner, RunnerConfig, parse_queues
+from awa_fast.types import InsertOptions, JobRow
+from awa_fast.worker import HandlerFunc, Registry, Worker
+
+F = TypeVar("F", bound=HandlerFunc)
+
+
+class _Handlers:
+    """Registration shared by both clients: handlers, follow-ups, lifecycle hooks."""
+
+    def __init__(self, dsn: str) -> None:
+        if not isinstance(dsn, str) or not dsn:
+            raise ValueError("a database URL is required")
+        self.dsn = dsn
+        self.handlers = Handlers(Registry(), FollowupRegistry(), HookRegistry())
+
+    def task(
+        self, args_type: type | None = None, *, kind: str | None = None, queue: str = "default"
+    ) -> Callable[[F], F]:
+        """Register ``async def`` or plain ``def handler(job)`` for ``args_type``'s kind."""
+
+        def decorate(func: F) -> F:
+            self.handlers.registry.add(func, args_type=args_type, kind=kind, queue=queue)
+            return func
+
+        return decorate
+
+    def register(self, worker: type[Worker] | Worker) -> None:
+        """Register a :class:`~awa_fast.Worker` subclass (or instance)."""
+        self.handlers.registry.add_worker(worker)
+
+    def on_event(self, trigger: type | str, hook: Hook) -> None:
+        """Call ``hook(event)`` after each lifecycle event of ``trigger``'s kind commits."""
+        self.handlers.hooks.add(trigger, hook)
+
+    def on_completed_enqueue(self, trigger: type | str, make: Make) -> None:
+        self.handlers.followups.add(Outcome.COMPLETED, trigger, make)
+
+    def on_retried_enqueue(self, trigger: type | str, make: Make) -> None:
+        self.handlers.followups.add(Outcome.RETRIED, trigger, make)
+
+    def on_exhausted_enqueue(self, trigger: type | str, make: Make) -> None:
+        self.handlers.followups.add(Outcome.EXHAUSTED, trigger, make)
+
+    def on_cancelled_enqueue(self, trigger: type | str, make: Make) -> None:
+        self.handlers.followups.add(Outcome.CANCELLED, trigger, make)
+
+    def on_waiting_enqueue(self, trigger: type | str, make: Make) -> None:
+        self.handlers.followups.add(Outcome.WAITING_FOR_CALLBACK, trigger, make)
+
+    def on_rescued_enqueue(self, trigger: type | str, make: Make) -> None:
+        self.handlers.followups.add(Outcome.RESCUED, trigger, make)
+
+    def migrate(self) -> list[int]:
+        """Apply pending schema migrations; returns the versions applied."""
+        return _migrate(self.dsn)
+
+    def run(self, queues: QueueSpec, **config: Any) -> None:
+        """Run handlers for ``queues`` in this process until SIGINT/SIGTERM."""
+        uvloop.run(_run_until_signalled(self.dsn, self.handlers, queues, config))
+
+
+async def _run_until_signalled(
+    dsn: str, handlers: Handlers, queues: QueueSpec, config: dict[str, Any]
+) -> None:
+    runner = Runner(dsn, handlers, parse_queues(queues), RunnerConfig(**config))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await runner.start()
+    try:
+        await stop.wait()
+    finally:
+        await runner.stop()
+
+
+class Client(_Handlers):
+    """Synchronous client: insert jobs, administer them, run handlers (``run``)."""
+
+    def __init__(self, dsn: str, *, max_connections: int = 10) -> None:
+        super().__init__(dsn)
+        self._pool = ConnectionPool(
+            dsn, min_size=0, max_size=max_connections, open=False, kwargs={"autocommit": True}
+        )
+        self._opened = False
+
+    def _conn(self) -> Any:
+        if not self._opened:
+            self._pool.open()
+            self._opened = True
+        return self._pool.connection()
+
+    def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
+        with self._conn() as conn:
+            return producer.insert(conn, args, **options)
+
+    def insert_many(self, items: Iterable[object], **options: Unpack[InsertOptions]) -> list[int]:
+        with self._conn() as conn:
+            return producer.insert_many(conn, items, **options)
+
+    def get_job(self, job_id: int) -> JobRow | None:
+        with self._conn() as conn:
+            row = conn.cursor(row_factory=dict_row).execute(Q.job_get, {"id": job_id}).fetchone()
+            return JobRow.from_row(row) if row else None
+
+    def close(self) -> None:
+        if self._opened:
+            self._pool.close()
+            self._opened = False
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient(_Handlers):
+    """asyncio client: insert jobs, administer them, and ``start`` handlers in this process."""
+
+    def __init__(self, dsn: str, *, max_connections: int = 10) -> None:
+        super().__init__(dsn)
+        self._pool = AsyncConnectionPool(
+            dsn, min_size=0, max_size=max_connections, open=False, kwargs={"autocommit": True}
+        )
+        self._opened = False
+        self._runner: Runner | None = None
+
+    async def _conn(self) -> Any:
+        if not self._opened:
+            await self._pool.open()
+            self._opened = True
+        return self._pool.connection()
+
+    async def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
+        async with await self._conn() as conn:
+            return await producer.insert_async(conn, args, **options)
+
+    async def insert_many(
+        self, items: Iterable[object], **options: Unpack[InsertOptions]
+    ) -> list[int]:
+        async with await self._conn() as conn:
+            return await producer.insert_many_async(conn, items, **options)
+
+    async def get_job(self, job_id: int) -> JobRow | None:
+        async with await self._conn() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(Q.job_get, {"id": job_id})
+            row = await cur.fetchone()
+            return JobRow.from_row(row) if row else None
+
+    async def start(self, queues: QueueSpec, **config: Any) -> Runner:
+        """Start handlers for ``queues`` in this event loop; returns the running runner."""
+        if self._runner is not None:
+            raise RuntimeError("this client is already running; call shutdown() first")
+        runner = Runner(self.dsn, self.handlers, parse_queues(queues), RunnerConfig(**config))
+        await runner.start()
+        self._runner = runner
+        return runner
+
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """Stop claiming, let running handlers finish (up to ``timeout`` s), flush outcomes."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.stop(timeout)
+
+    async def close(self) -> None:
+        await self.shutdown()
+        if self._opened:
+            await self._pool.close()
+            self._opened = False
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

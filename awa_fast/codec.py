@@ -1,0 +1,82 @@
+"""Job arguments: their kind, their JSON encoding, and decoding back into the handler's type.
+
+Args may be a dataclass, a msgspec Struct, a pydantic model or a plain dict. Encoding happens
+once in the producer; decoding happens in the process that runs the handler, from the raw
+JSON bytes Postgres returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import msgspec
+import orjson
+
+from awa_fast.errors import ValidationError
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+Decoder = Callable[[bytes], Any]
+
+
+def kind_of(args_type: type) -> str:
+    """Default kind from a type's name: ``SendEmail`` → ``send_email``,
+    ``HTTPPing`` → ``http_ping``."""
+    return _CAMEL.sub("_", args_type.__name__).lower()
+
+
+def _is_pydantic(value: object) -> bool:
+    return hasattr(value, "model_dump_json") and hasattr(type(value), "model_validate_json")
+
+
+def encode_args(args: object) -> bytes:
+    """JSON bytes for ``args``; raises :class:`ValidationError` naming ``args`` when impossible."""
+    try:
+        if isinstance(args, msgspec.Struct):
+            encoded = msgspec.json.encode(args)
+        elif _is_pydantic(args):
+            encoded = args.model_dump_json().encode()  # type: ignore[attr-defined]
+        elif dataclasses.is_dataclass(args) and not isinstance(args, type):
+            encoded = orjson.dumps(args)
+        elif isinstance(args, Mapping):
+            encoded = orjson.dumps(dict(args))
+        else:
+            raise ValidationError(
+                "args",
+                f"must be a dataclass, msgspec Struct, pydantic model or dict, "
+                f"got {type(args).__name__}",
+            )
+    except (TypeError, msgspec.EncodeError, orjson.JSONEncodeError) as exc:
+        raise ValidationError("args", f"not JSON-serialisable: {exc}") from exc
+    if not encoded.startswith(b"{"):
+        raise ValidationError("args", "must encode to a JSON object")
+    if b"\\u0000" in encoded:
+        raise ValidationError("args", "contains a NUL character, which Postgres cannot store")
+    return encoded
+
+
+def encode_json(field: str, value: object) -> bytes:
+    """JSON bytes for a free-form field (metadata, progress); errors name ``field``."""
+    try:
+        encoded = orjson.dumps(value)
+    except TypeError as exc:
+        raise ValidationError(field, f"not JSON-serialisable: {exc}") from exc
+    if b"\\u0000" in encoded:
+        raise ValidationError(field, "contains a NUL character, which Postgres cannot store")
+    return encoded
+
+
+def decoder_for(args_type: type | None) -> Decoder:
+    """A function that turns raw JSON bytes into an instance of ``args_type``."""
+    if args_type is None or args_type is dict:
+        return orjson.loads
+    if hasattr(args_type, "model_validate_json"):
+        return args_type.model_validate_json  # type: ignore[no-any-return]
+    if issubclass(args_type, msgspec.Struct) or dataclasses.is_dataclass(args_type):
+        return msgspec.json.Decoder(args_type).decode
+    raise TypeError(
+        f"args type {args_type!r} must be a dataclass, msgspec Struct, pydantic model or dict"
+    )

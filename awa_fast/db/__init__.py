@@ -1,0 +1,1 @@
+"""Storage: migrations and the named SQL the runtime and clients execute."""

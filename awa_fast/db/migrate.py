@@ -1,0 +1,82 @@
+"""Forward-only, versioned schema migrations.
+
+Migrations are the numbered files in ``awa_fast/db/migrations`` (``0001_init.sql`` …). They run
+inside one transaction under a transaction-scoped advisory lock, so several processes may
+migrate the same database at once: the first applies, the others wait and then find nothing
+left to do.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import psycopg
+
+SCHEMA = "awa_fast"
+_LOCK_KEY = 0x617761_6661_7374  # "awafast": one lock per database for migrations
+_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def migrations() -> list[Migration]:
+    """Every bundled migration in version order."""
+    found = []
+    for entry in resources.files("awa_fast.db").joinpath("migrations").iterdir():
+        match = _FILE.match(entry.name)
+        if match:
+            sql = entry.read_text(encoding="utf-8")
+            found.append(Migration(int(match[1]), match[2], sql))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"migration versions must be 1..n without gaps, found {versions}")
+    return found
+
+
+def migrate(dsn: str) -> list[int]:
+    """Bring the database at ``dsn`` to the latest schema; returns the versions applied."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return migrate_connection(conn)
+
+
+def migrate_connection(conn: psycopg.Connection[object]) -> list[int]:
+    """Migrate over an open connection (in its own transaction)."""
+    applied: list[int] = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_version ("
+            " version integer PRIMARY KEY,"
+            " name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.schema_version")
+        current = int(row.fetchone()[0])  # type: ignore[index]
+        for migration in migrations():
+            if migration.version <= current:
+                continue
+            conn.execute(migration.sql.encode())
+            conn.execute(
+                f"INSERT INTO {SCHEMA}.schema_version (version, name) VALUES (%s, %s)",
+                (migration.version, migration.name),
+            )
+            applied.append(migration.version)
+    return applied
+
+
+def current_version(conn: psycopg.Connection[object]) -> int:
+    """The schema version of the connected database (0 when never migrated)."""
+    row = conn.execute(
+        "SELECT CASE WHEN to_regclass('awa_fast.schema_version') IS NULL THEN 0"
+        " ELSE (SELECT coalesce(max(version), 0) FROM awa_fast.schema_version) END"
+    ).fetchone()
+    return int(row[0]) if row else 0

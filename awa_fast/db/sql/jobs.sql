@@ -1,0 +1,184 @@
+-- Named queries on the job tables. One binding (awa_fast.db.queries) loads this file;
+-- tests/db/test_queries.py prepares every query against a migrated database.
+-- Every statement that finishes an attempt matches (id, run_lease, state = 'running'):
+-- zero rows means the attempt is stale and its outcome is dropped.
+
+-- name: job_claim_batch
+-- Take up to `limit` available jobs of one queue in priority/run_at/id order. The UPDATE
+-- re-checks the state so a row that changed between the scan and the lock is skipped.
+WITH picked AS (
+    SELECT id FROM awa_fast.jobs_hot
+    WHERE state = 'available' AND queue = %(queue)s
+      AND NOT EXISTS (SELECT 1 FROM awa_fast.queue_meta m WHERE m.queue = %(queue)s AND m.paused)
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE awa_fast.jobs_hot j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    run_lease = j.run_lease + 1,
+    attempted_at = now(),
+    heartbeat_at = now(),
+    deadline_at = now() + make_interval(secs => %(deadline_s)s)
+FROM picked
+WHERE j.id = picked.id AND j.state = 'available'
+RETURNING j.id, j.run_lease, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.priority,
+          j.tags, j.metadata, j.errors, j.progress, j.run_at, j.created_at;
+
+-- name: job_complete_many
+-- The hot path: every plain completion of a batch in one statement.
+UPDATE awa_fast.jobs_hot j
+SET state = 'completed', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL
+FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS d(id, lease)
+WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+RETURNING j.id;
+
+-- name: job_transition_many
+-- Every other outcome, mixed in one batch. Rows that stay in jobs_hot (completed, failed,
+-- cancelled, waiting_external) are updated in place; rows that wait for a later run
+-- (retryable, scheduled) move to jobs_deferred. Snooze gives its attempt back.
+WITH d AS (
+    SELECT * FROM unnest(
+        %(ids)s::bigint[], %(leases)s::bigint[], %(states)s::awa_fast.job_state[],
+        %(delays)s::float8[], %(errors)s::jsonb[], %(progress)s::jsonb[], %(metadata)s::jsonb[],
+        %(callback_ids)s::uuid[]
+    ) AS d(id, lease, state, delay_s, error, progress, metadata, callback_id)
+),
+stay AS (
+    UPDATE awa_fast.jobs_hot j
+    SET state = d.state,
+        finalized_at = CASE WHEN d.state = 'waiting_external' THEN NULL ELSE now() END,
+        heartbeat_at = NULL,
+        deadline_at = NULL,
+        errors = CASE WHEN d.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(d.error) END,
+        progress = COALESCE(d.progress, j.progress),
+        metadata = CASE WHEN d.metadata IS NULL THEN j.metadata ELSE j.metadata || d.metadata END,
+        callback_id = COALESCE(d.callback_id, j.callback_id),
+        callback_timeout_at = CASE WHEN d.state = 'waiting_external'
+            THEN now() + make_interval(secs => d.delay_s) ELSE j.callback_timeout_at END
+    FROM d
+    WHERE d.state NOT IN ('retryable', 'scheduled')
+      AND j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+    RETURNING j.id, j.state, j.attempt, j.run_at
+),
+moved AS (
+    DELETE FROM awa_fast.jobs_hot j
+    USING d
+    WHERE d.state IN ('retryable', 'scheduled')
+      AND j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+    RETURNING j.*, d.state AS next_state, d.delay_s, d.error AS new_error,
+              d.progress AS new_progress, d.metadata AS new_metadata
+),
+deferred AS (
+    INSERT INTO awa_fast.jobs_deferred (
+        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+        attempted_at, finalized_at, heartbeat_at, deadline_at, run_lease, errors, metadata,
+        tags, progress, unique_key, callback_id, callback_timeout_at, callback_result)
+    SELECT id, kind, queue, args, next_state, priority,
+           CASE WHEN next_state = 'scheduled' THEN attempt - 1 ELSE attempt END,
+           max_attempts, now() + make_interval(secs => delay_s), created_at,
+           attempted_at, now(), NULL, NULL, run_lease,
+           CASE WHEN new_error IS NULL THEN errors ELSE errors || jsonb_build_array(new_error) END,
+           CASE WHEN new_metadata IS NULL THEN metadata ELSE metadata || new_metadata END,
+           tags, COALESCE(new_progress, progress), unique_key, callback_id,
+           callback_timeout_at, callback_result
+    FROM moved
+    RETURNING id, state, attempt, run_at
+)
+SELECT id, state::text AS state, attempt, run_at FROM stay
+UNION ALL
+SELECT id, state::text AS state, attempt, run_at FROM deferred;
+
+-- name: job_promote_due
+-- Move due scheduled/retryable jobs back into the claimable table; the insert trigger on
+-- jobs_hot sends one NOTIFY per queue for the whole batch.
+WITH due AS (
+    DELETE FROM awa_fast.jobs_deferred
+    WHERE id IN (
+        SELECT id FROM awa_fast.jobs_deferred
+        WHERE run_at <= now()
+        ORDER BY run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING *
+)
+INSERT INTO awa_fast.jobs_hot (
+    id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+    attempted_at, finalized_at, heartbeat_at, deadline_at, run_lease, errors, metadata,
+    tags, progress, unique_key, callback_id, callback_timeout_at, callback_result)
+SELECT id, kind, queue, args, 'available', priority, attempt, max_attempts, run_at, created_at,
+       attempted_at, NULL, NULL, NULL, run_lease, errors, metadata,
+       tags, progress, unique_key, callback_id, callback_timeout_at, callback_result
+FROM due
+RETURNING id;
+
+-- name: job_heartbeat_many
+UPDATE awa_fast.jobs_hot j
+SET heartbeat_at = now()
+FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS d(id, lease)
+WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running';
+
+-- name: job_insert_many
+-- Insert rows given as parallel arrays; rows due now go to jobs_hot, future rows to
+-- jobs_deferred as scheduled. A unique job's id comes from the caller (nextval) so its
+-- claim can be taken first; other ids may be NULL and are drawn here.
+WITH d AS (
+    SELECT * FROM unnest(
+        %(ids)s::bigint[], %(kinds)s::text[], %(queues)s::text[], %(args)s::jsonb[],
+        %(priorities)s::smallint[], %(max_attempts)s::smallint[], %(run_ats)s::timestamptz[],
+        %(tags)s::jsonb[], %(metadata)s::jsonb[], %(unique_keys)s::bytea[]
+    ) AS d(id, kind, queue, args, priority, max_attempts, run_at, tags, metadata, unique_key)
+),
+hot AS (
+    INSERT INTO awa_fast.jobs_hot (id, kind, queue, args, state, priority, max_attempts, run_at,
+                                   tags, metadata, unique_key)
+    SELECT COALESCE(id, nextval('awa_fast.job_id_seq')), kind, queue, args, 'available',
+           priority, max_attempts, COALESCE(run_at, now()),
+           ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key
+    FROM d WHERE run_at IS NULL OR run_at <= now()
+    RETURNING *
+),
+deferred AS (
+    INSERT INTO awa_fast.jobs_deferred (id, kind, queue, args, state, priority, max_attempts,
+                                        run_at, tags, metadata, unique_key)
+    SELECT COALESCE(id, nextval('awa_fast.job_id_seq')), kind, queue, args, 'scheduled',
+           priority, max_attempts, run_at,
+           ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key
+    FROM d WHERE run_at > now()
+    RETURNING *
+)
+SELECT * FROM hot
+UNION ALL
+SELECT * FROM deferred;
+
+-- name: job_next_ids
+SELECT nextval('awa_fast.job_id_seq') FROM generate_series(1, %(count)s);
+
+-- name: job_get
+SELECT * FROM awa_fast.jobs WHERE id = %(id)s;
+
+-- name: job_get_many
+SELECT * FROM awa_fast.jobs WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: job_lock_running
+-- The follow-up path reads the trigger's row under lock before its transition, so `make`
+-- sees exactly the attempt it is finishing.
+SELECT * FROM awa_fast.jobs_hot
+WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
+FOR UPDATE;
+
+-- name: unique_claim_take
+-- Take the key for job_id unless a live job (one in the claim's states) holds it.
+INSERT INTO awa_fast.unique_claims AS c (unique_key, job_id, states)
+VALUES (%(key)s, %(job_id)s, %(states)s::awa_fast.job_state[])
+ON CONFLICT (unique_key) DO UPDATE
+SET job_id = EXCLUDED.job_id, states = EXCLUDED.states
+WHERE NOT EXISTS (
+    SELECT 1 FROM awa_fast.jobs j WHERE j.id = c.job_id AND j.state = ANY(c.states)
+)
+RETURNING job_id;
+
+-- name: unique_claim_holder
+SELECT job_id FROM awa_fast.unique_claims WHERE unique_key = %(key)s;

@@ -1,0 +1,192 @@
+"""THE outcome table (DESIGN.md §3), as data.
+
+A handler's result becomes a :class:`Transition`: a target state plus the few numbers and
+strings the SQL needs. The worker computes it (it knows the attempt and max_attempts), encodes
+it as one ring record, and the committer applies whole batches of them with
+``job_complete_many`` / ``job_transition_many``. Nothing else decides what an outcome does.
+"""
+
+from __future__ import annotations
+
+import random
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import IntEnum, StrEnum
+from typing import Any
+
+import orjson
+
+from awa_fast.errors import TerminalError
+from awa_fast.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
+
+
+class Target(IntEnum):
+    """The record code carried through the ring: where the attempt goes."""
+
+    COMPLETED = 0
+    RETRYABLE = 1
+    SCHEDULED = 2
+    CANCELLED = 3
+    WAITING = 4
+    FAILED = 5
+
+
+class Outcome(StrEnum):
+    """What follow-ups and lifecycle events are keyed by."""
+
+    COMPLETED = "completed"
+    RETRIED = "retried"
+    EXHAUSTED = "exhausted"
+    CANCELLED = "cancelled"
+    WAITING_FOR_CALLBACK = "waiting_for_callback"
+    RESCUED = "rescued"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    state: str
+    outcome: Outcome | None
+
+
+RULES: dict[Target, Rule] = {
+    Target.COMPLETED: Rule("completed", Outcome.COMPLETED),
+    Target.RETRYABLE: Rule("retryable", Outcome.RETRIED),
+    Target.SCHEDULED: Rule("scheduled", None),
+    Target.CANCELLED: Rule("cancelled", Outcome.CANCELLED),
+    Target.WAITING: Rule("waiting_external", Outcome.WAITING_FOR_CALLBACK),
+    Target.FAILED: Rule("failed", Outcome.EXHAUSTED),
+}
+OUTCOME_OF_CODE: dict[int, Outcome | None] = {int(t): r.outcome for t, r in RULES.items()}
+STATE_OF_CODE: dict[int, str] = {int(t): r.state for t, r in RULES.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with jitter: ``min(base * 2**(attempt-1), max) * (1 + U(0, jitter))``."""
+
+    base: float = 1.0
+    max: float = 3600.0
+    jitter: float = 0.25
+
+    def delay(self, attempt: int) -> float:
+        raw = min(self.base * 2.0 ** max(attempt - 1, 0), self.max)
+        return raw * (1.0 + random.uniform(0.0, self.jitter))
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One attempt's outcome. ``delay`` is seconds until the next run (retry, snooze) or
+    until the callback times out (waiting)."""
+
+    target: Target
+    delay: float = 0.0
+    error: dict[str, Any] | None = None
+    callback_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """What the table needs to know about the attempt being finished."""
+
+    attempt: int
+    max_attempts: int
+    callback_id: str | None = None
+
+
+COMPLETED = Transition(Target.COMPLETED)
+
+
+def error_entry(
+    message: str, attempt: int, *, terminal: bool = False, trace: str | None = None
+) -> dict[str, Any]:
+    """The shape appended to a job's ``errors``: ``{error, attempt, at[, terminal]}``."""
+    entry: dict[str, Any] = {
+        "error": message,
+        "attempt": attempt,
+        "at": datetime.now(UTC).isoformat(),
+    }
+    if terminal:
+        entry["terminal"] = True
+    if trace:
+        entry["traceback"] = trace
+    return entry
+
+
+def failed_terminal(message: str, attempt: Attempt) -> Transition:
+    return Transition(Target.FAILED, error=error_entry(message, attempt.attempt, terminal=True))
+
+
+def from_result(result: object, attempt: Attempt) -> Transition:
+    """The transition for a handler that returned ``result``."""
+    match result:
+        case None:
+            return COMPLETED
+        case RetryAfter(seconds=seconds):
+            if attempt.attempt >= attempt.max_attempts:
+                return Transition(
+                    Target.FAILED,
+                    error=error_entry(
+                        f"RetryAfter({seconds}) returned on the final attempt", attempt.attempt
+                    ),
+                )
+            return Transition(Target.RETRYABLE, delay=seconds)
+        case Snooze(seconds=seconds):
+            return Transition(Target.SCHEDULED, delay=seconds)
+        case Cancel(reason=reason):
+            return Transition(
+                Target.CANCELLED,
+                reason=reason,
+                error=error_entry(f"cancelled: {reason}", attempt.attempt),
+            )
+        case WaitForCallback(token=token):
+            token_id = getattr(token, "id", token)
+            if attempt.callback_id is None or token_id != attempt.callback_id:
+                return failed_terminal(
+                    "WaitForCallback returned without calling register_callback", attempt
+                )
+            return Transition(Target.WAITING, delay=attempt_timeout(token), callback_id=token_id)
+        case _:
+            return failed_terminal(
+                f"handler returned {type(result).__name__}; expected None, RetryAfter, Snooze, "
+                "Cancel or WaitForCallback",
+                attempt,
+            )
+
+
+def attempt_timeout(token: object) -> float:
+    return float(getattr(token, "timeout_seconds", 3600.0))
+
+
+def from_exception(exc: BaseException, attempt: Attempt, backoff: Backoff) -> Transition:
+    """The transition for a handler that raised ``exc``."""
+    message = f"{type(exc).__name__}: {exc}"
+    trace = "".join(traceback.format_exception(exc, limit=-5))[-4000:]
+    if isinstance(exc, TerminalError):
+        return Transition(
+            Target.FAILED, error=error_entry(message, attempt.attempt, terminal=True, trace=trace)
+        )
+    entry = error_entry(message, attempt.attempt, trace=trace)
+    if attempt.attempt >= attempt.max_attempts:
+        return Transition(Target.FAILED, error=entry)
+    return Transition(Target.RETRYABLE, delay=backoff.delay(attempt.attempt), error=entry)
+
+
+def encode(
+    transition: Transition, *, progress: object = None, metadata: dict[str, Any] | None = None
+) -> tuple[int, float, bytes]:
+    """(code, number, payload) for one ring record; payload is empty for a plain result."""
+    extra: dict[str, Any] = {}
+    if transition.error is not None:
+        extra["error"] = transition.error
+    if transition.callback_id is not None:
+        extra["callback_id"] = transition.callback_id
+    if transition.reason is not None:
+        extra["reason"] = transition.reason
+    if progress is not None:
+        extra["progress"] = progress
+    if metadata:
+        extra["metadata"] = metadata
+    payload = orjson.dumps(extra) if extra else b""
+    return int(transition.target), transition.delay, payload

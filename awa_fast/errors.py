@@ -1,0 +1,32 @@
+"""Exceptions raised by awa-fast, and the ones a handler raises to steer its job."""
+
+from __future__ import annotations
+
+
+class AwaError(Exception):
+    """Base class of every error awa-fast raises itself."""
+
+
+class ValidationError(AwaError, ValueError):
+    """Producer input that cannot become a job. ``field`` names the offending input."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class UniqueConflict(AwaError):
+    """A unique job with the same key is already live; ``job_id`` is the holder."""
+
+    def __init__(self, job_id: int | None) -> None:
+        super().__init__(f"a unique job with this key already exists (job id {job_id})")
+        self.job_id = job_id
+
+
+class TerminalError(Exception):
+    """Raise from a handler to fail the job now, with no further attempts."""
+
+
+class ConfigError(AwaError, ValueError):
+    """Invalid runtime configuration (queues, concurrency, handlers)."""

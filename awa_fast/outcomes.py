@@ -1,0 +1,59 @@
+"""Values a handler returns to say what happens to its job (see DESIGN.md §3).
+
+Returning ``None`` completes the job. Raising :class:`~awa_fast.TerminalError` fails it;
+raising anything else retries it with backoff.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from awa_fast.errors import ValidationError
+
+
+def _seconds(field: str, value: float) -> float:
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValidationError(field, f"must be a finite number of seconds >= 0, got {value!r}")
+    return seconds
+
+
+@dataclass(frozen=True, slots=True)
+class RetryAfter:
+    """This attempt failed; run again after ``seconds`` (the attempt counts)."""
+
+    seconds: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seconds", _seconds("RetryAfter.seconds", self.seconds))
+
+
+@dataclass(frozen=True, slots=True)
+class Snooze:
+    """Not time yet; run again after ``seconds`` without using up an attempt."""
+
+    seconds: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seconds", _seconds("Snooze.seconds", self.seconds))
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Give up on the job: it ends cancelled with ``reason`` recorded."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitForCallback:
+    """Park the job until an external system resolves the callback ``token``.
+
+    The token comes from ``job.register_callback()``; returning any other token fails the job.
+    """
+
+    token: str
+
+
+HandlerResult = RetryAfter | Snooze | Cancel | WaitForCallback | None

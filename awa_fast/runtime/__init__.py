@@ -1,0 +1,1 @@
+"""Running jobs: claiming, executing handlers, committing outcomes, lifecycle hooks."""

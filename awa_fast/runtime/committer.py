@@ -1,0 +1,346 @@
+"""The one committer of a host: outcome records in, guarded transitions out (DESIGN.md §3).
+
+It drains the outcome ring into a batcher and, per batch:
+
+* plain completions go out in one ``job_complete_many``;
+* every other outcome of kinds without follow-ups goes out in one ``job_transition_many``;
+* an outcome whose (outcome, kind) has follow-up specs gets its own transaction: lock the
+  attempt's row, transition it, insert the follow-ups, commit;
+* when a batch statement fails, each of its jobs is finalized directly, one statement each;
+* when the connection is lost, the outcomes are kept and retried after reconnecting (the
+  run_lease guard makes a retry unable to finish a newer attempt);
+* stale attempts (zero rows matched) are dropped with no event and no follow-up.
+
+Lifecycle events are handed to the hook dispatcher after the transition commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import psycopg
+from psycopg.rows import dict_row
+
+from awa_fast._core import Batch, Batcher, OutcomeRing
+from awa_fast.db import transitions as tr
+from awa_fast.db.queries import Q
+from awa_fast.runtime.followups import FollowupRegistry, OutcomeContext, insert_followups
+from awa_fast.runtime.hooks import EventType, HookDispatcher
+from awa_fast.types import JobRow
+from awa_fast.worker import Registry
+
+log = logging.getLogger("awa_fast.committer")
+
+EVENT_OF_OUTCOME = {
+    tr.Outcome.COMPLETED: EventType.COMPLETED,
+    tr.Outcome.RETRIED: EventType.RETRIED,
+    tr.Outcome.EXHAUSTED: EventType.EXHAUSTED,
+    tr.Outcome.CANCELLED: EventType.CANCELLED,
+    tr.Outcome.WAITING_FOR_CALLBACK: EventType.WAITING_FOR_CALLBACK,
+}
+_COMPLETED = int(tr.Target.COMPLETED)
+
+
+@dataclass(slots=True)
+class CommitStats:
+    batches: int = 0
+    applied: int = 0
+    stale: int = 0
+    fallbacks: int = 0
+    reconnects: int = 0
+    followup_failures: int = 0
+
+
+@dataclass(slots=True)
+class Records:
+    """One batch's columns as Python lists (built once per batch by the Rust batcher)."""
+
+    ids: list[int]
+    leases: list[int]
+    codes: list[int]
+    kinds: list[int]
+    numbers: list[float]
+    payloads: list[bytes | None]
+    extras: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, batch: Batch) -> Records:
+        return cls(batch.ids, batch.leases, batch.codes, batch.kinds, batch.numbers, batch.payloads)
+
+    def extra(self, i: int) -> dict[str, Any]:
+        """The decoded variable part of record ``i`` (error, progress, callback id, …)."""
+        found = self.extras.get(i)
+        if found is None:
+            payload = self.payloads[i]
+            found = orjson.loads(payload) if payload else {}
+            self.extras[i] = found
+        return found
+
+
+Connect = Callable[[], psycopg.Connection[Any]]
+
+
+class Committer:
+    """Drains ``ring`` and commits outcomes on its own connection (run it in a thread)."""
+
+    def __init__(
+        self,
+        connect: Connect,
+        ring: OutcomeRing,
+        *,
+        registry: Registry,
+        followups: FollowupRegistry,
+        hooks: HookDispatcher,
+        batch_size: int = 256,
+        max_delay: float = 0.002,
+        reconnect_backoff: tr.Backoff | None = None,
+    ) -> None:
+        self._connect = connect
+        self._conn: psycopg.Connection[Any] | None = None
+        self.ring = ring
+        self.registry = registry
+        self.followups = followups
+        self.hooks = hooks
+        self.batcher = Batcher(batch_size, max_delay)
+        self.stats = CommitStats()
+        self._reconnect_backoff = reconnect_backoff or tr.Backoff(base=0.05, max=2.0)
+        self._progress = threading.Condition()
+        self.committed = 0  # records settled (applied or stale): a milestone for tests
+
+    # -- loop ---------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Commit until ``stop`` is set and the ring is empty."""
+        try:
+            while True:
+                stopping = stop.is_set()
+                ready = self.ring.drain_into(self.batcher, 0.0 if stopping else 0.05)
+                if ready or (stopping and len(self.batcher)):
+                    batch = self.batcher.take()
+                    if batch is not None:
+                        self.commit(batch)
+                elif stopping and not len(self.ring) and not len(self.batcher):
+                    return
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def wait_committed(self, count: int, timeout: float) -> bool:
+        """Block until at least ``count`` records were settled (test milestone)."""
+        with self._progress:
+            return self._progress.wait_for(lambda: self.committed >= count, timeout)
+
+    # -- one batch ----------------------------------------------------------------------
+
+    def commit(self, batch: Batch) -> None:
+        records = Records.of(batch)
+        plain, mixed, followed = self._partition(records)
+        pending: list[tuple[Callable[[Records, list[int]], None], list[int]]] = [
+            (self._apply_group, plain),
+            (self._apply_group, mixed),
+            (self._apply_followups, followed),
+        ]
+        attempt = 0
+        while pending:
+            step, indices = pending[0]
+            if not indices:
+                pending.pop(0)
+                continue
+            try:
+                step(records, indices)
+                pending.pop(0)
+            except psycopg.Error as exc:
+                if not self._connection_lost():
+                    raise
+                attempt += 1
+                log.warning(
+                    "committer lost its connection (%s); retrying %d outcomes",
+                    exc,
+                    sum(len(i) for _, i in pending),
+                )
+                self.stats.reconnects += 1
+                time.sleep(self._reconnect_backoff.delay(attempt))
+        self.stats.batches += 1
+        with self._progress:
+            self.committed += len(records.ids)
+            self._progress.notify_all()
+
+    def _partition(self, r: Records) -> tuple[list[int], list[int], list[int]]:
+        plain, mixed, followed = [], [], []
+        for i, code in enumerate(r.codes):
+            kind = self.registry.kind_at(r.kinds[i])
+            if self.followups and self.followups.for_(tr.OUTCOME_OF_CODE[code], kind):
+                followed.append(i)
+            elif code == _COMPLETED and r.payloads[i] is None:
+                plain.append(i)
+            else:
+                mixed.append(i)
+        return plain, mixed, followed
+
+    def _apply_group(self, r: Records, indices: list[int]) -> None:
+        """One statement for the group; on a statement error, one statement per job."""
+        conn = self._connection()
+        try:
+            applied = self._execute(conn, r, indices)
+        except psycopg.Error as exc:
+            if self._connection_lost():
+                raise
+            log.warning(
+                "batch of %d outcomes failed (%s); finalizing each directly", len(indices), exc
+            )
+            self.stats.fallbacks += 1
+            applied = {}
+            for i in indices:
+                try:
+                    applied.update(self._execute(conn, r, [i]))
+                except psycopg.Error as one_exc:
+                    if self._connection_lost():
+                        raise
+                    log.error(
+                        "job %s: direct finalize failed (%s); left running for rescue",
+                        r.ids[i],
+                        one_exc,
+                    )
+        self._settled(r, indices, applied)
+
+    def _execute(
+        self, conn: psycopg.Connection[Any], r: Records, indices: list[int]
+    ) -> dict[int, tuple[Any, ...]]:
+        """Run the group's statement; returns applied id → (id, state, attempt, run_at)."""
+        ids = [r.ids[i] for i in indices]
+        leases = [r.leases[i] for i in indices]
+        if all(r.codes[i] == _COMPLETED and r.payloads[i] is None for i in indices):
+            rows = conn.execute(Q.job_complete_many, {"ids": ids, "leases": leases}).fetchall()
+            return {row[0]: (row[0], "completed", None, None) for row in rows}
+        extras = [r.extra(i) for i in indices]
+        params = {
+            "ids": ids,
+            "leases": leases,
+            "states": [tr.STATE_OF_CODE[r.codes[i]] for i in indices],
+            "delays": [r.numbers[i] for i in indices],
+            "errors": [_json_or_none(e.get("error")) for e in extras],
+            "progress": [_json_or_none(e.get("progress")) for e in extras],
+            "metadata": [_json_or_none(e.get("metadata") or None) for e in extras],
+            "callback_ids": [e.get("callback_id") for e in extras],
+        }
+        rows = conn.execute(Q.job_transition_many, params).fetchall()
+        return {row[0]: tuple(row) for row in rows}
+
+    def _apply_followups(self, r: Records, indices: list[int]) -> None:
+        conn = self._connection()
+        for i in indices:
+            kind = self.registry.kind_at(r.kinds[i])
+            outcome = tr.OUTCOME_OF_CODE[r.codes[i]]
+            specs = self.followups.for_(outcome, kind)
+            try:
+                with conn.transaction():
+                    cur = conn.cursor(row_factory=dict_row)
+                    locked = cur.execute(
+                        Q.job_lock_running, {"id": r.ids[i], "lease": r.leases[i]}
+                    ).fetchone()
+                    applied = self._execute(conn, r, [i]) if locked is not None else {}
+                    if applied:
+                        after = cur.execute(Q.job_get, {"id": r.ids[i]}).fetchone()
+                        assert after is not None and outcome is not None
+                        row = JobRow.from_row(after)
+                        ctx = self._context(outcome, r, i, applied[r.ids[i]])
+                        insert_followups(conn, specs, row, orjson.dumps(row.args), ctx)
+            except psycopg.Error:
+                if self._connection_lost():
+                    raise
+                self._followup_failed(r, i)
+                continue
+            except Exception:
+                self._followup_failed(r, i)
+                continue
+            self._settled(r, [i], applied)
+
+    def _followup_failed(self, r: Records, i: int) -> None:
+        self.stats.followup_failures += 1
+        log.exception(
+            "job %s: follow-up failed; transition rolled back, job left running", r.ids[i]
+        )
+
+    def _context(
+        self, outcome: tr.Outcome, r: Records, i: int, result: tuple[Any, ...]
+    ) -> OutcomeContext:
+        extra = r.extra(i)
+        error = extra.get("error")
+        return OutcomeContext(
+            outcome=outcome,
+            attempt=result[2] if result[2] is not None else 0,
+            error=error["error"] if error else ("" if outcome is tr.Outcome.RETRIED else None),
+            next_run_at=result[3] if outcome is tr.Outcome.RETRIED else None,
+            reason=extra.get("reason"),
+        )
+
+    # -- bookkeeping --------------------------------------------------------------------
+
+    def _settled(
+        self, r: Records, indices: Sequence[int], applied: dict[int, tuple[Any, ...]]
+    ) -> None:
+        self.stats.applied += len(applied)
+        self.stats.stale += len(indices) - len(applied)
+        if not applied or not self.hooks.registry.hooks:
+            return
+        wanted = [
+            i
+            for i in indices
+            if r.ids[i] in applied
+            and self.hooks.registry.wants(self.registry.kind_at(r.kinds[i]))
+            and tr.OUTCOME_OF_CODE[r.codes[i]] is not None
+        ]
+        if not wanted:
+            return
+        try:
+            cur = self._connection().cursor(row_factory=dict_row)
+            rows = cur.execute(Q.job_get_many, {"ids": [r.ids[i] for i in wanted]}).fetchall()
+        except psycopg.Error as exc:
+            self._connection_lost()
+            log.error(
+                "could not read %d jobs for their lifecycle events (%s); events dropped",
+                len(wanted),
+                exc,
+            )
+            return
+        by_id = {row["id"]: JobRow.from_row(row) for row in rows}
+        for i in wanted:
+            job = by_id.get(r.ids[i])
+            outcome = tr.OUTCOME_OF_CODE[r.codes[i]]
+            if job is None or outcome is None:
+                continue
+            ctx = self._context(outcome, r, i, applied[r.ids[i]])
+            self.hooks.submit(
+                EVENT_OF_OUTCOME[outcome],
+                job,
+                error=ctx.error,
+                attempt=ctx.attempt or None,
+                next_run_at=ctx.next_run_at,
+                reason=ctx.reason,
+            )
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = self._connect()
+        return self._conn
+
+    def _connection_lost(self) -> bool:
+        lost = self._conn is None or self._conn.closed or self._conn.broken
+        if lost and self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        return lost
+
+
+def _json_or_none(value: object) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()

@@ -1,0 +1,135 @@
+"""Runs one claimed job's handler and turns what happened into one outcome record.
+
+The executor never touches the database: it pushes ``(id, run_lease, code, kind, number,
+payload)`` into the outcome ring and returns. The same code runs in the single-process
+runner and in every worker process of the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from concurrent.futures import Executor as ThreadPool
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from awa_fast.db import transitions as tr
+from awa_fast.worker import Handler, Job, Registry
+
+log = logging.getLogger("awa_fast.executor")
+
+# Column order of a claimed row (job_claim_batch RETURNING).
+(
+    ID,
+    LEASE,
+    KIND,
+    QUEUE,
+    ARGS,
+    ATTEMPT,
+    MAX_ATTEMPTS,
+    PRIORITY,
+    TAGS,
+    METADATA,
+    ERRORS,
+    PROGRESS,
+    RUN_AT,
+    CREATED_AT,
+) = range(14)
+
+
+class OutcomeSink(Protocol):
+    """Where outcome records go: the Rust ``OutcomeRing`` (or anything with its ``push``)."""
+
+    def push(
+        self,
+        job_id: int,
+        run_lease: int,
+        code: int,
+        kind: int,
+        number: float,
+        payload: bytes = b"",
+        timeout: float | None = None,
+    ) -> None: ...
+
+
+class CancelFlags(Protocol):
+    def is_cancelled(self, slot: int) -> bool: ...
+
+
+@dataclass(slots=True)
+class Executor:
+    registry: Registry
+    sink: OutcomeSink
+    flags: CancelFlags
+    backoff: tr.Backoff
+    threads: ThreadPool | None = None
+
+    async def run(self, row: Sequence[Any], slot: int) -> None:
+        """Run the handler for ``row`` (a claimed row) and push its outcome."""
+        handler = self.registry.get(row[KIND])
+        attempt = tr.Attempt(row[ATTEMPT], row[MAX_ATTEMPTS])
+        job: Job[Any] | None = None
+        if handler is None:
+            transition = tr.failed_terminal(f"unknown job kind: {row[KIND]!r}", attempt)
+        else:
+            try:
+                args = handler.decode(_raw(row[ARGS]))
+            except Exception as exc:
+                transition = tr.failed_terminal(
+                    f"undecodable args for kind {row[KIND]!r}: {type(exc).__name__}: {exc}", attempt
+                )
+            else:
+                job = self._job(row, args, slot)
+                transition = await self._perform(handler, job, attempt)
+        code, number, payload = tr.encode(
+            transition,
+            progress=job.progress if job is not None and job.progress_changed else None,
+            metadata=job.metadata_updates if job is not None else None,
+        )
+        kind_index = handler.index if handler is not None else self.registry.index_of(row[KIND])
+        self.sink.push(row[ID], row[LEASE], code, kind_index, number, payload)
+
+    async def _perform(self, handler: Handler, job: Job[Any], attempt: tr.Attempt) -> tr.Transition:
+        try:
+            if handler.is_async:
+                result = await handler.func(job)  # type: ignore[misc]
+            else:
+                loop = asyncio.get_running_loop()
+                result = await loop.run_in_executor(self.threads, handler.func, job)
+        except Exception as exc:
+            log.debug("job %s raised %r", job.id, exc)
+            return tr.from_exception(exc, attempt, self.backoff)
+        if job.callback is not None:
+            attempt = tr.Attempt(attempt.attempt, attempt.max_attempts, job.callback.id)
+        return tr.from_result(result, attempt)
+
+    def _job(self, row: Sequence[Any], args: object, slot: int) -> Job[Any]:
+        flags = self.flags
+        return Job(
+            id=row[ID],
+            run_lease=row[LEASE],
+            kind=row[KIND],
+            queue=row[QUEUE],
+            args=args,
+            attempt=row[ATTEMPT],
+            max_attempts=row[MAX_ATTEMPTS],
+            priority=row[PRIORITY],
+            tags=row[TAGS],
+            metadata=_json(row[METADATA]),
+            errors=_json(row[ERRORS]),
+            progress=_json(row[PROGRESS]) if row[PROGRESS] is not None else None,
+            run_at=row[RUN_AT],
+            created_at=row[CREATED_AT],
+            cancelled=lambda: flags.is_cancelled(slot),
+        )
+
+
+def _raw(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else bytes(value)
+
+
+def _json(value: Any) -> Any:
+    import orjson
+
+    return orjson.loads(value) if isinstance(value, bytes | memoryview | str) else value

@@ -1,0 +1,78 @@
+"""Transactional follow-ups: jobs inserted in the same transaction as the transition that
+triggers them (seed: enqueue_specs). A ``make`` that raises, or an insert that fails, rolls
+the transition back; the job stays running until it is retried or rescued."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from awa_fast import producer
+from awa_fast.codec import Decoder, decoder_for, kind_of
+from awa_fast.db.transitions import Outcome
+from awa_fast.errors import ConfigError
+from awa_fast.types import JobRow
+
+Make = Callable[[Any, JobRow, "OutcomeContext"], object]
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeContext:
+    """What the triggering outcome knows: error and attempt (retried, exhausted),
+    next_run_at (retried), reason (cancelled, rescued)."""
+
+    outcome: Outcome
+    attempt: int
+    error: str | None = None
+    next_run_at: datetime | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    kind: str
+    decode: Decoder
+    make: Make
+
+
+@dataclass(slots=True)
+class FollowupRegistry:
+    specs: dict[tuple[Outcome, str], list[Spec]] = field(default_factory=dict)
+
+    def add(self, outcome: Outcome, trigger: type | str, make: Make) -> None:
+        if not callable(make):
+            raise ConfigError(f"follow-up make for {trigger!r} must be callable")
+        kind = trigger if isinstance(trigger, str) else kind_of(trigger)
+        args_type = None if isinstance(trigger, str) else trigger
+        spec = Spec(kind, decoder_for(args_type), make)
+        self.specs.setdefault((outcome, kind), []).append(spec)
+
+    def for_(self, outcome: Outcome | None, kind: str | None) -> Sequence[Spec]:
+        if outcome is None or kind is None:
+            return ()
+        return self.specs.get((outcome, kind), ())
+
+    def __bool__(self) -> bool:
+        return bool(self.specs)
+
+
+def insert_followups(
+    conn: psycopg.Connection[Any],
+    specs: Sequence[Spec],
+    row: JobRow,
+    raw_args: bytes,
+    ctx: OutcomeContext,
+) -> list[int]:
+    """Run every spec's ``make`` and insert what they return, on ``conn``'s transaction."""
+    inserted = []
+    for spec in specs:
+        made = spec.make(spec.decode(raw_args), row, ctx)
+        requests = made if isinstance(made, list | tuple) else [made]
+        for request in requests:
+            if request is not None:
+                inserted.append(producer.insert(conn, request).id)
+    return inserted

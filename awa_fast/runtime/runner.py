@@ -1,0 +1,352 @@
+"""The single-process runner: claim, execute on uvloop, commit through the outcome ring.
+
+Its parts are the ones the multiprocess pool uses (executor, outcome ring, in-flight table,
+committer); here they share one process. Capacity is taken from the in-flight table before a
+claim and given back when a handler returns, not when its commit lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.adapt import Loader
+
+from awa_fast._core import InFlight, OutcomeRing
+from awa_fast.db import transitions as tr
+from awa_fast.db.queries import Q
+from awa_fast.errors import ConfigError
+from awa_fast.producer import MAX_NAME_LENGTH
+from awa_fast.runtime.committer import Committer
+from awa_fast.runtime.executor import Executor
+from awa_fast.runtime.followups import FollowupRegistry
+from awa_fast.runtime.hooks import EventType, HookDispatcher, HookRegistry
+from awa_fast.types import JobRow
+from awa_fast.worker import Registry
+
+log = logging.getLogger("awa_fast.runner")
+
+QueueSpec = Mapping[str, int] | Sequence[tuple[str, int] | Mapping[str, Any] | str]
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerConfig:
+    """Tuning with named defaults, validated once."""
+
+    claim_batch: int = 200
+    poll_interval: float = 1.0
+    promote_interval: float = 0.25
+    promote_batch: int = 2000
+    heartbeat_interval: float = 5.0
+    deadline: float = 600.0
+    commit_batch: int = 256
+    commit_delay: float = 0.002
+    sync_threads: int = 32
+    shutdown_timeout: float = 30.0
+    backoff: tr.Backoff = field(default_factory=tr.Backoff)
+
+    def __post_init__(self) -> None:
+        for name in ("claim_batch", "promote_batch", "commit_batch", "sync_threads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1")
+        for name in (
+            "poll_interval",
+            "promote_interval",
+            "heartbeat_interval",
+            "deadline",
+            "commit_delay",
+            "shutdown_timeout",
+        ):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0 seconds")
+
+
+def parse_queues(queues: QueueSpec, *, default_concurrency: int = 100) -> dict[str, int]:
+    """``{"email": 64}``, ``[("email", 64)]``, ``[{"name": "email", "max_workers": 64}]`` or
+    ``["email"]`` → ``{"email": 64}``; bad input raises :class:`ConfigError` naming it."""
+    items: list[tuple[object, object]] = []
+    if isinstance(queues, Mapping):
+        items = list(queues.items())
+    else:
+        for entry in queues:
+            if isinstance(entry, str):
+                items.append((entry, default_concurrency))
+            elif isinstance(entry, Mapping):
+                items.append((entry.get("name"), entry.get("max_workers", default_concurrency)))
+            else:
+                items.append(tuple(entry))  # type: ignore[arg-type]
+    parsed: dict[str, int] = {}
+    for name, concurrency in items:
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
+            raise ConfigError(f"queue name must be a non-empty string, got {name!r}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigError(
+                f"queue {name!r}: concurrency must be an integer >= 1, got {concurrency!r}"
+            )
+        if name in parsed:
+            raise ConfigError(f"queue {name!r} given twice")
+        parsed[name] = concurrency
+    if not parsed:
+        raise ConfigError("at least one queue is required")
+    return parsed
+
+
+class RawJson(Loader):
+    """Load json/jsonb as the raw bytes Postgres sent: decoding happens where the handler
+    runs, into the handler's own type, once."""
+
+    def load(self, data: Any) -> bytes:
+        return bytes(data)
+
+
+@dataclass(slots=True)
+class Handlers:
+    """Everything registered on a client that the runtime needs."""
+
+    registry: Registry
+    followups: FollowupRegistry
+    hooks: HookRegistry
+
+
+class Runner:
+    def __init__(
+        self, dsn: str, handlers: Handlers, queues: Mapping[str, int], config: RunnerConfig
+    ) -> None:
+        self.dsn = dsn
+        self.handlers = handlers
+        self.queues = dict(queues)
+        self.config = config
+        self.inflight = InFlight(list(self.queues.values()), sum(self.queues.values()))
+        self.ring = OutcomeRing(65536, 128)
+        self.hooks = HookDispatcher(handlers.hooks)
+        self.committer = Committer(
+            lambda: psycopg.connect(dsn, autocommit=True),
+            self.ring,
+            registry=handlers.registry,
+            followups=handlers.followups,
+            hooks=self.hooks,
+            batch_size=config.commit_batch,
+            max_delay=config.commit_delay,
+        )
+        self._threads = ThreadPoolExecutor(config.sync_threads, thread_name_prefix="awa-fast-sync")
+        self.executor = Executor(
+            handlers.registry, self.ring, self.inflight, config.backoff, self._threads
+        )
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._commit_stop = threading.Event()
+        self._commit_thread: threading.Thread | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._services: list[asyncio.Task[None]] = []
+        self._claim_conn: psycopg.AsyncConnection[Any] | None = None
+        self.claimed = 0
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._claim_conn = await self._connect()
+        self.hooks.start()
+        self._commit_thread = threading.Thread(
+            target=self.committer.run,
+            args=(self._commit_stop,),
+            name="awa-fast-committer",
+            daemon=True,
+        )
+        self._commit_thread.start()
+        self._services = [
+            asyncio.create_task(coro)
+            for coro in (
+                self._claim_loop(),
+                self._listen_loop(),
+                self._promote_loop(),
+                self._heartbeat_loop(),
+            )
+        ]
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop claiming, let handlers finish (up to ``timeout``), then flush the committer."""
+        timeout = self.config.shutdown_timeout if timeout is None else timeout
+        self._stopping = True
+        self._wake.set()
+        claim_loop, *others = self._services
+        await asyncio.gather(claim_loop, return_exceptions=True)
+        if self._tasks:
+            _, pending = await asyncio.wait(self._tasks, timeout=timeout)
+            if pending:
+                self.inflight.cancel_worker(0)
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        self._commit_stop.set()
+        if self._commit_thread is not None:
+            await asyncio.to_thread(self._commit_thread.join)
+        self.hooks.stop()
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        if self._claim_conn is not None:
+            await self._claim_conn.close()
+
+    # -- claiming -------------------------------------------------------------------------
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        conn.adapters.register_loader("jsonb", RawJson)
+        return conn
+
+    async def _claim_loop(self) -> None:
+        failures = 0
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                claimed = await self._claim_round()
+                failures = 0
+            except psycopg.OperationalError as exc:
+                failures += 1
+                log.warning("claim failed (%s); reconnecting", exc)
+                await asyncio.sleep(self.config.backoff.delay(failures) / 10)
+                with contextlib.suppress(psycopg.Error):
+                    if self._claim_conn is not None:
+                        await self._claim_conn.close()
+                    self._claim_conn = await self._connect()
+                continue
+            if not claimed and not self._stopping:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.config.poll_interval)
+
+    async def _claim_round(self) -> int:
+        assert self._claim_conn is not None
+        claimed = 0
+        for index, (queue, _) in enumerate(self.queues.items()):
+            want = self.inflight.reserve(index, self.config.claim_batch)
+            if not want:
+                continue
+            try:
+                cur = await self._claim_conn.execute(
+                    Q.job_claim_batch,
+                    {"queue": queue, "limit": want, "deadline_s": self.config.deadline},
+                )
+                rows = await cur.fetchall()
+            except BaseException:
+                self.inflight.release(index, want)
+                raise
+            if len(rows) < want:
+                self.inflight.release(index, want - len(rows))
+            for row in rows:
+                self._spawn(row, index)
+            claimed += len(rows)
+        self.claimed += claimed
+        return claimed
+
+    def _spawn(self, row: tuple[Any, ...], queue_index: int) -> None:
+        slot = self.inflight.acquire_slot(row[0], row[1], queue_index, 0)
+        if self.hooks.registry.wants(row[2]):
+            self.hooks.submit(EventType.STARTED, _started_row(row))
+        task = asyncio.create_task(self._execute(row, slot, queue_index))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _execute(self, row: tuple[Any, ...], slot: int, queue_index: int) -> None:
+        try:
+            await self.executor.run(row, slot)
+        except Exception:
+            log.exception("job %s: executor failed; the attempt is left for rescue", row[0])
+        finally:
+            self.inflight.release_slot(slot)
+            self.inflight.release(queue_index, 1)
+            self._wake.set()
+
+    # -- services -------------------------------------------------------------------------
+
+    async def _listen_loop(self) -> None:
+        while not self._stopping:
+            try:
+                async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+                    await conn.execute("LISTEN awa_fast_jobs")
+                    self._wake.set()
+                    async for note in conn.notifies():
+                        if note.payload in self.queues:
+                            self._wake.set()
+            except psycopg.OperationalError as exc:
+                log.warning("LISTEN connection lost (%s); polling until it is back", exc)
+                await asyncio.sleep(self.config.poll_interval)
+
+    async def _promote_loop(self) -> None:
+        await self._periodic(self.config.promote_interval, self._promote_once)
+
+    async def _heartbeat_loop(self) -> None:
+        await self._periodic(self.config.heartbeat_interval, self._heartbeat_once)
+
+    async def _periodic(self, interval: float, step: Any) -> None:
+        """Run ``step(conn)`` every ``interval`` seconds on a connection of its own."""
+        conn: psycopg.AsyncConnection[Any] | None = None
+        try:
+            while not self._stopping:
+                try:
+                    if conn is None or conn.closed:
+                        conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+                    await step(conn)
+                except psycopg.OperationalError as exc:
+                    log.warning("%s failed (%s); retrying", getattr(step, "__name__", step), exc)
+                    if conn is not None:
+                        await conn.close()
+                    conn = None
+                await asyncio.sleep(interval)
+        finally:
+            if conn is not None:
+                await conn.close()
+
+    async def _promote_once(self, conn: psycopg.AsyncConnection[Any]) -> int:
+        total = 0
+        while True:
+            cur = await conn.execute(Q.job_promote_due, {"limit": self.config.promote_batch})
+            moved = cur.rowcount
+            total += moved
+            if moved < self.config.promote_batch:
+                return total
+
+    async def _heartbeat_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        ids, leases = self.inflight.running()
+        if ids:
+            await conn.execute(Q.job_heartbeat_many, {"ids": ids, "leases": leases})
+
+
+def _started_row(row: tuple[Any, ...]) -> JobRow:
+    import orjson
+
+    from awa_fast.runtime.executor import (
+        ARGS,
+        ATTEMPT,
+        CREATED_AT,
+        ID,
+        KIND,
+        LEASE,
+        MAX_ATTEMPTS,
+        PRIORITY,
+        QUEUE,
+        RUN_AT,
+        TAGS,
+    )
+
+    return JobRow(
+        id=row[ID],
+        kind=row[KIND],
+        queue=row[QUEUE],
+        args=orjson.loads(row[ARGS]),
+        state="running",
+        priority=row[PRIORITY],
+        attempt=row[ATTEMPT],
+        max_attempts=row[MAX_ATTEMPTS],
+        run_at=row[RUN_AT],
+        created_at=row[CREATED_AT],
+        run_lease=row[LEASE],
+        tags=row[TAGS],
+    )

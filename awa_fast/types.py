@@ -1,0 +1,101 @@
+"""Plain records users see: jobs as stored, insert requests and their options."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any, TypedDict
+
+JOB_STATES = (
+    "scheduled",
+    "available",
+    "running",
+    "waiting_external",
+    "retryable",
+    "completed",
+    "failed",
+    "cancelled",
+)
+FINAL_STATES = ("completed", "failed", "cancelled")
+DEFAULT_UNIQUE_STATES = ("scheduled", "available", "running", "retryable", "waiting_external")
+
+
+@dataclass(frozen=True, slots=True)
+class UniqueOpts:
+    """At most one live job per key. The key is the kind plus, as chosen, the queue, the args
+    and the ``by_period`` time bucket (seconds); "live" means in one of ``states``."""
+
+    by_args: bool = True
+    by_queue: bool = False
+    by_period: int | None = None
+    states: tuple[str, ...] = DEFAULT_UNIQUE_STATES
+
+
+class InsertOptions(TypedDict, total=False):
+    """Keyword options of every insert call (``unique_opts`` is the Awa SDK's name for
+    ``unique``)."""
+
+    kind: str | None
+    queue: str
+    priority: int
+    max_attempts: int
+    run_at: datetime | None
+    tags: Sequence[str] | None
+    metadata: Mapping[str, Any] | None
+    unique: UniqueOpts | Mapping[str, Any] | None
+    unique_opts: UniqueOpts | Mapping[str, Any] | None
+
+
+@dataclass(slots=True)
+class InsertRequest:
+    """Args plus insert options: what ``insert_many`` items and follow-up ``make`` may return."""
+
+    args: object
+    kind: str | None = None
+    queue: str = "default"
+    priority: int = 2
+    max_attempts: int = 25
+    run_at: datetime | None = None
+    tags: Sequence[str] | None = None
+    metadata: Mapping[str, Any] | None = None
+    unique: UniqueOpts | Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """A job as stored. ``args`` is the decoded JSON object (a dict)."""
+
+    id: int
+    kind: str
+    queue: str
+    args: dict[str, Any]
+    state: str
+    priority: int
+    attempt: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    attempted_at: datetime | None = None
+    finalized_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    deadline_at: datetime | None = None
+    run_lease: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    tags: list[str] = field(default_factory=list)
+    progress: Any = None
+    callback_id: str | None = None
+    callback_timeout_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobRow:
+        """Build from a dict row of any ``awa_fast.jobs*`` table (extra columns ignored)."""
+        values = {f.name: row[f.name] for f in _ROW_FIELDS if f.name in row}
+        if values.get("callback_id") is not None:
+            values["callback_id"] = str(values["callback_id"])
+        values["state"] = str(values["state"])
+        return cls(**values)
+
+
+_ROW_FIELDS = fields(JobRow)

@@ -1,0 +1,201 @@
+"""The handler side: what a handler is given (:class:`Job`) and how handlers are registered.
+
+Registration is data (:class:`Handler` in a :class:`Registry`) built before any worker
+process forks, so every process agrees on the kind → handler mapping and on each kind's
+small integer index that travels in ring records.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar, Generic, TypeVar
+
+from awa_fast.codec import Decoder, decoder_for, kind_of
+from awa_fast.errors import ConfigError
+
+T = TypeVar("T")
+UNKNOWN_KIND = 0xFFFF_FFFF
+
+HandlerFunc = Callable[["Job[Any]"], Awaitable[object] | object]
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackToken:
+    """Returned by :meth:`Job.register_callback`; hand ``id`` to the external system and
+    return ``WaitForCallback(token)`` from the handler."""
+
+    id: str
+    timeout_seconds: float = 3600.0
+
+    @property
+    def callback_id(self) -> str:
+        return self.id
+
+
+class Job(Generic[T]):
+    """One attempt of a job, as a handler sees it."""
+
+    __slots__ = (
+        "_cancelled",
+        "_metadata_updates",
+        "args",
+        "attempt",
+        "callback",
+        "created_at",
+        "errors",
+        "id",
+        "kind",
+        "max_attempts",
+        "metadata",
+        "priority",
+        "progress",
+        "progress_changed",
+        "queue",
+        "run_at",
+        "run_lease",
+        "tags",
+    )
+
+    def __init__(
+        self,
+        *,
+        id: int,
+        run_lease: int,
+        kind: str,
+        queue: str,
+        args: T,
+        attempt: int,
+        max_attempts: int,
+        priority: int,
+        tags: list[str],
+        metadata: dict[str, Any],
+        errors: list[dict[str, Any]],
+        progress: Any,
+        run_at: datetime,
+        created_at: datetime,
+        cancelled: Callable[[], bool],
+    ) -> None:
+        self.id = id
+        self.run_lease = run_lease
+        self.kind = kind
+        self.queue = queue
+        self.args = args
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        self.priority = priority
+        self.tags = tags
+        self.metadata = metadata
+        self.errors = errors
+        self.progress = progress
+        self.run_at = run_at
+        self.created_at = created_at
+        self.callback: CallbackToken | None = None
+        self.progress_changed = False
+        self._cancelled = cancelled
+        self._metadata_updates: dict[str, Any] = {}
+
+    def is_cancelled(self) -> bool:
+        """True once the job was cancelled (admin cancel, deadline, shutdown): stop soon."""
+        return self._cancelled()
+
+    def set_progress(self, percent: int, message: str | None = None) -> None:
+        """Record progress; it is saved with the attempt's outcome (and kept on retry)."""
+        progress = dict(self.progress) if isinstance(self.progress, dict) else {}
+        progress["percent"] = percent
+        if message is not None:
+            progress["message"] = message
+        self.progress = progress
+        self.progress_changed = True
+
+    def update_metadata(self, updates: dict[str, Any]) -> None:
+        """Merge ``updates`` into the job's metadata when the attempt's outcome is saved."""
+        self.metadata.update(updates)
+        self._metadata_updates.update(updates)
+
+    @property
+    def metadata_updates(self) -> dict[str, Any]:
+        return self._metadata_updates
+
+    async def register_callback(self, timeout_seconds: float = 3600.0) -> CallbackToken:
+        """A callback id for an external system; park with ``WaitForCallback(token)``."""
+        self.callback = CallbackToken(str(uuid.uuid4()), float(timeout_seconds))
+        return self.callback
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id}, kind={self.kind!r}, attempt={self.attempt})"
+
+
+class Worker:
+    """Class form of a handler: set ``kind`` (and optionally ``queue``, ``args_type``) and
+    define ``perform(self, job)`` (async or plain), then ``client.register(MyWorker)``."""
+
+    kind: ClassVar[str | None] = None
+    queue: ClassVar[str] = "default"
+    args_type: ClassVar[type | None] = None
+
+    def perform(self, job: Job[Any]) -> Awaitable[object] | object:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    kind: str
+    queue: str
+    args_type: type | None
+    func: HandlerFunc
+    is_async: bool
+    decode: Decoder
+    index: int
+
+
+@dataclass(slots=True)
+class Registry:
+    """Kinds → handlers, with each kind's stable index (its position of registration)."""
+
+    handlers: dict[str, Handler] = field(default_factory=dict)
+    kinds: list[str] = field(default_factory=list)
+
+    def add(
+        self, func: HandlerFunc, *, args_type: type | None, kind: str | None, queue: str
+    ) -> Handler:
+        if kind is None:
+            if args_type is None or args_type is dict:
+                raise ConfigError("a handler for dict args needs an explicit kind=")
+            kind = kind_of(args_type)
+        if kind in self.handlers:
+            raise ConfigError(f"kind {kind!r} already has a handler")
+        handler = Handler(
+            kind=kind,
+            queue=queue,
+            args_type=args_type,
+            func=func,
+            is_async=inspect.iscoroutinefunction(func),
+            decode=decoder_for(args_type),
+            index=len(self.kinds),
+        )
+        self.handlers[kind] = handler
+        self.kinds.append(kind)
+        return handler
+
+    def add_worker(self, worker: type[Worker] | Worker) -> Handler:
+        instance = worker() if isinstance(worker, type) else worker
+        kind = instance.kind
+        if kind is None and instance.args_type is None:
+            raise ConfigError(f"{type(instance).__name__} must set kind or args_type")
+        return self.add(
+            instance.perform, args_type=instance.args_type, kind=kind, queue=instance.queue
+        )
+
+    def get(self, kind: str) -> Handler | None:
+        return self.handlers.get(kind)
+
+    def index_of(self, kind: str) -> int:
+        handler = self.handlers.get(kind)
+        return handler.index if handler else UNKNOWN_KIND
+
+    def kind_at(self, index: int) -> str | None:
+        return self.kinds[index] if index < len(self.kinds) else None

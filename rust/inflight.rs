@@ -1,0 +1,668 @@
+//! The in-flight table: per-queue capacity counters and per-attempt slots in shared memory.
+//!
+//! The supervisor's dispatcher sizes each claim by the free capacity of its queue
+//! ([`InFlight::reserve`]); every running attempt occupies a slot (job id, run lease, queue,
+//! worker, cancel flag) that the heartbeat, the rescuer and the cancel path read from any
+//! process. Everything is lock-free: a worker SIGKILLed mid-call can leave at most one slot in
+//! a transient state, which [`InFlight::release_worker`] reclaims.
+//!
+//! # Capacity accounting
+//! Capacity units are taken with `reserve` (before claiming jobs) and an *occupied slot holds
+//! one unit of its queue*: `release_slot` and `release_worker` give the unit back. Units
+//! reserved for jobs that were not claimed are returned with `release`.
+//!
+//! # Slot state word
+//! `gen (24 bits) | worker (32 bits) | flags (8 bits)`, flags = phase (FREE, CLAIMING,
+//! OCCUPIED) plus the CANCELLED bit. The generation changes on every acquisition, so a CAS
+//! against a state read earlier fails if the slot was released and reused in between: cancel
+//! can never flag the *next* job of a slot, and readers detect torn snapshots (seqlock style:
+//! read state, read fields, re-read state). The worker index sits in the state word so that a
+//! slot left CLAIMING by a dead worker is still attributed to it.
+
+use std::fmt;
+use std::io;
+use std::sync::atomic::{fence, AtomicI64, AtomicU32, AtomicU64, Ordering};
+
+use crate::shm::{SharedMap, CACHE_LINE};
+
+const PHASE_MASK: u64 = 0b11;
+const FREE: u64 = 0;
+const CLAIMING: u64 = 1;
+const OCCUPIED: u64 = 2;
+const CANCELLED: u64 = 0b100;
+const WORKER_SHIFT: u32 = 8;
+const GEN_SHIFT: u32 = 40;
+
+const OFF_HINT: usize = 0;
+const OFF_QUEUES: usize = CACHE_LINE;
+// Each queue and each slot has its own cache line: they are written by different processes.
+const QUEUE_BYTES: usize = CACHE_LINE;
+const SLOT_BYTES: usize = CACHE_LINE;
+const Q_CAPACITY: usize = 0;
+const Q_IN_FLIGHT: usize = 8;
+const S_STATE: usize = 0;
+const S_JOB_ID: usize = 8;
+const S_RUN_LEASE: usize = 16;
+const S_QUEUE: usize = 24;
+
+/// Largest number of queues / slots accepted.
+pub const MAX_QUEUES: usize = 1 << 16;
+pub const MAX_SLOTS: usize = 1 << 22;
+
+/// Why an in-flight operation failed.
+#[derive(Debug)]
+pub enum InFlightError {
+    /// An argument is out of range: (argument name, explanation).
+    InvalidArg(&'static str, String),
+    /// A queue or slot index is out of range: (what, index, count).
+    Index(&'static str, i64, usize),
+    /// More units released than are in flight.
+    OverRelease { queue: usize, n: i64, in_flight: i64 },
+    /// Every slot is occupied.
+    Full,
+    /// The shared mapping could not be created.
+    Os(io::Error),
+}
+
+impl fmt::Display for InFlightError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InFlightError::InvalidArg(name, why) => write!(f, "{name}: {why}"),
+            InFlightError::Index(what, i, n) => {
+                write!(f, "{what} index {i} out of range ({n} {what}s)")
+            }
+            InFlightError::OverRelease {
+                queue,
+                n,
+                in_flight,
+            } => write!(
+                f,
+                "release of {n} unit(s) on queue {queue} exceeds its {in_flight} in flight"
+            ),
+            InFlightError::Full => write!(f, "in-flight table full"),
+            InFlightError::Os(e) => write!(f, "shared memory: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for InFlightError {}
+
+/// A consistent snapshot of an occupied slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotInfo {
+    pub job_id: i64,
+    pub run_lease: i64,
+    pub queue: u32,
+    pub worker: u32,
+    pub cancelled: bool,
+}
+
+/// See the module docs.
+pub struct InFlight {
+    map: SharedMap,
+    queues: usize,
+    slots: usize,
+}
+
+#[inline]
+fn phase(state: u64) -> u64 {
+    state & PHASE_MASK
+}
+
+#[inline]
+fn worker_of(state: u64) -> u32 {
+    (state >> WORKER_SHIFT) as u32
+}
+
+#[inline]
+fn with(gen: u64, worker: u32, flags: u64) -> u64 {
+    ((gen & 0xff_ffff) << GEN_SHIFT) | ((worker as u64) << WORKER_SHIFT) | flags
+}
+
+#[inline]
+fn gen_of(state: u64) -> u64 {
+    state >> GEN_SHIFT
+}
+
+impl InFlight {
+    /// Maps a table for `capacities.len()` queues and `slots` attempt slots.
+    pub fn new(capacities: &[i64], slots: usize) -> Result<Self, InFlightError> {
+        if capacities.is_empty() || capacities.len() > MAX_QUEUES {
+            return Err(InFlightError::InvalidArg(
+                "capacities",
+                format!(
+                    "needs between 1 and {MAX_QUEUES} queues, got {}",
+                    capacities.len()
+                ),
+            ));
+        }
+        if let Some(c) = capacities.iter().find(|&&c| c < 0) {
+            return Err(InFlightError::InvalidArg(
+                "capacities",
+                format!("capacities must be >= 0, got {c}"),
+            ));
+        }
+        if slots == 0 || slots > MAX_SLOTS {
+            return Err(InFlightError::InvalidArg(
+                "slots",
+                format!("must be between 1 and {MAX_SLOTS}, got {slots}"),
+            ));
+        }
+        let len = OFF_QUEUES + capacities.len() * QUEUE_BYTES + slots * SLOT_BYTES;
+        let map = SharedMap::new(len).map_err(InFlightError::Os)?;
+        let table = Self {
+            map,
+            queues: capacities.len(),
+            slots,
+        };
+        for (q, &c) in capacities.iter().enumerate() {
+            table.q_word(q, Q_CAPACITY).store(c, Ordering::Relaxed);
+        }
+        Ok(table)
+    }
+
+    pub fn queue_count(&self) -> usize {
+        self.queues
+    }
+
+    pub fn slot_count(&self) -> usize {
+        self.slots
+    }
+
+    /// Checks a queue index from Python.
+    pub fn queue_index(&self, queue: i64) -> Result<usize, InFlightError> {
+        usize::try_from(queue)
+            .ok()
+            .filter(|&q| q < self.queues)
+            .ok_or(InFlightError::Index("queue", queue, self.queues))
+    }
+
+    /// Checks a slot index from Python.
+    pub fn slot_index(&self, slot: i64) -> Result<usize, InFlightError> {
+        usize::try_from(slot)
+            .ok()
+            .filter(|&s| s < self.slots)
+            .ok_or(InFlightError::Index("slot", slot, self.slots))
+    }
+
+    // ------------------------------------------------------------ capacity counters
+
+    /// Takes up to `want` free units of `queue`; returns how many were granted.
+    ///
+    /// CAS loop so that concurrent reservers never push `in_flight` above `capacity`.
+    pub fn reserve(&self, queue: usize, want: i64) -> i64 {
+        if want <= 0 {
+            return 0;
+        }
+        let cap = self.q_word(queue, Q_CAPACITY);
+        let inf = self.q_word(queue, Q_IN_FLIGHT);
+        let mut cur = inf.load(Ordering::Relaxed);
+        loop {
+            let free = (cap.load(Ordering::Relaxed) - cur).max(0);
+            let grant = want.min(free);
+            if grant == 0 {
+                return 0;
+            }
+            match inf.compare_exchange_weak(cur, cur + grant, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return grant,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Returns `n` units of `queue`; refuses to go below zero (a double release is a bug).
+    pub fn release(&self, queue: usize, n: i64) -> Result<(), InFlightError> {
+        if n < 0 {
+            return Err(InFlightError::InvalidArg(
+                "n",
+                format!("must be >= 0, got {n}"),
+            ));
+        }
+        let inf = self.q_word(queue, Q_IN_FLIGHT);
+        let mut cur = inf.load(Ordering::Relaxed);
+        loop {
+            if cur < n {
+                return Err(InFlightError::OverRelease {
+                    queue,
+                    n,
+                    in_flight: cur,
+                });
+            }
+            match inf.compare_exchange_weak(cur, cur - n, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Returns one unit, saturating at zero (cleanup paths must not fail).
+    fn release_one_saturating(&self, queue: usize) {
+        if queue >= self.queues {
+            return;
+        }
+        let inf = self.q_word(queue, Q_IN_FLIGHT);
+        let _ = inf.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| {
+            (c > 0).then_some(c - 1)
+        });
+    }
+
+    pub fn in_flight(&self, queue: usize) -> i64 {
+        self.q_word(queue, Q_IN_FLIGHT).load(Ordering::Relaxed)
+    }
+
+    pub fn capacity(&self, queue: usize) -> i64 {
+        self.q_word(queue, Q_CAPACITY).load(Ordering::Relaxed)
+    }
+
+    /// `capacity - in_flight`, never negative (capacity may be lowered below in-flight).
+    pub fn free(&self, queue: usize) -> i64 {
+        (self.capacity(queue) - self.in_flight(queue)).max(0)
+    }
+
+    pub fn set_capacity(&self, queue: usize, cap: i64) -> Result<(), InFlightError> {
+        if cap < 0 {
+            return Err(InFlightError::InvalidArg(
+                "cap",
+                format!("must be >= 0, got {cap}"),
+            ));
+        }
+        self.q_word(queue, Q_CAPACITY).store(cap, Ordering::Relaxed);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ attempt slots
+
+    /// Occupies a free slot for an attempt; scans from a rotating hint so that concurrent
+    /// acquirers start at different slots.
+    pub fn acquire_slot(
+        &self,
+        job_id: i64,
+        run_lease: i64,
+        queue: usize,
+        worker: u32,
+    ) -> Result<usize, InFlightError> {
+        let start = self.hint().fetch_add(1, Ordering::Relaxed) as usize;
+        for i in 0..self.slots {
+            let idx = (start + i) % self.slots;
+            let state = self.state(idx);
+            let s = state.load(Ordering::Relaxed);
+            if phase(s) != FREE {
+                continue;
+            }
+            let gen = gen_of(s) + 1;
+            // Acquire: pairs with the Release of the previous owner's release, so its field
+            // reads are done before we overwrite.
+            if state
+                .compare_exchange(
+                    s,
+                    with(gen, worker, CLAIMING),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+            {
+                continue;
+            }
+            self.s_i64(idx, S_JOB_ID).store(job_id, Ordering::Relaxed);
+            self.s_i64(idx, S_RUN_LEASE)
+                .store(run_lease, Ordering::Relaxed);
+            self.s_u32(idx, S_QUEUE)
+                .store(queue as u32, Ordering::Relaxed);
+            // Release: publishes the fields to readers that Acquire an OCCUPIED state.
+            state.store(with(gen, worker, OCCUPIED), Ordering::Release);
+            return Ok(idx);
+        }
+        Err(InFlightError::Full)
+    }
+
+    /// Frees an occupied slot and returns its queue unit; false if it was not occupied.
+    pub fn release_slot(&self, slot: usize) -> bool {
+        self.take_slot(slot, |_| true).is_some()
+    }
+
+    /// Frees `slot` if occupied and `pred(state)` holds, returning its snapshot.
+    fn take_slot(&self, slot: usize, pred: impl Fn(u64) -> bool) -> Option<SlotInfo> {
+        let state = self.state(slot);
+        loop {
+            let (s, info) = self.snapshot(slot)?;
+            if !pred(s) {
+                return None;
+            }
+            // Release: our field reads happen-before the next owner's writes.
+            if state
+                .compare_exchange(
+                    s,
+                    with(gen_of(s), 0, FREE),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                self.release_one_saturating(info.queue as usize);
+                return Some(info);
+            }
+            // Lost a race (cancel bit set, or the slot was released): look again.
+        }
+    }
+
+    /// A consistent view of `slot` and the state word it was read under, if occupied.
+    fn snapshot(&self, slot: usize) -> Option<(u64, SlotInfo)> {
+        let state = self.state(slot);
+        loop {
+            let s = state.load(Ordering::Acquire);
+            if phase(s) != OCCUPIED {
+                return None;
+            }
+            let info = SlotInfo {
+                job_id: self.s_i64(slot, S_JOB_ID).load(Ordering::Relaxed),
+                run_lease: self.s_i64(slot, S_RUN_LEASE).load(Ordering::Relaxed),
+                queue: self.s_u32(slot, S_QUEUE).load(Ordering::Relaxed),
+                worker: worker_of(s),
+                cancelled: s & CANCELLED != 0,
+            };
+            // Seqlock check: the fields belong to state `s` if the generation is unchanged
+            // (only the cancel bit may have been set meanwhile).
+            fence(Ordering::Acquire);
+            let again = state.load(Ordering::Relaxed);
+            if again == s {
+                return Some((s, info));
+            }
+            if again & !CANCELLED == s & !CANCELLED {
+                continue; // cancel bit flipped: re-read for an exact state word
+            }
+            if phase(again) != OCCUPIED {
+                return None;
+            }
+        }
+    }
+
+    pub fn slot_info(&self, slot: usize) -> Option<SlotInfo> {
+        self.snapshot(slot).map(|(_, info)| info)
+    }
+
+    /// Hot path (a handler polling `job.is_cancelled()`): one atomic load.
+    pub fn is_cancelled(&self, slot: usize) -> bool {
+        self.state(slot).load(Ordering::Relaxed) & CANCELLED != 0
+    }
+
+    /// Flags every occupied slot running `job_id` (and `run_lease`, when given).
+    /// Returns how many slots were flagged.
+    pub fn cancel(&self, job_id: i64, run_lease: Option<i64>) -> usize {
+        self.flag_where(|_, info| {
+            info.job_id == job_id && run_lease.is_none_or(|l| l == info.run_lease)
+        })
+    }
+
+    /// Flags every occupied slot of `worker`.
+    pub fn cancel_worker(&self, worker: u32) -> usize {
+        self.flag_where(|s, _| worker_of(s) == worker)
+    }
+
+    fn flag_where(&self, pred: impl Fn(u64, &SlotInfo) -> bool) -> usize {
+        let mut n = 0;
+        for slot in 0..self.slots {
+            while let Some((s, info)) = self.snapshot(slot) {
+                if !pred(s, &info) {
+                    break;
+                }
+                // CAS on the exact state word: fails if the slot changed hands meanwhile.
+                match self.state(slot).compare_exchange(
+                    s,
+                    s | CANCELLED,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        n += 1;
+                        break;
+                    }
+                    Err(_) => continue,
+                }
+            }
+        }
+        n
+    }
+
+    /// Every occupied slot's snapshot (heartbeat: one UPDATE for all of them).
+    pub fn occupied(&self) -> Vec<SlotInfo> {
+        (0..self.slots).filter_map(|s| self.slot_info(s)).collect()
+    }
+
+    /// Frees every slot of a dead `worker`, returning its attempts and their queue units.
+    ///
+    /// A slot the worker left CLAIMING (killed inside `acquire_slot`) is freed too; it held
+    /// no published attempt, so it is not returned.
+    pub fn release_worker(&self, worker: u32) -> Vec<SlotInfo> {
+        let mut out = Vec::new();
+        for slot in 0..self.slots {
+            if let Some(info) = self.take_slot(slot, |s| worker_of(s) == worker) {
+                out.push(info);
+                continue;
+            }
+            let state = self.state(slot);
+            let s = state.load(Ordering::Acquire);
+            if phase(s) == CLAIMING && worker_of(s) == worker {
+                let _ = state.compare_exchange(
+                    s,
+                    with(gen_of(s), 0, FREE),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+        out
+    }
+
+    // ------------------------------------------------------------ raw access
+
+    fn hint(&self) -> &AtomicU64 {
+        // SAFETY: constant aligned offset inside the mapping.
+        unsafe { self.map.at(OFF_HINT) }
+    }
+
+    fn q_word(&self, queue: usize, field: usize) -> &AtomicI64 {
+        assert!(queue < self.queues);
+        // SAFETY: queue < queues, aligned 8-byte field inside its line.
+        unsafe { self.map.at(OFF_QUEUES + queue * QUEUE_BYTES + field) }
+    }
+
+    fn slot_off(&self, slot: usize) -> usize {
+        assert!(slot < self.slots);
+        OFF_QUEUES + self.queues * QUEUE_BYTES + slot * SLOT_BYTES
+    }
+
+    fn state(&self, slot: usize) -> &AtomicU64 {
+        // SAFETY: slot checked in slot_off; aligned field inside the slot's line.
+        unsafe { self.map.at(self.slot_off(slot) + S_STATE) }
+    }
+
+    fn s_i64(&self, slot: usize, field: usize) -> &AtomicI64 {
+        // SAFETY: as in `state`.
+        unsafe { self.map.at(self.slot_off(slot) + field) }
+    }
+
+    fn s_u32(&self, slot: usize, field: usize) -> &AtomicU32 {
+        // SAFETY: as in `state`.
+        unsafe { self.map.at(self.slot_off(slot) + field) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::thread;
+
+    #[test]
+    fn rejects_bad_arguments() {
+        assert!(matches!(
+            InFlight::new(&[], 4),
+            Err(InFlightError::InvalidArg("capacities", _))
+        ));
+        assert!(matches!(
+            InFlight::new(&[1, -1], 4),
+            Err(InFlightError::InvalidArg("capacities", _))
+        ));
+        assert!(matches!(
+            InFlight::new(&[1], 0),
+            Err(InFlightError::InvalidArg("slots", _))
+        ));
+        let t = InFlight::new(&[1, 2], 4).unwrap();
+        assert!(matches!(
+            t.queue_index(2),
+            Err(InFlightError::Index("queue", 2, 2))
+        ));
+        assert!(t.queue_index(-1).is_err());
+        assert!(t.slot_index(4).is_err());
+        assert_eq!(t.slot_index(3).unwrap(), 3);
+    }
+
+    #[test]
+    fn reserve_release_and_capacity() {
+        let t = InFlight::new(&[3, 0], 8).unwrap();
+        assert_eq!(t.reserve(0, 2), 2);
+        assert_eq!(t.reserve(0, 5), 1);
+        assert_eq!(t.reserve(0, 1), 0);
+        assert_eq!(t.reserve(1, 1), 0);
+        assert_eq!((t.in_flight(0), t.free(0), t.capacity(0)), (3, 0, 3));
+        t.release(0, 2).unwrap();
+        assert_eq!(t.free(0), 2);
+        assert!(matches!(
+            t.release(0, 5),
+            Err(InFlightError::OverRelease { .. })
+        ));
+        t.set_capacity(0, 0).unwrap();
+        assert_eq!(t.free(0), 0);
+        assert_eq!(t.reserve(0, 1), 0);
+        t.set_capacity(0, 10).unwrap();
+        assert_eq!(t.reserve(0, 100), 9);
+    }
+
+    #[test]
+    fn concurrent_reserve_never_exceeds_capacity() {
+        let t = Arc::new(InFlight::new(&[10], 8).unwrap());
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let t = Arc::clone(&t);
+                thread::spawn(move || {
+                    for i in 0..50_000 {
+                        let got = t.reserve(0, 1 + i % 3);
+                        let now = t.in_flight(0);
+                        assert!(now <= 10, "in flight {now} over capacity");
+                        if got > 0 {
+                            t.release(0, got).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(t.in_flight(0), 0);
+    }
+
+    #[test]
+    fn slots_lifecycle_cancel_and_release_worker() {
+        let t = InFlight::new(&[4, 4], 4).unwrap();
+        assert_eq!(t.reserve(0, 3), 3);
+        assert_eq!(t.reserve(1, 1), 1);
+        let a = t.acquire_slot(100, 1, 0, 7).unwrap();
+        let b = t.acquire_slot(101, 1, 0, 7).unwrap();
+        let c = t.acquire_slot(102, 5, 1, 8).unwrap();
+        let d = t.acquire_slot(103, 1, 0, 8).unwrap();
+        assert!(matches!(
+            t.acquire_slot(104, 1, 0, 8),
+            Err(InFlightError::Full)
+        ));
+        assert_eq!(
+            t.slot_info(c),
+            Some(SlotInfo {
+                job_id: 102,
+                run_lease: 5,
+                queue: 1,
+                worker: 8,
+                cancelled: false
+            })
+        );
+        assert_eq!(t.cancel(102, Some(4)), 0);
+        assert_eq!(t.cancel(102, Some(5)), 1);
+        assert!(t.is_cancelled(c) && !t.is_cancelled(a));
+        assert_eq!(t.cancel(100, None), 1);
+        assert!(t.is_cancelled(a));
+        assert_eq!(t.cancel_worker(8), 2);
+        assert!(t.is_cancelled(d));
+        assert!(!t.is_cancelled(b));
+
+        let mut running: Vec<_> = t.occupied().iter().map(|i| i.job_id).collect();
+        running.sort();
+        assert_eq!(running, vec![100, 101, 102, 103]);
+
+        assert!(t.release_slot(d));
+        assert!(!t.release_slot(d));
+        assert_eq!(t.in_flight(0), 2);
+        let mut gone: Vec<_> = t
+            .release_worker(7)
+            .iter()
+            .map(|i| (i.job_id, i.run_lease, i.queue))
+            .collect();
+        gone.sort();
+        assert_eq!(gone, vec![(100, 1, 0), (101, 1, 0)]);
+        assert_eq!(t.in_flight(0), 0);
+        assert_eq!(t.in_flight(1), 1);
+        assert!(t.slot_info(a).is_none());
+        // Reused slot starts uncancelled.
+        let e = t.acquire_slot(200, 1, 0, 9).unwrap();
+        assert!(!t.is_cancelled(e));
+        assert_eq!(t.occupied().len(), 2);
+    }
+
+    #[test]
+    fn dead_claiming_slot_is_reclaimed() {
+        let t = InFlight::new(&[4], 2).unwrap();
+        // Simulate a worker killed between its claim CAS and publishing the fields.
+        t.state(1).store(with(1, 3, CLAIMING), Ordering::Relaxed);
+        assert!(t.release_worker(3).is_empty());
+        assert_eq!(phase(t.state(1).load(Ordering::Relaxed)), FREE);
+    }
+
+    #[test]
+    fn concurrent_slot_churn_keeps_snapshots_consistent() {
+        let t = Arc::new(InFlight::new(&[1_000_000], 16).unwrap());
+        let workers: Vec<_> = (0..3u32)
+            .map(|w| {
+                let t = Arc::clone(&t);
+                thread::spawn(move || {
+                    for i in 0..20_000i64 {
+                        let id = (w as i64) * 1_000_000 + i;
+                        assert_eq!(t.reserve(0, 1), 1);
+                        let s = t.acquire_slot(id, id * 2, 0, w).unwrap();
+                        let info = t.slot_info(s).unwrap();
+                        assert_eq!((info.job_id, info.worker), (id, w));
+                        assert!(t.release_slot(s));
+                    }
+                })
+            })
+            .collect();
+        let reader = {
+            let t = Arc::clone(&t);
+            thread::spawn(move || {
+                for _ in 0..2_000 {
+                    for info in t.occupied() {
+                        // Fields of one snapshot always belong together.
+                        assert_eq!(info.run_lease, info.job_id * 2);
+                        assert_eq!(info.job_id / 1_000_000, info.worker as i64);
+                    }
+                    t.cancel_worker(1);
+                }
+            })
+        };
+        for h in workers {
+            h.join().unwrap();
+        }
+        reader.join().unwrap();
+        assert_eq!(t.in_flight(0), 0);
+        assert!(t.occupied().is_empty());
+    }
+}

@@ -1,0 +1,995 @@
+//! Multi-producer, single-consumer ring of outcome records in anonymous shared memory.
+//!
+//! Worker processes (producers) report each finished attempt here; the supervisor's committer
+//! (the single consumer) drains it in batches. The ring is created before `fork()`, so every
+//! process sees the same slots.
+//!
+//! # Layout
+//! A header (one cache line per independently written word, so producers bumping `tail` do not
+//! invalidate the consumer's `head` line) followed by `capacity` slots of `slot_bytes` each.
+//! Every slot starts with two words:
+//! - `seq`: Vyukov's per-slot sequence number. For position `p` (a monotonically increasing
+//!   64-bit counter; the slot index is `p & mask`) the slot is *free for p* when `seq == p`,
+//!   *published* when `seq == p + 1` and freed for the next lap by the consumer with
+//!   `seq = p + capacity`.
+//! - `meta`: `(p as u32) << 32 | k`. In a record's first slot `k >= 1` is the number of slots
+//!   of the record; continuation slots carry `k == 0`. The producer stores the first slot's meta
+//!   right after reserving, so a consumer that later finds the record stalled knows how many
+//!   slots to skip (the tag makes a stale meta from an earlier lap unmistakable).
+//!
+//! A record is its fixed header (job id, run lease, number, kind, payload length, code) plus its
+//! payload, written in the first slot and, when the payload does not fit, in `k - 1` following
+//! continuation slots. A producer reserves all `k` positions with one CAS on `tail`.
+//!
+//! # Memory ordering
+//! - Producer: the reservation CAS on `tail` is Relaxed (it only arbitrates who owns which
+//!   positions; no data flows through it). Before reserving it loads the last wanted slot's
+//!   `seq` with Acquire, pairing with the consumer's Release free-store, so the consumer's reads
+//!   of the previous lap's bytes happen-before our overwrite. Data is written with plain
+//!   stores, then each slot is published with a Release CAS on `seq` (continuations first,
+//!   first slot last).
+//! - Consumer: loads the first slot's `seq` with Acquire; seeing `p + 1` makes every byte the
+//!   producer wrote for the whole record (continuations were published before the first slot
+//!   in program order) visible. It frees slots in position order with Release stores.
+//! - Sleep/wake: Dekker-style. The consumer sets `consumer_sleeping`, issues a SeqCst fence and
+//!   re-checks the head slot before `FUTEX_WAIT`; a producer publishes, issues a SeqCst fence
+//!   and reads `consumer_sleeping`. The fences guarantee at least one side sees the other, so
+//!   a wake-up is never lost, and producers only pay a syscall when the consumer sleeps. Full-
+//!   ring waits by producers mirror this with `producers_waiting` / `space_seq`.
+//!
+//! # Dead producers
+//! A producer SIGKILLed between reserving and publishing leaves positions that will never be
+//! published. Once the head position has been reserved (`tail > head`) but stayed unpublished
+//! for `stall_timeout`, the consumer skips it: it frees the first slot with a CAS (so a record
+//! that gets published at that very moment is consumed, not lost), frees the `k - 1`
+//! continuation slots named by `meta`, and counts one `skipped` record. If the producer died in
+//! the few instructions between its tail CAS and its meta store, `k` is unknown: the consumer
+//! skips one slot; already-published continuation slots are then recognised (`k == 0` at the
+//! head) and dropped at once, unpublished ones each cost another `stall_timeout`.
+//! A producer that was merely *stopped* longer than `stall_timeout` finds its slots taken back
+//! when it resumes (its publish CAS fails) and gets [`RingError::Skipped`]; pick a stall timeout
+//! far above any scheduling delay (the default is 2 s).
+
+use std::fmt;
+use std::io;
+use std::ptr;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
+
+use crate::shm::{futex_wait, futex_wake, SharedMap, CACHE_LINE};
+
+// Header offsets: one cache line per group of words written by the same side.
+const OFF_TAIL: usize = 0; // producers (CAS)
+const OFF_HEAD: usize = CACHE_LINE; // consumer
+const OFF_SKIPPED: usize = CACHE_LINE + 8; // consumer
+const OFF_DATA_SEQ: usize = 2 * CACHE_LINE; // futex word the consumer sleeps on
+const OFF_SLEEPING: usize = 2 * CACHE_LINE + 4; // consumer advertises it sleeps
+const OFF_SPACE_SEQ: usize = 3 * CACHE_LINE; // futex word blocked producers sleep on
+const OFF_WAITERS: usize = 3 * CACHE_LINE + 4; // number of producers sleeping on a full ring
+const OFF_SLOTS: usize = 4 * CACHE_LINE;
+
+// Slot layout.
+const SLOT_SEQ: usize = 0;
+const SLOT_META: usize = 8;
+const REC_JOB_ID: usize = 16;
+const REC_RUN_LEASE: usize = 24;
+const REC_NUMBER: usize = 32;
+const REC_KIND: usize = 40;
+const REC_PAYLOAD_LEN: usize = 44;
+const REC_CODE: usize = 48;
+const FIRST_PAYLOAD: usize = 56;
+const CONT_PAYLOAD: usize = 16;
+
+/// Smallest slot: a first slot must hold the record header plus a little payload.
+pub const MIN_SLOT_BYTES: usize = 64;
+/// Largest slot accepted (a slot is a unit of reservation, not a buffer).
+pub const MAX_SLOT_BYTES: usize = 1 << 20;
+/// Largest number of slots accepted.
+pub const MAX_CAPACITY: usize = 1 << 30;
+
+/// Busy-wait iterations before a waiter goes to the futex: a record usually arrives within a
+/// few microseconds under load, and a futex round trip costs more than that.
+const SPIN_ITERS: u32 = 128;
+/// A full-ring producer re-checks at least this often, so a missed wake-up (e.g. a consumer
+/// killed between freeing and waking) can only delay it, never block it forever.
+const PRODUCER_NAP: Duration = Duration::from_millis(50);
+
+/// The fixed part of an outcome record.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Outcome {
+    pub job_id: i64,
+    pub run_lease: i64,
+    pub code: u8,
+    pub kind: u32,
+    pub number: f64,
+}
+
+/// Why a ring operation failed.
+#[derive(Debug)]
+pub enum RingError {
+    /// A constructor argument is out of range: (argument name, explanation).
+    InvalidArg(&'static str, String),
+    /// The payload needs more slots than the ring has.
+    TooLarge { len: usize, max: usize },
+    /// The deadline passed while the ring stayed full.
+    Timeout,
+    /// The consumer skipped this record because the producer stalled past `stall_timeout`.
+    Skipped,
+    /// Another thread of this process is draining: the ring has a single consumer.
+    ConsumerBusy,
+    /// The shared mapping could not be created.
+    Os(io::Error),
+}
+
+impl fmt::Display for RingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RingError::InvalidArg(name, why) => write!(f, "{name}: {why}"),
+            RingError::TooLarge { len, max } => write!(
+                f,
+                "payload of {len} bytes does not fit in the ring (at most {max} bytes)"
+            ),
+            RingError::Timeout => write!(f, "outcome ring stayed full until the timeout"),
+            RingError::Skipped => write!(
+                f,
+                "record was skipped by the consumer: producer stalled past stall_timeout"
+            ),
+            RingError::ConsumerBusy => write!(
+                f,
+                "OutcomeRing has a single consumer: another thread is draining it"
+            ),
+            RingError::Os(e) => write!(f, "shared memory: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RingError {}
+
+/// Consumer-local bookkeeping (not shared: there is exactly one consumer).
+#[derive(Default)]
+struct ConsumerState {
+    /// Head position that was first seen reserved-but-unpublished, and when.
+    stall: Option<(u64, Instant)>,
+}
+
+/// What the consumer finds at its head position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Head {
+    /// Published: a record (or an orphaned continuation) can be popped.
+    Ready,
+    /// Reserved by a producer that has not published yet.
+    Reserved(u64),
+    /// Nothing reserved.
+    Empty,
+}
+
+/// The ring. Cheap to share by reference between threads; share between processes by
+/// creating it before `fork()`.
+pub struct OutcomeRing {
+    map: SharedMap,
+    capacity: u64,
+    mask: u64,
+    slot_bytes: usize,
+    stall_timeout: Duration,
+    consumer: Mutex<ConsumerState>,
+}
+
+/// A published record at the consumer's head, valid until the consumer frees it.
+pub struct RecordView<'a> {
+    ring: &'a OutcomeRing,
+    pos: u64,
+}
+
+impl RecordView<'_> {
+    /// The fixed fields.
+    pub fn outcome(&self) -> Outcome {
+        let p = self.ring.slot_ptr(self.pos);
+        // SAFETY: the slot was published (Acquire on seq) and is not freed while `self` lives;
+        // offsets are aligned and inside the slot.
+        unsafe {
+            Outcome {
+                job_id: ptr::read(p.add(REC_JOB_ID).cast::<i64>()),
+                run_lease: ptr::read(p.add(REC_RUN_LEASE).cast::<i64>()),
+                number: f64::from_bits(ptr::read(p.add(REC_NUMBER).cast::<u64>())),
+                kind: ptr::read(p.add(REC_KIND).cast::<u32>()),
+                code: ptr::read(p.add(REC_CODE)),
+            }
+        }
+    }
+
+    /// Payload length in bytes.
+    pub fn payload_len(&self) -> usize {
+        // SAFETY: as in `outcome`.
+        unsafe { ptr::read(self.ring.slot_ptr(self.pos).add(REC_PAYLOAD_LEN).cast::<u32>()) as usize }
+    }
+
+    /// Copies the payload into `out`, which must be exactly `payload_len()` bytes.
+    pub fn copy_payload(&self, out: &mut [u8]) {
+        assert_eq!(out.len(), self.payload_len());
+        let sb = self.ring.slot_bytes;
+        let mut done = 0;
+        let mut pos = self.pos;
+        let mut off = FIRST_PAYLOAD;
+        while done < out.len() {
+            let n = (sb - off).min(out.len() - done);
+            // SAFETY: the record's slots are published and owned by the consumer until freed;
+            // `off + n <= slot_bytes`.
+            unsafe {
+                ptr::copy_nonoverlapping(
+                    self.ring.slot_ptr(pos).add(off),
+                    out.as_mut_ptr().add(done),
+                    n,
+                );
+            }
+            done += n;
+            pos += 1;
+            off = CONT_PAYLOAD;
+        }
+    }
+
+    /// Appends the payload to `out`.
+    pub fn append_payload(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.resize(start + self.payload_len(), 0);
+        self.copy_payload(&mut out[start..]);
+    }
+}
+
+impl OutcomeRing {
+    /// Maps a ring of `capacity` slots of `slot_bytes` bytes.
+    ///
+    /// `capacity` must be a power of two (positions map to slots with a mask) and `slot_bytes`
+    /// a multiple of 8 (slot words are 8-byte atomics) of at least 64.
+    pub fn new(
+        capacity: usize,
+        slot_bytes: usize,
+        stall_timeout: Duration,
+    ) -> Result<Self, RingError> {
+        if capacity < 2 || !capacity.is_power_of_two() || capacity > MAX_CAPACITY {
+            return Err(RingError::InvalidArg(
+                "capacity",
+                format!("must be a power of two between 2 and {MAX_CAPACITY}, got {capacity}"),
+            ));
+        }
+        if !(MIN_SLOT_BYTES..=MAX_SLOT_BYTES).contains(&slot_bytes) || slot_bytes % 8 != 0 {
+            return Err(RingError::InvalidArg(
+                "slot_bytes",
+                format!(
+                    "must be a multiple of 8 between {MIN_SLOT_BYTES} and {MAX_SLOT_BYTES}, got {slot_bytes}"
+                ),
+            ));
+        }
+        let len = capacity
+            .checked_mul(slot_bytes)
+            .and_then(|n| n.checked_add(OFF_SLOTS))
+            .ok_or_else(|| {
+                RingError::InvalidArg("capacity", "capacity * slot_bytes overflows".into())
+            })?;
+        let map = SharedMap::new(len).map_err(RingError::Os)?;
+        let ring = Self {
+            map,
+            capacity: capacity as u64,
+            mask: capacity as u64 - 1,
+            slot_bytes,
+            stall_timeout,
+            consumer: Mutex::new(ConsumerState::default()),
+        };
+        // Slot i starts free for position i. Nobody else can see the map yet.
+        for i in 0..capacity as u64 {
+            ring.seq(i).store(i, Ordering::Relaxed);
+        }
+        Ok(ring)
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.capacity as usize
+    }
+
+    /// Bytes per slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// How long a reserved slot may stay unpublished before the consumer skips it.
+    pub fn stall_timeout(&self) -> Duration {
+        self.stall_timeout
+    }
+
+    /// Records skipped because their producer stalled (or died) before publishing.
+    pub fn skipped(&self) -> u64 {
+        self.word64(OFF_SKIPPED).load(Ordering::Relaxed)
+    }
+
+    /// Reserved-but-not-consumed slots: equals pending records when each fits in one slot.
+    pub fn pending_slots(&self) -> u64 {
+        let head = self.word64(OFF_HEAD).load(Ordering::Relaxed);
+        let tail = self.word64(OFF_TAIL).load(Ordering::Relaxed);
+        tail.saturating_sub(head)
+    }
+
+    /// Largest payload a single record can carry in this ring.
+    pub fn max_payload(&self) -> usize {
+        let sb = self.slot_bytes;
+        (sb - FIRST_PAYLOAD) + (self.capacity as usize - 1) * (sb - CONT_PAYLOAD)
+    }
+
+    /// Slots needed by a payload of `len` bytes.
+    pub fn slots_for(&self, len: usize) -> Result<u64, RingError> {
+        let first = self.slot_bytes - FIRST_PAYLOAD;
+        let cont = self.slot_bytes - CONT_PAYLOAD;
+        let k = if len <= first {
+            1
+        } else {
+            1 + (len - first).div_ceil(cont)
+        };
+        if k as u64 > self.capacity || len > u32::MAX as usize {
+            return Err(RingError::TooLarge {
+                len,
+                max: self.max_payload().min(u32::MAX as usize),
+            });
+        }
+        Ok(k as u64)
+    }
+
+    // ---------------------------------------------------------------- producer side
+
+    /// Pushes one record, waiting while the ring is full until `deadline` (forever if `None`).
+    ///
+    /// Never drops: a full ring is backpressure. Spins briefly, then sleeps on a futex that the
+    /// consumer bumps after freeing slots.
+    pub fn push(
+        &self,
+        rec: &Outcome,
+        payload: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<(), RingError> {
+        let k = self.slots_for(payload.len())?;
+        let mut spins = 0;
+        loop {
+            if let Some(pos) = self.try_reserve(k) {
+                return self.write_and_publish(pos, k, rec, payload);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(RingError::Timeout);
+            }
+            if spins < SPIN_ITERS {
+                spins += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            self.sleep_until_space(k, deadline);
+        }
+    }
+
+    /// Pushes only if there is room now; `Ok(false)` when the ring is full.
+    pub fn try_push(&self, rec: &Outcome, payload: &[u8]) -> Result<bool, RingError> {
+        let k = self.slots_for(payload.len())?;
+        match self.try_reserve(k) {
+            Some(pos) => self.write_and_publish(pos, k, rec, payload).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Claims positions `[pos, pos + k)` with one CAS on the tail, or `None` if full.
+    fn try_reserve(&self, k: u64) -> Option<u64> {
+        let tail = self.word64(OFF_TAIL);
+        let mut t = tail.load(Ordering::Relaxed);
+        loop {
+            let last = t + k - 1;
+            // Acquire pairs with the consumer's Release free-store of `last`; since the
+            // consumer frees in position order, this covers every slot in the range.
+            let seq = self.seq(last).load(Ordering::Acquire);
+            let diff = seq.wrapping_sub(last) as i64;
+            if diff == 0 {
+                match tail.compare_exchange_weak(t, t + k, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => return Some(t),
+                    Err(now) => t = now,
+                }
+            } else if diff < 0 {
+                // The consumer has not freed position `last - capacity` yet: full, unless the
+                // tail moved under us.
+                let now = tail.load(Ordering::Relaxed);
+                if now == t {
+                    return None;
+                }
+                t = now;
+            } else {
+                t = tail.load(Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// True when `k` slots could be reserved right now (no reservation made).
+    fn has_space(&self, k: u64) -> bool {
+        let t = self.word64(OFF_TAIL).load(Ordering::SeqCst);
+        let last = t + k - 1;
+        (self.seq(last).load(Ordering::SeqCst).wrapping_sub(last) as i64) >= 0
+    }
+
+    fn write_and_publish(
+        &self,
+        pos: u64,
+        k: u64,
+        rec: &Outcome,
+        payload: &[u8],
+    ) -> Result<(), RingError> {
+        let tag = (pos & 0xffff_ffff) << 32;
+        // Tell a consumer that may later find us dead how many slots we own.
+        self.meta(pos).store(tag | k, Ordering::Relaxed);
+
+        let sb = self.slot_bytes;
+        let first_len = payload.len().min(sb - FIRST_PAYLOAD);
+        // Continuation slots first, so that publishing the first slot publishes the record.
+        let mut off = first_len;
+        for j in 1..k {
+            let p = pos + j;
+            // A slot we reserved reads `p` unless the consumer took it back (we stalled).
+            if self.seq(p).load(Ordering::Relaxed) != p {
+                return Err(RingError::Skipped);
+            }
+            let n = (sb - CONT_PAYLOAD).min(payload.len() - off);
+            self.meta(p).store(tag, Ordering::Relaxed);
+            // SAFETY: we own position `p` (reserved by our CAS); `CONT_PAYLOAD + n <= sb`.
+            unsafe {
+                ptr::copy_nonoverlapping(
+                    payload.as_ptr().add(off),
+                    self.slot_ptr(p).add(CONT_PAYLOAD),
+                    n,
+                );
+            }
+            off += n;
+            // Release: the bytes above are visible to whoever Acquires this seq.
+            if self
+                .seq(p)
+                .compare_exchange(p, p + 1, Ordering::Release, Ordering::Relaxed)
+                .is_err()
+            {
+                return Err(RingError::Skipped);
+            }
+        }
+
+        if self.seq(pos).load(Ordering::Relaxed) != pos {
+            return Err(RingError::Skipped);
+        }
+        let s = self.slot_ptr(pos);
+        // SAFETY: we own position `pos`; offsets are aligned and inside the slot.
+        unsafe {
+            ptr::write(s.add(REC_JOB_ID).cast::<i64>(), rec.job_id);
+            ptr::write(s.add(REC_RUN_LEASE).cast::<i64>(), rec.run_lease);
+            ptr::write(s.add(REC_NUMBER).cast::<u64>(), rec.number.to_bits());
+            ptr::write(s.add(REC_KIND).cast::<u32>(), rec.kind);
+            ptr::write(s.add(REC_PAYLOAD_LEN).cast::<u32>(), payload.len() as u32);
+            ptr::write(s.add(REC_CODE), rec.code);
+            ptr::copy_nonoverlapping(payload.as_ptr(), s.add(FIRST_PAYLOAD), first_len);
+        }
+        // Release publishes the header, the first chunk and (transitively, program order) the
+        // continuation slots. CAS rather than store: fails if the consumer skipped us.
+        if self
+            .seq(pos)
+            .compare_exchange(pos, pos + 1, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(RingError::Skipped);
+        }
+        self.wake_consumer();
+        Ok(())
+    }
+
+    /// Wakes the consumer if (and only if) it advertised that it sleeps.
+    #[inline]
+    fn wake_consumer(&self) {
+        // SeqCst fence: orders our publish before the `sleeping` load (Dekker with the
+        // consumer's store-fence-recheck in `wait_ready`).
+        fence(Ordering::SeqCst);
+        if self.word32(OFF_SLEEPING).load(Ordering::Relaxed) != 0 {
+            let word = self.word32(OFF_DATA_SEQ);
+            word.fetch_add(1, Ordering::SeqCst);
+            futex_wake(word, 1);
+        }
+    }
+
+    /// Sleeps until the consumer frees slots, the deadline passes or a nap elapses.
+    fn sleep_until_space(&self, k: u64, deadline: Option<Instant>) {
+        let waiters = self.word32(OFF_WAITERS);
+        let space = self.word32(OFF_SPACE_SEQ);
+        waiters.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let seen = space.load(Ordering::SeqCst);
+        if !self.has_space(k) {
+            let mut nap = PRODUCER_NAP;
+            if let Some(d) = deadline {
+                nap = nap.min(d.saturating_duration_since(Instant::now()));
+            }
+            if !nap.is_zero() {
+                futex_wait(space, seen, Some(nap));
+            }
+        }
+        waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    // ---------------------------------------------------------------- consumer side
+
+    /// The consumer handle: only one may exist at a time in this process.
+    ///
+    /// The ring has a single consumer; a second thread trying to drain gets
+    /// [`RingError::ConsumerBusy`] instead of silently breaking the head bookkeeping. (Across
+    /// processes this is the caller's contract: only the supervisor drains.)
+    pub fn consumer(&self) -> Result<Consumer<'_>, RingError> {
+        let state = match self.consumer.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Err(RingError::ConsumerBusy),
+        };
+        Ok(Consumer { ring: self, state })
+    }
+
+    fn head_state(&self) -> Head {
+        let h = self.word64(OFF_HEAD).load(Ordering::Relaxed);
+        if self.seq(h).load(Ordering::Acquire) == h + 1 {
+            Head::Ready
+        } else if self.word64(OFF_TAIL).load(Ordering::Acquire) > h {
+            Head::Reserved(h)
+        } else {
+            Head::Empty
+        }
+    }
+
+    /// Takes back head position `h`, reserved by a producer that never published it.
+    fn skip_stalled(&self, h: u64) {
+        let meta = self.meta(h).load(Ordering::Relaxed);
+        let k = meta & 0xffff_ffff;
+        let k = if meta >> 32 == (h & 0xffff_ffff) && k >= 1 && k <= self.capacity {
+            k
+        } else {
+            1 // died before its meta store: skip one slot, orphans are handled in `pop_ready`
+        };
+        // CAS, not store: if the record got published just now, consume it instead.
+        if self
+            .seq(h)
+            .compare_exchange(h, h + self.capacity, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        for j in 1..k {
+            self.seq(h + j)
+                .store(h + j + self.capacity, Ordering::Release);
+        }
+        self.word64(OFF_HEAD).store(h + k, Ordering::Release);
+        self.word64(OFF_SKIPPED).fetch_add(1, Ordering::Relaxed);
+        self.wake_producers();
+    }
+
+    /// Wakes producers sleeping on a full ring, if any advertised it.
+    fn wake_producers(&self) {
+        // SeqCst fence: orders our free-stores before the `waiters` load (Dekker with
+        // `sleep_until_space`).
+        fence(Ordering::SeqCst);
+        if self.word32(OFF_WAITERS).load(Ordering::Relaxed) != 0 {
+            let word = self.word32(OFF_SPACE_SEQ);
+            word.fetch_add(1, Ordering::SeqCst);
+            futex_wake(word, i32::MAX);
+        }
+    }
+
+    // ---------------------------------------------------------------- raw access
+
+    #[inline]
+    fn slot_ptr(&self, pos: u64) -> *mut u8 {
+        let idx = (pos & self.mask) as usize;
+        // SAFETY: idx < capacity, so the slot lies inside the mapping.
+        unsafe { self.map.as_ptr().add(OFF_SLOTS + idx * self.slot_bytes) }
+    }
+
+    #[inline]
+    fn seq(&self, pos: u64) -> &AtomicU64 {
+        // SAFETY: slot starts are 8-aligned (OFF_SLOTS and slot_bytes are multiples of 8).
+        unsafe { &*self.slot_ptr(pos).add(SLOT_SEQ).cast::<AtomicU64>() }
+    }
+
+    #[inline]
+    fn meta(&self, pos: u64) -> &AtomicU64 {
+        // SAFETY: as in `seq`.
+        unsafe { &*self.slot_ptr(pos).add(SLOT_META).cast::<AtomicU64>() }
+    }
+
+    #[inline]
+    fn word64(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: header offsets are constants, aligned and inside the mapping.
+        unsafe { self.map.at(off) }
+    }
+
+    #[inline]
+    fn word32(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: as in `word64`.
+        unsafe { self.map.at(off) }
+    }
+
+    /// Test hook: reserve positions and return them without publishing (a "dead" producer).
+    #[cfg(test)]
+    fn reserve_and_die(&self, payload_len: usize, write_meta: bool) -> u64 {
+        let k = self.slots_for(payload_len).unwrap();
+        let pos = self.try_reserve(k).unwrap();
+        if write_meta {
+            self.meta(pos)
+                .store(((pos & 0xffff_ffff) << 32) | k, Ordering::Relaxed);
+        }
+        pos
+    }
+}
+
+/// Exclusive consumer access to a ring (see [`OutcomeRing::consumer`]).
+pub struct Consumer<'a> {
+    ring: &'a OutcomeRing,
+    state: MutexGuard<'a, ConsumerState>,
+}
+
+impl Consumer<'_> {
+    /// Blocks until a record is ready at the head or `deadline` passes; true if ready.
+    ///
+    /// Skips a head position that stays reserved-but-unpublished for `stall_timeout`.
+    /// Spins briefly, then sleeps on the futex: no core is burnt while the ring is idle.
+    pub fn wait_ready(&mut self, deadline: Instant) -> bool {
+        let ring = self.ring;
+        let mut spins = 0;
+        loop {
+            let now;
+            let mut wake_at = deadline;
+            match ring.head_state() {
+                Head::Ready => return true,
+                Head::Empty => {
+                    self.state.stall = None;
+                    now = Instant::now();
+                }
+                Head::Reserved(h) => {
+                    now = Instant::now();
+                    let since = match self.state.stall {
+                        Some((p, t)) if p == h => t,
+                        _ => {
+                            self.state.stall = Some((h, now));
+                            now
+                        }
+                    };
+                    let stall_at = since + ring.stall_timeout;
+                    if now >= stall_at {
+                        ring.skip_stalled(h);
+                        self.state.stall = None;
+                        continue;
+                    }
+                    wake_at = wake_at.min(stall_at);
+                }
+            }
+            if now >= deadline {
+                return false;
+            }
+            if spins < SPIN_ITERS {
+                spins += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            let sleeping = ring.word32(OFF_SLEEPING);
+            let word = ring.word32(OFF_DATA_SEQ);
+            sleeping.store(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            let seen = word.load(Ordering::SeqCst);
+            if ring.head_state() != Head::Ready {
+                let left = wake_at.saturating_duration_since(Instant::now());
+                if !left.is_zero() {
+                    futex_wait(word, seen, Some(left));
+                }
+            }
+            sleeping.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Pops up to `max` ready records without blocking, handing each to `f` before its slots
+    /// are freed. Stops early (leaving that record in the ring) if `f` fails.
+    pub fn pop_ready<E>(
+        &mut self,
+        max: usize,
+        mut f: impl FnMut(&RecordView<'_>) -> Result<(), E>,
+    ) -> Result<usize, E> {
+        let ring = self.ring;
+        let cap = ring.capacity;
+        let head = ring.word64(OFF_HEAD);
+        let mut h = head.load(Ordering::Relaxed);
+        let start = h;
+        let mut n = 0;
+        let mut result = Ok(());
+        while n < max {
+            if ring.seq(h).load(Ordering::Acquire) != h + 1 {
+                break;
+            }
+            let k = ring.meta(h).load(Ordering::Relaxed) & 0xffff_ffff;
+            if k == 0 || k > cap {
+                // A continuation whose first slot was skipped: drop it.
+                ring.seq(h).store(h + cap, Ordering::Release);
+                h += 1;
+                continue;
+            }
+            debug_assert!((1..k).all(|j| ring.seq(h + j).load(Ordering::Acquire) == h + j + 1));
+            if let Err(e) = f(&RecordView { ring, pos: h }) {
+                result = Err(e);
+                break;
+            }
+            // Free in position order (producers check only the last slot they want).
+            for j in 0..k {
+                ring.seq(h + j).store(h + j + cap, Ordering::Release);
+            }
+            h += k;
+            n += 1;
+        }
+        if h != start {
+            head.store(h, Ordering::Release);
+            self.state.stall = None;
+            ring.wake_producers();
+        }
+        result.map(|()| n)
+    }
+
+    /// Pops up to `max` ready records into owned values (tests and Rust callers).
+    pub fn pop_owned(&mut self, max: usize) -> Vec<(Outcome, Vec<u8>)> {
+        let mut out = Vec::new();
+        let _ = self.pop_ready::<()>(max, |r| {
+            let mut p = Vec::new();
+            r.append_payload(&mut p);
+            out.push((r.outcome(), p));
+            Ok(())
+        });
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use std::thread;
+
+    fn rec(job_id: i64, run_lease: i64) -> Outcome {
+        Outcome {
+            job_id,
+            run_lease,
+            code: (job_id % 7) as u8,
+            kind: (job_id % 1000) as u32,
+            number: job_id as f64 * 0.5,
+        }
+    }
+
+    fn payload_for(producer: i64, i: i64) -> Vec<u8> {
+        let len = ((i * 37 + producer * 11) % 300) as usize;
+        (0..len).map(|b| (b as i64 + i + producer) as u8).collect()
+    }
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(30)
+    }
+
+    #[test]
+    fn rejects_bad_arguments_naming_them() {
+        let s = Duration::from_secs(2);
+        for (cap, sb, name) in [
+            (100, 128, "capacity"),
+            (1, 128, "capacity"),
+            (0, 128, "capacity"),
+            (64, 100, "slot_bytes"),
+            (64, 32, "slot_bytes"),
+        ] {
+            match OutcomeRing::new(cap, sb, s) {
+                Err(RingError::InvalidArg(n, _)) => assert_eq!(n, name),
+                other => panic!("expected InvalidArg for {cap}/{sb}, got {:?}", other.err()),
+            }
+        }
+    }
+
+    #[test]
+    fn single_record_roundtrip_and_len() {
+        let ring = OutcomeRing::new(8, 64, Duration::from_secs(2)).unwrap();
+        assert_eq!(ring.pending_slots(), 0);
+        ring.push(&rec(5, 9), b"hello", None).unwrap();
+        assert_eq!(ring.pending_slots(), 1);
+        let got = ring.consumer().unwrap().pop_owned(10);
+        assert_eq!(got, vec![(rec(5, 9), b"hello".to_vec())]);
+        assert_eq!(ring.pending_slots(), 0);
+        assert!(ring.consumer().unwrap().pop_owned(10).is_empty());
+    }
+
+    #[test]
+    fn multi_slot_records_wrap_around_the_ring() {
+        let ring = OutcomeRing::new(8, 64, Duration::from_secs(2)).unwrap();
+        // first slot holds 8 payload bytes, continuations 48 each.
+        for round in 0..50i64 {
+            let len = (round as usize * 13) % 200;
+            let p: Vec<u8> = (0..len).map(|b| (b + round as usize) as u8).collect();
+            ring.push(&rec(round, round), &p, None).unwrap();
+            let got = ring.consumer().unwrap().pop_owned(1);
+            assert_eq!(got, vec![(rec(round, round), p)], "round {round}");
+        }
+    }
+
+    #[test]
+    fn payload_larger_than_ring_is_rejected() {
+        let ring = OutcomeRing::new(4, 64, Duration::from_secs(2)).unwrap();
+        let max = ring.max_payload();
+        assert_eq!(max, 8 + 3 * 48);
+        assert!(ring.push(&rec(1, 1), &vec![1u8; max], None).is_ok());
+        assert_eq!(ring.consumer().unwrap().pop_owned(1)[0].1.len(), max);
+        assert!(matches!(
+            ring.push(&rec(1, 1), &vec![1u8; max + 1], None),
+            Err(RingError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn full_ring_times_out_then_backpressure_completes() {
+        let ring = Arc::new(OutcomeRing::new(4, 64, Duration::from_secs(2)).unwrap());
+        for i in 0..4 {
+            ring.push(&rec(i, 0), b"", None).unwrap();
+        }
+        assert!(!ring.try_push(&rec(9, 0), b"").unwrap());
+        let t0 = Instant::now();
+        let r = ring.push(
+            &rec(9, 0),
+            b"",
+            Some(Instant::now() + Duration::from_millis(30)),
+        );
+        assert!(matches!(r, Err(RingError::Timeout)));
+        assert!(t0.elapsed() >= Duration::from_millis(25));
+
+        // A producer blocked on the full ring completes once the consumer frees space.
+        let done = Arc::new(AtomicBool::new(false));
+        let (r2, d2) = (Arc::clone(&ring), Arc::clone(&done));
+        let producer = thread::spawn(move || {
+            for i in 4..100 {
+                r2.push(&rec(i, 0), b"x", None).unwrap();
+            }
+            d2.store(true, Ordering::SeqCst);
+        });
+        let mut seen = Vec::new();
+        while seen.len() < 100 {
+            if ring.consumer().unwrap().wait_ready(far()) {
+                seen.extend(ring.consumer().unwrap().pop_owned(3).into_iter().map(|(o, _)| o.job_id));
+            }
+        }
+        producer.join().unwrap();
+        assert!(done.load(Ordering::SeqCst));
+        assert_eq!(seen, (0..100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn concurrent_producers_deliver_each_record_once_in_order() {
+        const PRODUCERS: i64 = 4;
+        const PER: i64 = 20_000;
+        let ring = Arc::new(OutcomeRing::new(256, 128, Duration::from_secs(2)).unwrap());
+        let handles: Vec<_> = (0..PRODUCERS)
+            .map(|p| {
+                let ring = Arc::clone(&ring);
+                thread::spawn(move || {
+                    for i in 0..PER {
+                        ring.push(&rec(p, i), &payload_for(p, i), None).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let mut next = [0i64; PRODUCERS as usize];
+        let mut total = 0;
+        while total < PRODUCERS * PER {
+            assert!(ring.consumer().unwrap().wait_ready(far()), "timed out at {total}");
+            for (o, p) in ring.consumer().unwrap().pop_owned(64) {
+                let (prod, i) = (o.job_id, o.run_lease);
+                assert_eq!(i, next[prod as usize], "producer {prod} out of order");
+                assert_eq!(o, rec(prod, i));
+                assert_eq!(p, payload_for(prod, i));
+                next[prod as usize] += 1;
+                total += 1;
+            }
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert!(next.iter().all(|&n| n == PER));
+        assert_eq!(ring.skipped(), 0);
+        assert!(ring.consumer().unwrap().pop_owned(1).is_empty());
+    }
+
+    #[test]
+    fn wait_ready_times_out_on_empty_ring() {
+        let ring = OutcomeRing::new(8, 64, Duration::from_secs(2)).unwrap();
+        let t0 = Instant::now();
+        assert!(!ring
+            .consumer()
+            .unwrap()
+            .wait_ready(Instant::now() + Duration::from_millis(20)));
+        assert!(t0.elapsed() >= Duration::from_millis(15));
+    }
+
+    #[test]
+    fn stalled_producer_with_known_length_is_skipped() {
+        let ring = OutcomeRing::new(8, 64, Duration::from_millis(50)).unwrap();
+        ring.push(&rec(1, 1), b"a", None).unwrap();
+        let dead = ring.reserve_and_die(100, true); // 3 slots, never published
+        ring.push(&rec(2, 2), b"b", None).unwrap();
+        assert_eq!(ring.consumer().unwrap().pop_owned(10).len(), 1);
+        // The dead reservation blocks the head: not ready before the stall timeout.
+        assert!(!ring
+            .consumer()
+            .unwrap()
+            .wait_ready(Instant::now() + Duration::from_millis(10)));
+        assert!(ring.consumer().unwrap().wait_ready(far()));
+        assert_eq!(ring.skipped(), 1);
+        let got = ring.consumer().unwrap().pop_owned(10);
+        assert_eq!(got, vec![(rec(2, 2), b"b".to_vec())]);
+        // The skipped slots are reusable and a resumed "dead" producer cannot publish.
+        assert!(matches!(
+            ring.write_and_publish(dead, 3, &rec(3, 3), &[0u8; 100]),
+            Err(RingError::Skipped)
+        ));
+        for i in 0..20 {
+            ring.push(&rec(i, i), &[7u8; 30], None).unwrap();
+            assert_eq!(ring.consumer().unwrap().pop_owned(1)[0].0, rec(i, i));
+        }
+    }
+
+    #[test]
+    fn stalled_producer_without_meta_is_skipped_slot_by_slot() {
+        let ring = OutcomeRing::new(8, 64, Duration::from_millis(30)).unwrap();
+        ring.reserve_and_die(40, false); // 2 slots, meta never written
+        ring.push(&rec(2, 2), b"b", None).unwrap();
+        assert!(ring.consumer().unwrap().wait_ready(far()));
+        assert_eq!(ring.consumer().unwrap().pop_owned(10), vec![(rec(2, 2), b"b".to_vec())]);
+        assert_eq!(ring.skipped(), 2);
+    }
+
+    #[test]
+    fn orphan_continuation_is_dropped() {
+        let ring = OutcomeRing::new(8, 64, Duration::from_millis(30)).unwrap();
+        // 2 slots; the producer published its continuation, then died before its first slot.
+        let pos = ring.reserve_and_die(40, false);
+        ring.meta(pos + 1)
+            .store((pos & 0xffff_ffff) << 32, Ordering::Relaxed);
+        ring.seq(pos + 1).store(pos + 2, Ordering::Release);
+        ring.push(&rec(2, 2), b"b", None).unwrap();
+        assert!(ring.consumer().unwrap().wait_ready(far()));
+        assert_eq!(ring.consumer().unwrap().pop_owned(10), vec![(rec(2, 2), b"b".to_vec())]);
+        assert_eq!(ring.skipped(), 1);
+    }
+
+    #[test]
+    fn second_consumer_thread_is_refused() {
+        let ring = Arc::new(OutcomeRing::new(8, 64, Duration::from_secs(2)).unwrap());
+        let r2 = Arc::clone(&ring);
+        let waiter = thread::spawn(move || {
+            r2.consumer()
+                .unwrap()
+                .wait_ready(Instant::now() + Duration::from_millis(300))
+        });
+        // Wait until the waiter holds the consumer lock (it sleeps for up to 300 ms).
+        while ring.consumer.try_lock().is_ok() {
+            thread::yield_now();
+        }
+        assert!(matches!(ring.consumer(), Err(RingError::ConsumerBusy)));
+        assert!(!waiter.join().unwrap());
+    }
+
+    #[test]
+    fn consumer_sleeps_and_is_woken_by_a_push() {
+        let ring = Arc::new(OutcomeRing::new(8, 64, Duration::from_secs(2)).unwrap());
+        let r2 = Arc::clone(&ring);
+        let consumer = thread::spawn(move || {
+            let t0 = Instant::now();
+            let ok = r2.consumer().unwrap().wait_ready(far());
+            (ok, t0.elapsed())
+        });
+        // Wait until the consumer advertises it sleeps, then push.
+        while ring.word32(OFF_SLEEPING).load(Ordering::SeqCst) == 0 {
+            thread::yield_now();
+        }
+        ring.push(&rec(1, 1), b"", None).unwrap();
+        let (ok, waited) = consumer.join().unwrap();
+        assert!(ok);
+        assert!(waited < Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,180 @@
+from __future__ import annotations
+
+import select
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+import psycopg
+import pydantic
+import pytest
+
+import awa_fast
+from awa_fast import InsertRequest, UniqueConflict, ValidationError
+from tests.helpers import job, run, states
+
+
+@dataclass
+class SendEmail:
+    to: str
+
+
+class Resize(msgspec.Struct):
+    path: str
+
+
+class Charge(pydantic.BaseModel):
+    cents: int
+
+
+def test_insert_returns_the_stored_job(client: awa_fast.Client, dsn: str) -> None:
+    row = client.insert(SendEmail("a@example.com"), priority=1, tags=["t"], metadata={"m": 1})
+    stored = job(dsn, row.id)
+    assert (row.kind, row.state, row.priority) == ("send_email", "available", 1)
+    assert stored["args"] == {"to": "a@example.com"}
+    assert stored["tags"] == ["t"]
+    assert stored["metadata"] == {"m": 1}
+    assert (stored["attempt"], stored["max_attempts"], stored["run_lease"]) == (0, 25, 0)
+
+
+@pytest.mark.parametrize("args", [Resize("p"), Charge(cents=5), {"x": 1}])
+def test_every_args_flavour_is_accepted(client: awa_fast.Client, args: object) -> None:
+    kind = "explicit" if isinstance(args, dict) else None
+    expected = kind or awa_fast.derive_kind(type(args))
+    assert client.insert(args, kind=kind).kind == expected
+
+
+def test_future_run_at_is_scheduled_in_the_deferred_table(
+    client: awa_fast.Client, conn: psycopg.Connection[Any]
+) -> None:
+    later = datetime.now(UTC) + timedelta(hours=1)
+    row = client.insert(SendEmail("x"), run_at=later)
+    assert row.state == "scheduled"
+    found = conn.execute("SELECT state FROM awa_fast.jobs_deferred WHERE id = %s", (row.id,))
+    assert found.fetchone() == ("scheduled",)
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"kind": ""}, "kind"),
+        ({"kind": "k" * 129}, "kind"),
+        ({"queue": ""}, "queue"),
+        ({"queue": "q" * 129}, "queue"),
+        ({"queue": "a\x00b"}, "queue"),
+        ({"priority": 0}, "priority"),
+        ({"priority": 5}, "priority"),
+        ({"priority": True}, "priority"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"run_at": datetime(2030, 1, 1)}, "run_at"),
+        ({"tags": "notalist"}, "tags"),
+        ({"metadata": {"bad": object()}}, "metadata"),
+        ({"unique": {"states": ["nope"]}}, "unique"),
+    ],
+)
+def test_bad_input_names_the_field_and_writes_nothing(
+    client: awa_fast.Client, dsn: str, options: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ValidationError) as err:
+        client.insert(SendEmail("x"), **options)
+    assert err.value.field == field
+    assert states(dsn) == {}
+
+
+@pytest.mark.parametrize("args", [{"x": object()}, {"s": "nul\x00"}, [1]])
+def test_bad_args_raise_validation_error(client: awa_fast.Client, dsn: str, args: Any) -> None:
+    with pytest.raises(ValidationError) as err:
+        client.insert(args, kind="k")
+    assert err.value.field == "args"
+    assert states(dsn) == {}
+
+
+def test_dict_args_need_a_kind(client: awa_fast.Client) -> None:
+    with pytest.raises(ValidationError, match="kind"):
+        client.insert({"x": 1})
+
+
+def test_insert_many_over_copy(client: awa_fast.Client, dsn: str) -> None:
+    later = datetime.now(UTC) + timedelta(hours=1)
+    items = [SendEmail(str(i)) for i in range(1000)]
+    items.append(InsertRequest(SendEmail("later"), run_at=later, queue="other"))
+    ids = client.insert_many(items, priority=3)
+    assert len(ids) == len(set(ids)) == 1001
+    assert states(dsn) == {"available": 1000, "scheduled": 1}
+    assert job(dsn, ids[0])["priority"] == 3
+    assert job(dsn, ids[-1])["queue"] == "other"
+
+
+def test_bad_item_in_insert_many_names_its_index(client: awa_fast.Client, dsn: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        client.insert_many([SendEmail("a"), InsertRequest(SendEmail("b"), priority=9)])
+    assert err.value.field == "items[1].priority"
+    assert states(dsn) == {}
+
+
+def test_insert_in_callers_transaction_commit_and_rollback(dsn: str) -> None:
+    with psycopg.connect(dsn) as conn:
+        with conn.transaction():
+            kept = awa_fast.insert(conn, SendEmail("kept"))
+        with pytest.raises(RuntimeError), conn.transaction():
+            awa_fast.insert(conn, SendEmail("gone"))
+            awa_fast.insert_many(conn, [SendEmail("gone too")])
+            raise RuntimeError("roll back")
+    assert states(dsn) == {"available": 1}
+    assert job(dsn, kept.id)["args"] == {"to": "kept"}
+
+
+def test_async_insert_in_callers_transaction(dsn: str) -> None:
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            async with conn.transaction():
+                await awa_fast.insert_async(conn, SendEmail("a"))
+                await awa_fast.insert_many_async(conn, [SendEmail("b"), SendEmail("c")])
+            with pytest.raises(RuntimeError):
+                async with conn.transaction():
+                    await awa_fast.insert_async(conn, SendEmail("gone"))
+                    raise RuntimeError("roll back")
+
+    run(main())
+    assert states(dsn) == {"available": 3}
+
+
+def test_async_client_inserts(dsn: str) -> None:
+    async def main() -> list[int]:
+        async with awa_fast.AsyncClient(dsn) as client:
+            one = await client.insert(SendEmail("a"))
+            many = await client.insert_many([SendEmail("b")] * 10)
+            return [one.id, *many]
+
+    assert len(set(run(main()))) == 11
+
+
+def test_unique_jobs_conflict_while_live(
+    client: awa_fast.Client, conn: psycopg.Connection[Any]
+) -> None:
+    first = client.insert(SendEmail("u"), unique={"by_args": True})
+    with pytest.raises(UniqueConflict) as err:
+        client.insert(SendEmail("u"), unique_opts={"by_args": True})
+    assert err.value.job_id == first.id
+    assert client.insert(SendEmail("other"), unique={"by_args": True}).id != first.id
+    # Once the holder leaves the unique states, the key is free again.
+    conn.execute("UPDATE awa_fast.jobs_hot SET state = 'completed' WHERE id = %s", (first.id,))
+    assert client.insert(SendEmail("u"), unique={"by_args": True}).id != first.id
+
+
+def test_unique_duplicates_are_skipped_in_insert_many(client: awa_fast.Client, dsn: str) -> None:
+    unique = {"by_args": True}
+    ids = client.insert_many([SendEmail("a"), SendEmail("a"), SendEmail("b")], unique=unique)
+    assert len(ids) == 2
+    assert states(dsn) == {"available": 2}
+
+
+def test_one_notify_per_inserting_statement(client: awa_fast.Client, dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN awa_fast_jobs")
+        client.insert_many([SendEmail(str(i)) for i in range(500)])
+        client.insert_many([InsertRequest(SendEmail("x"), queue="other")] * 3)
+        select.select([listener.fileno()], [], [], 5)
+        notes = [n.payload for n in listener.notifies(timeout=0.5)]
+    assert sorted(notes) == ["default", "other"]

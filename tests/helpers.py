@@ -1,0 +1,78 @@
+"""Small helpers shared by tests: running coroutines on uvloop and waiting on database state."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import psycopg
+import uvloop
+
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return uvloop.run(coro)
+
+
+def wait_until(
+    predicate: Callable[[], bool], *, timeout: float = 30.0, what: str = "condition"
+) -> None:
+    """Poll ``predicate`` (an observation of database state) until it holds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+async def await_until(
+    predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "condition"
+) -> None:
+    """The asyncio twin of :func:`wait_until` (the predicate runs in a thread)."""
+    import asyncio
+    import inspect
+
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await asyncio.to_thread(predicate)
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def states(dsn: str) -> dict[str, int]:
+    """Job count per state across every job table."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT state::text, count(*) FROM awa_fast.jobs GROUP BY 1")
+        return {state: count for state, count in rows}
+
+
+def job(dsn: str, job_id: int) -> dict[str, Any]:
+    with psycopg.connect(dsn) as conn:
+        cur = conn.cursor(row_factory=psycopg.rows.dict_row)
+        row = cur.execute("SELECT * FROM awa_fast.jobs WHERE id = %s", (job_id,)).fetchone()
+        assert row is not None, f"job {job_id} not found"
+        return row
+
+
+def settled(dsn: str) -> bool:
+    """True when nothing is available or running (scheduled/retryable may remain)."""
+    counts = states(dsn)
+    return counts.get("available", 0) == 0 and counts.get("running", 0) == 0
+
+
+async def run_until(
+    client: Any, queues: Any, predicate: Callable[[], bool], *, timeout: float = 60.0, **config: Any
+) -> None:
+    """Start ``client`` on ``queues``, wait for ``predicate`` (database state), shut down."""
+    await client.start(queues, **config)
+    try:
+        await await_until(predicate, timeout=timeout)
+    finally:
+        await client.shutdown()

@@ -1,0 +1,287 @@
+"""The committer against a real database: batching, stale attempts, fallback, follow-ups,
+events. Records are fed through a real Batcher; no handler runs here."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+from awa_fast._core import Batcher, OutcomeRing
+
+import awa_fast
+from awa_fast.db import transitions as tr
+from awa_fast.runtime.committer import Committer
+from awa_fast.runtime.hooks import Event, EventType, HookDispatcher
+from awa_fast.types import InsertRequest
+from awa_fast.worker import UNKNOWN_KIND
+from tests.factories import insert_job
+from tests.helpers import job, states
+
+
+@dataclass
+class Act:
+    do: str
+
+
+class Harness:
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.client = awa_fast.Client(dsn)
+        self.client.task(Act)(lambda job: None)
+        self.events: list[Event] = []
+        self.client.on_event(Act, self.events.append)
+        self._committer: Committer | None = None
+
+    @property
+    def committer(self) -> Committer:
+        if self._committer is None:
+            handlers = self.client.handlers
+            self.hooks = HookDispatcher(handlers.hooks)
+            self.hooks.start()
+            self._committer = Committer(
+                lambda: psycopg.connect(self.dsn, autocommit=True),
+                OutcomeRing(1024),
+                registry=handlers.registry,
+                followups=handlers.followups,
+                hooks=self.hooks,
+            )
+        return self._committer
+
+    def commit(self, records: list[tuple[int, int, tr.Transition]], *, kind: int = 0) -> None:
+        """Commit ``(job id, run_lease, transition)`` records of kind index ``kind``."""
+        batcher = Batcher(1000, 10.0)
+        for job_id, lease, transition in records:
+            code, number, payload = tr.encode(transition)
+            batcher.push(job_id, lease, code, kind, number, payload)
+        batch = batcher.take()
+        assert batch is not None
+        self.committer.commit(batch)
+
+    def events_delivered(self) -> list[Event]:
+        self.hooks.stop()
+        return self.events
+
+    def close(self) -> None:
+        if self._committer is not None:
+            self._committer.close()
+            self.hooks.stop()
+        self.client.close()
+
+
+@pytest.fixture
+def harness(dsn: str) -> Iterator[Harness]:
+    h = Harness(dsn)
+    yield h
+    h.close()
+
+
+def _running(conn: psycopg.Connection[Any], n: int, lease: int = 1) -> list[int]:
+    return [
+        insert_job(conn, kind="act", args={"do": "x"}, state="running", attempt=1, run_lease=lease)
+        for _ in range(n)
+    ]
+
+
+def test_completions_are_batched_in_one_statement(
+    harness: Harness, conn: psycopg.Connection[Any]
+) -> None:
+    ids = _running(conn, 50)
+    harness.commit([(i, 1, tr.COMPLETED) for i in ids])
+    assert states(harness.dsn) == {"completed": 50}
+    stats = harness.committer.stats
+    assert (stats.batches, stats.applied, stats.stale, stats.fallbacks) == (1, 50, 0, 0)
+    completed = [e for e in harness.events_delivered() if e.type is EventType.COMPLETED]
+    assert sorted(e.job.id for e in completed) == sorted(ids)
+    assert all(e.args == Act("x") for e in completed)
+
+
+def test_stale_attempt_is_dropped_with_no_event_and_no_followup(
+    harness: Harness, conn: psycopg.Connection[Any]
+) -> None:
+    made: list[int] = []
+    harness.client.on_completed_enqueue(Act, lambda args, row, ctx: made.append(row.id))
+    harness.client.on_retried_enqueue(Act, lambda args, row, ctx: made.append(row.id))
+    [moved_on] = _running(conn, 1, lease=2)  # rescued and re-claimed: lease 2 now
+    [plain] = _running(conn, 1, lease=2)
+    retry = tr.Transition(tr.Target.RETRYABLE, delay=5, error=tr.error_entry("x", 1))
+    harness.commit([(moved_on, 1, tr.COMPLETED), (plain, 1, retry)])
+    assert job(harness.dsn, moved_on)["state"] == "running"
+    assert job(harness.dsn, plain)["state"] == "running"
+    assert harness.committer.stats.stale == 2
+    assert made == []
+    assert harness.events_delivered() == []
+
+
+def test_every_mixed_outcome_in_one_batch(harness: Harness, conn: psycopg.Connection[Any]) -> None:
+    ids = _running(conn, 5)
+    error = tr.error_entry("ValueError: x", 1)
+    harness.commit(
+        [
+            (ids[0], 1, tr.Transition(tr.Target.RETRYABLE, delay=30, error=error)),
+            (ids[1], 1, tr.Transition(tr.Target.SCHEDULED, delay=30)),
+            (
+                ids[2],
+                1,
+                tr.Transition(
+                    tr.Target.CANCELLED, reason="r", error=tr.error_entry("cancelled: r", 1)
+                ),
+            ),
+            (
+                ids[3],
+                1,
+                tr.Transition(tr.Target.FAILED, error=tr.error_entry("t", 1, terminal=True)),
+            ),
+            (
+                ids[4],
+                1,
+                tr.Transition(
+                    tr.Target.WAITING, delay=60, callback_id="5b0c0a56-7d3e-4c1e-9f51-1b2b3c4d5e6f"
+                ),
+            ),
+        ]
+    )
+    got = [job(harness.dsn, i) for i in ids]
+    assert [j["state"] for j in got] == [
+        "retryable",
+        "scheduled",
+        "cancelled",
+        "failed",
+        "waiting_external",
+    ]
+    assert got[0]["errors"] == [error] and got[0]["attempt"] == 1
+    assert got[1]["attempt"] == 0
+    assert str(got[4]["callback_id"]) == "5b0c0a56-7d3e-4c1e-9f51-1b2b3c4d5e6f"
+    events = {e.job.id: e for e in harness.events_delivered()}
+    assert events[ids[0]].type is EventType.RETRIED and events[ids[0]].error == "ValueError: x"
+    assert events[ids[0]].next_run_at == got[0]["run_at"]
+    assert ids[1] not in events
+    assert events[ids[2]].type is EventType.CANCELLED and events[ids[2]].reason == "r"
+    assert events[ids[3]].type is EventType.EXHAUSTED
+    assert events[ids[4]].type is EventType.WAITING_FOR_CALLBACK
+
+
+def test_failed_batch_statement_falls_back_to_direct_finalize(
+    harness: Harness, conn: psycopg.Connection[Any]
+) -> None:
+    # A real failure of the batch statement: any UPDATE touching more than one row raises.
+    conn.execute("""
+        CREATE FUNCTION awa_fast.refuse_batches() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF (SELECT count(*) FROM changed) > 1 THEN
+                RAISE EXCEPTION 'batch refused';
+            END IF;
+            RETURN NULL;
+        END $$;
+        CREATE TRIGGER refuse_batches AFTER UPDATE ON awa_fast.jobs_hot
+            REFERENCING NEW TABLE AS changed
+            FOR EACH STATEMENT EXECUTE FUNCTION awa_fast.refuse_batches();
+    """)
+    ids = _running(conn, 20)
+    [stale] = _running(conn, 1, lease=7)
+    harness.commit([(i, 1, tr.COMPLETED) for i in ids] + [(stale, 1, tr.COMPLETED)])
+    assert states(harness.dsn) == {"completed": 20, "running": 1}
+    stats = harness.committer.stats
+    assert (stats.fallbacks, stats.applied, stats.stale) == (1, 20, 1)
+
+
+def test_followups_commit_with_their_transition(
+    harness: Harness, conn: psycopg.Connection[Any]
+) -> None:
+    seen: list[awa_fast.OutcomeContext] = []
+
+    def next_step(args: Act, row: awa_fast.JobRow, ctx: awa_fast.OutcomeContext) -> Any:
+        seen.append(ctx)
+        return InsertRequest(Act(f"after {args.do}"), queue="next", priority=1)
+
+    harness.client.on_completed_enqueue(Act, next_step)
+    harness.client.on_retried_enqueue(Act, lambda args, row, ctx: (seen.append(ctx), Act("r"))[1])
+    done, retried, other_kind = _running(conn, 3)
+    conn.execute("UPDATE awa_fast.jobs_hot SET kind = 'other' WHERE id = %s", (other_kind,))
+    error = tr.error_entry("ValueError: x", 1)
+    harness.commit(
+        [
+            (done, 1, tr.COMPLETED),
+            (retried, 1, tr.Transition(tr.Target.RETRYABLE, delay=9, error=error)),
+        ]
+    )
+    harness.commit([(other_kind, 1, tr.COMPLETED)], kind=UNKNOWN_KIND)
+    rows = conn.execute(
+        "SELECT args->>'do', queue, priority FROM awa_fast.jobs WHERE queue = 'next' "
+        "OR args->>'do' = 'r' ORDER BY 1"
+    ).fetchall()
+    assert rows == [("after x", "next", 1), ("r", "default", 2)]
+    assert job(harness.dsn, done)["state"] == "completed"
+    assert job(harness.dsn, other_kind)["state"] == "completed"
+    completed_ctx, retried_ctx = seen
+    assert completed_ctx.outcome is tr.Outcome.COMPLETED
+    assert retried_ctx.error == "ValueError: x" and retried_ctx.attempt == 1
+    assert retried_ctx.next_run_at == job(harness.dsn, retried)["run_at"]
+
+
+def test_raising_make_rolls_the_transition_back(
+    harness: Harness, conn: psycopg.Connection[Any]
+) -> None:
+    def explode(args: Act, row: awa_fast.JobRow, ctx: awa_fast.OutcomeContext) -> Any:
+        raise RuntimeError("cannot make follow-up")
+
+    harness.client.on_completed_enqueue(Act, explode)
+    [job_id] = _running(conn, 1)
+    harness.commit([(job_id, 1, tr.COMPLETED)])
+    assert states(harness.dsn) == {"running": 1}
+    assert harness.committer.stats.followup_failures == 1
+    assert harness.events_delivered() == []
+
+
+def test_failing_followup_insert_rolls_the_transition_back(
+    harness: Harness, conn: psycopg.Connection[Any]
+) -> None:
+    harness.client.on_cancelled_enqueue(Act, lambda a, r, c: InsertRequest(Act("x"), priority=9))
+    [job_id] = _running(conn, 1)
+    harness.commit([(job_id, 1, tr.Transition(tr.Target.CANCELLED, reason="r"))])
+    assert states(harness.dsn) == {"running": 1}
+
+
+def test_raising_hook_is_ignored_and_others_still_run(
+    harness: Harness, conn: psycopg.Connection[Any]
+) -> None:
+    def broken(event: Event) -> None:
+        raise RuntimeError("hook bug")
+
+    harness.client.on_event(Act, broken)
+    ids = _running(conn, 3)
+    harness.commit([(i, 1, tr.COMPLETED) for i in ids])
+    assert len(harness.events_delivered()) == 3
+    assert states(harness.dsn) == {"completed": 3}
+
+
+def test_lost_connection_keeps_outcomes_and_retries(
+    harness: Harness, conn: psycopg.Connection[Any]
+) -> None:
+    first = _running(conn, 3)
+    harness.commit([(i, 1, tr.COMPLETED) for i in first])
+    conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    second = _running(conn, 3)
+    harness.commit([(i, 1, tr.COMPLETED) for i in second])
+    assert states(harness.dsn) == {"completed": 6}
+    assert harness.committer.stats.reconnects >= 1
+
+
+def test_committer_thread_drains_the_ring(harness: Harness, conn: psycopg.Connection[Any]) -> None:
+    ids = _running(conn, 500)
+    committer = harness.committer
+    stop = threading.Event()
+    thread = threading.Thread(target=committer.run, args=(stop,))
+    thread.start()
+    for i in ids:
+        committer.ring.push(i, 1, int(tr.Target.COMPLETED), 0, 0.0, b"")
+    assert committer.wait_committed(500, timeout=30)
+    stop.set()
+    thread.join()
+    assert states(harness.dsn) == {"completed": 500}

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+import pydantic
+import pytest
+
+from awa_fast.codec import decoder_for, encode_args, kind_of
+from awa_fast.errors import ValidationError
+
+
+@dataclass
+class SendEmail:
+    to: str
+    retries: int = 0
+
+
+class HTTPPing(msgspec.Struct):
+    url: str
+
+
+class ResizeImage(pydantic.BaseModel):
+    path: str
+    width: int
+
+
+@pytest.mark.parametrize(
+    ("cls", "kind"),
+    [
+        (SendEmail, "send_email"),
+        (HTTPPing, "http_ping"),
+        (ResizeImage, "resize_image"),
+    ],
+)
+def test_kind_defaults_to_snake_case_of_the_type_name(cls: type, kind: str) -> None:
+    assert kind_of(cls) == kind
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        SendEmail("a@example.com", 2),
+        HTTPPing("https://x"),
+        ResizeImage(path="p", width=3),
+        {"to": "a@example.com"},
+    ],
+)
+def test_args_round_trip_through_their_own_type(args: object) -> None:
+    encoded = encode_args(args)
+    decoded = decoder_for(dict if isinstance(args, dict) else type(args))(encoded)
+    assert decoded == args
+
+
+def test_unserialisable_args_name_the_field() -> None:
+    with pytest.raises(ValidationError) as err:
+        encode_args({"when": object()})
+    assert err.value.field == "args"
+    assert "JSON" in str(err.value)
+
+
+def test_nul_in_args_is_rejected() -> None:
+    with pytest.raises(ValidationError, match="NUL"):
+        encode_args({"s": "a\x00b"})
+
+
+def test_args_must_be_an_object() -> None:
+    with pytest.raises(ValidationError, match="dataclass, msgspec Struct, pydantic model or dict"):
+        encode_args([1, 2])  # type: ignore[arg-type]

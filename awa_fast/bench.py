@@ -78,8 +78,11 @@ class Noop:
     n: int
 
 
-async def drain(url: str, *, jobs: int, concurrency: int = 1000) -> dict[str, Any]:
-    """``jobs`` pre-inserted no-op jobs drained to committed completion by one process."""
+async def drain(
+    url: str, *, jobs: int, processes: int | None = None, concurrency: int = 1000
+) -> dict[str, Any]:
+    """``jobs`` pre-inserted no-op jobs drained to committed completion, by this process
+    (``processes=None``) or by that many forked worker processes."""
     client = AsyncClient(url)
 
     @client.task(Noop)
@@ -89,7 +92,7 @@ async def drain(url: str, *, jobs: int, concurrency: int = 1000) -> dict[str, An
     await client.insert_many([Noop(i) for i in range(jobs)])
     before = Counters.read(url)
     started = time.perf_counter()
-    runner = await client.start({"default": concurrency})
+    runner = await client.start({"default": concurrency}, processes=processes)
     finished = await asyncio.to_thread(runner.committer.wait_committed, jobs, 600.0)
     elapsed = time.perf_counter() - started
     await client.close()
@@ -98,7 +101,7 @@ async def drain(url: str, *, jobs: int, concurrency: int = 1000) -> dict[str, An
     commits, wal = before.delta(Counters.read(url), url)
     return {
         "scenario": "drain",
-        "system": "awa-fast (1 process)",
+        "system": "awa-fast " + (f"({processes} worker processes)" if processes else "(1 process)"),
         "jobs": jobs,
         "seconds": round(elapsed, 4),
         "jobs_per_s": round(jobs / elapsed, 1),
@@ -110,7 +113,9 @@ async def drain(url: str, *, jobs: int, concurrency: int = 1000) -> dict[str, An
 SCENARIOS = {"drain": drain}
 
 
-def run_scenario(server_url: str, scenario: str, *, runs: int, jobs: int) -> list[dict[str, Any]]:
+def run_scenario(
+    server_url: str, scenario: str, *, runs: int, jobs: int, processes: int | None = None
+) -> list[dict[str, Any]]:
     """Run ``scenario`` ``runs`` times, each on a fresh database; returns one dict per run."""
     import uvloop
 
@@ -118,7 +123,7 @@ def run_scenario(server_url: str, scenario: str, *, runs: int, jobs: int) -> lis
     for _ in range(runs):
         url = fresh_database(server_url)
         try:
-            results.append(uvloop.run(SCENARIOS[scenario](url, jobs=jobs)))
+            results.append(uvloop.run(SCENARIOS[scenario](url, jobs=jobs, processes=processes)))
         finally:
             drop_database(server_url, url)
     return results

@@ -8,11 +8,13 @@ and says which URL it uses, so a first run needs nothing.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 import orjson
 
@@ -47,24 +49,73 @@ def _cmd_enqueue(opts: argparse.Namespace) -> int:
         print(f"awa-fast enqueue: --args is not valid JSON: {exc}", file=sys.stderr)
         return 2
     with Client(url) as client:
-        row = client.insert(args, kind=opts.kind, queue=opts.queue, priority=opts.priority,
-                            max_attempts=opts.max_attempts)
+        row = client.insert(
+            args,
+            kind=opts.kind,
+            queue=opts.queue,
+            priority=opts.priority,
+            max_attempts=opts.max_attempts,
+        )
     print(json.dumps({"id": row.id, "kind": row.kind, "queue": row.queue, "state": row.state}))
     return 0
+
+
+def load_app(target: str) -> Any:
+    """``module:attribute`` → the client object that has the handlers registered."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise SystemExit(f"awa-fast serve: APP must look like module:client, got {target!r}")
+    sys.path.insert(0, os.getcwd())
+    module = importlib.import_module(module_name)
+    try:
+        app = getattr(module, attribute)
+    except AttributeError:
+        raise SystemExit(f"awa-fast serve: {module_name} has no attribute {attribute!r}") from None
+    if not hasattr(app, "handlers"):
+        raise SystemExit(f"awa-fast serve: {target} is not an awa_fast Client or AsyncClient")
+    return app
+
+
+def _queue_arg(text: str) -> tuple[str, int]:
+    name, sep, concurrency = text.partition("=")
+    if not sep or not name or not concurrency.isdigit() or int(concurrency) < 1:
+        raise argparse.ArgumentTypeError(f"expected NAME=CONCURRENCY (>= 1), got {text!r}")
+    return name, int(concurrency)
+
+
+def _cmd_serve(opts: argparse.Namespace) -> int:
+    from awa_fast.runtime.serve import serve
+
+    app = load_app(opts.app)
+    url = database_url(opts.database_url) if opts.database_url or not app.dsn else app.dsn
+    migrate(url)
+    app.dsn = url
+    config: dict[str, Any] = {"shutdown_timeout": opts.shutdown_timeout}
+    if opts.max_jobs_per_worker:
+        config["max_jobs_per_worker"] = opts.max_jobs_per_worker
+    if opts.max_worker_memory_mb:
+        config["max_worker_memory_mb"] = opts.max_worker_memory_mb
+    queues = dict(opts.queue) if opts.queue else None
+    processes = opts.processes or os.cpu_count() or 1
+    return serve(app, queues, processes=processes, **config)
 
 
 def _cmd_bench(opts: argparse.Namespace) -> int:
     from awa_fast import bench
 
     url = database_url(opts.database_url)
-    results = bench.run_scenario(url, opts.scenario, runs=opts.runs, jobs=opts.jobs)
+    results = bench.run_scenario(
+        url, opts.scenario, runs=opts.runs, jobs=opts.jobs, processes=opts.processes or None
+    )
     for result in results:
         print(json.dumps(result))
     summary = bench.median_row(results)
     print(json.dumps({"median": summary, "settings": bench.server_settings(url)}))
-    print(f"{opts.scenario}: {summary['jobs_per_s']:,.0f} jobs/s (median of {opts.runs}), "
-          f"{summary['commits_per_job']:.4f} commits/job, "
-          f"{summary['wal_bytes_per_job']:.0f} B WAL/job")
+    print(
+        f"{opts.scenario}: {summary['jobs_per_s']:,.0f} jobs/s (median of {opts.runs}), "
+        f"{summary['commits_per_job']:.4f} commits/job, "
+        f"{summary['wal_bytes_per_job']:.0f} B WAL/job"
+    )
     return 0
 
 
@@ -95,10 +146,20 @@ def parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--max-attempts", type=int, default=25)
     enqueue.set_defaults(run=_cmd_enqueue)
 
+    serve = command("serve", "run the multiprocess worker pool for an app's handlers")
+    serve.add_argument("app", help="module:client, the Client/AsyncClient with the handlers")
+    serve.add_argument("--processes", type=int, default=0, help="worker processes (CPUs)")
+    serve.add_argument("--queue", action="append", type=_queue_arg, metavar="NAME=CONCURRENCY")
+    serve.add_argument("--shutdown-timeout", type=float, default=30.0)
+    serve.add_argument("--max-jobs-per-worker", type=int)
+    serve.add_argument("--max-worker-memory-mb", type=float)
+    serve.set_defaults(run=_cmd_serve)
+
     bench = command("bench", "run a benchmark scenario on a fresh database")
     bench.add_argument("scenario", nargs="?", default="drain", choices=["drain"])
     bench.add_argument("--jobs", type=int, default=20_000)
     bench.add_argument("--runs", type=int, default=3)
+    bench.add_argument("--processes", type=int, default=0, help="0: run in-process")
     bench.set_defaults(run=_cmd_bench)
     return top
 

@@ -8,12 +8,10 @@ application module holds no connection when the pool forks its workers.
 
 from __future__ import annotations
 
-import asyncio
-import signal
+import os
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, Unpack
 
-import uvloop
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -23,7 +21,15 @@ from awa_fast.db.queries import Q
 from awa_fast.db.transitions import Outcome
 from awa_fast.runtime.followups import FollowupRegistry, Make
 from awa_fast.runtime.hooks import Hook, HookRegistry
-from awa_fast.runtime.runner import Handlers, QueueSpec, Runner, RunnerConfig, parse_queues
+from awa_fast.runtime.runner import (
+    DEFAULT_CONCURRENCY,
+    Handlers,
+    QueueSpec,
+    Runner,
+    RunnerConfig,
+    parse_queues,
+)
+from awa_fast.runtime.serve import serve
 from awa_fast.types import InsertOptions, JobRow
 from awa_fast.worker import HandlerFunc, Registry, Worker
 
@@ -80,24 +86,20 @@ class _Handlers:
         """Apply pending schema migrations; returns the versions applied."""
         return _migrate(self.dsn)
 
-    def run(self, queues: QueueSpec, **config: Any) -> None:
+    def run(self, queues: QueueSpec | None = None, **config: Any) -> int:
         """Run handlers for ``queues`` in this process until SIGINT/SIGTERM."""
-        uvloop.run(_run_until_signalled(self.dsn, self.handlers, queues, config))
+        return serve(self, queues, processes=None, **config)
 
+    def serve(
+        self, queues: QueueSpec | None = None, *, processes: int | None = 0, **config: Any
+    ) -> int:
+        """Run the multiprocess pool until SIGINT/SIGTERM (``processes`` defaults to the
+        number of CPUs); returns the exit code. See :func:`awa_fast.runtime.serve.serve`."""
+        return serve(self, queues, processes=processes or os.cpu_count() or 1, **config)
 
-async def _run_until_signalled(
-    dsn: str, handlers: Handlers, queues: QueueSpec, config: dict[str, Any]
-) -> None:
-    runner = Runner(dsn, handlers, parse_queues(queues), RunnerConfig(**config))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await runner.start()
-    try:
-        await stop.wait()
-    finally:
-        await runner.stop()
+    def default_queues(self) -> dict[str, int]:
+        """One entry per queue a handler was registered on, at the default concurrency."""
+        return {h.queue: DEFAULT_CONCURRENCY for h in self.handlers.registry.handlers.values()}
 
 
 class Client(_Handlers):
@@ -175,11 +177,20 @@ class AsyncClient(_Handlers):
             row = await cur.fetchone()
             return JobRow.from_row(row) if row else None
 
-    async def start(self, queues: QueueSpec, **config: Any) -> Runner:
-        """Start handlers for ``queues`` in this event loop; returns the running runner."""
+    async def start(
+        self, queues: QueueSpec | None = None, *, processes: int | None = None, **config: Any
+    ) -> Runner:
+        """Start handlers for ``queues`` from this event loop: in this process, or in
+        ``processes`` forked worker processes. Returns the running runner."""
         if self._runner is not None:
             raise RuntimeError("this client is already running; call shutdown() first")
-        runner = Runner(self.dsn, self.handlers, parse_queues(queues), RunnerConfig(**config))
+        runner = Runner(
+            self.dsn,
+            self.handlers,
+            parse_queues(queues if queues is not None else self.default_queues()),
+            RunnerConfig(**config),
+            processes=processes,
+        )
         await runner.start()
         self._runner = runner
         return runner

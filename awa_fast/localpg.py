@@ -128,8 +128,17 @@ class LocalCluster:
         if self.user:
             shutil.chown(self.root, self.user)
         if not (self.data / "PG_VERSION").exists():
-            self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                      "-E", "UTF8", "--no-instructions")
+            self._run(
+                "initdb",
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-instructions",
+            )
             (self.root / "port").write_text(str(self.port))
         if not self.running():
             options = (
@@ -137,8 +146,17 @@ class LocalCluster:
                 "-c max_connections=300 -c shared_buffers=256MB "
                 "-c fsync=on -c synchronous_commit=on"
             )
-            self._run("pg_ctl", "-D", str(self.data), "-o", options,
-                      "-l", str(self.root / "log"), "-w", "start")
+            self._run(
+                "pg_ctl",
+                "-D",
+                str(self.data),
+                "-o",
+                options,
+                "-l",
+                str(self.root / "log"),
+                "-w",
+                "start",
+            )
         return self.url
 
     def pg_ctl(self, *args: str) -> None:

@@ -30,6 +30,8 @@ class Target(IntEnum):
     CANCELLED = 3
     WAITING = 4
     FAILED = 5
+    RELEASED = 6  # claimed but never started: back to available, attempt given back
+    LOST = 7  # the process running it died: retried (attempt counts) or failed, in SQL
 
 
 class Outcome(StrEnum):
@@ -56,6 +58,8 @@ RULES: dict[Target, Rule] = {
     Target.CANCELLED: Rule("cancelled", Outcome.CANCELLED),
     Target.WAITING: Rule("waiting_external", Outcome.WAITING_FOR_CALLBACK),
     Target.FAILED: Rule("failed", Outcome.EXHAUSTED),
+    Target.RELEASED: Rule("available", None),
+    Target.LOST: Rule("retryable", None),
 }
 OUTCOME_OF_CODE: dict[int, Outcome | None] = {int(t): r.outcome for t, r in RULES.items()}
 STATE_OF_CODE: dict[int, str] = {int(t): r.state for t, r in RULES.items()}

@@ -45,6 +45,7 @@ EVENT_OF_OUTCOME = {
     tr.Outcome.WAITING_FOR_CALLBACK: EventType.WAITING_FOR_CALLBACK,
 }
 _COMPLETED = int(tr.Target.COMPLETED)
+_LOST = int(tr.Target.LOST)
 
 
 @dataclass(slots=True)
@@ -100,6 +101,8 @@ class Committer:
         batch_size: int = 256,
         max_delay: float = 0.002,
         reconnect_backoff: tr.Backoff | None = None,
+        retry_backoff: tr.Backoff | None = None,
+        on_drain: Callable[[], None] | None = None,
     ) -> None:
         self._connect = connect
         self._conn: psycopg.Connection[Any] | None = None
@@ -110,6 +113,8 @@ class Committer:
         self.batcher = Batcher(batch_size, max_delay)
         self.stats = CommitStats()
         self._reconnect_backoff = reconnect_backoff or tr.Backoff(base=0.05, max=2.0)
+        self._retry_backoff = retry_backoff or tr.Backoff()
+        self._on_drain = on_drain
         self._progress = threading.Condition()
         self.committed = 0  # records settled (applied or stale): a milestone for tests
 
@@ -121,6 +126,8 @@ class Committer:
             while True:
                 stopping = stop.is_set()
                 ready = self.ring.drain_into(self.batcher, 0.0 if stopping else 0.05)
+                if self._on_drain is not None and len(self.batcher):
+                    self._on_drain()  # handlers returned: their capacity is free again
                 if ready or (stopping and len(self.batcher)):
                     batch = self.batcher.take()
                     if batch is not None:
@@ -144,10 +151,11 @@ class Committer:
 
     def commit(self, batch: Batch) -> None:
         records = Records.of(batch)
-        plain, mixed, followed = self._partition(records)
+        plain, mixed, lost, followed = self._partition(records)
         pending: list[tuple[Callable[[Records, list[int]], None], list[int]]] = [
             (self._apply_group, plain),
             (self._apply_group, mixed),
+            (self._apply_group, lost),
             (self._apply_followups, followed),
         ]
         attempt = 0
@@ -175,17 +183,24 @@ class Committer:
             self.committed += len(records.ids)
             self._progress.notify_all()
 
-    def _partition(self, r: Records) -> tuple[list[int], list[int], list[int]]:
-        plain, mixed, followed = [], [], []
+    def _partition(self, r: Records) -> tuple[list[int], list[int], list[int], list[int]]:
+        """Split a batch into plain completions, other outcomes, lost attempts, and outcomes
+        with follow-ups (each of those gets its own transaction)."""
+        plain: list[int] = []
+        mixed: list[int] = []
+        lost: list[int] = []
+        followed: list[int] = []
         for i, code in enumerate(r.codes):
             kind = self.registry.kind_at(r.kinds[i])
             if self.followups and self.followups.for_(tr.OUTCOME_OF_CODE[code], kind):
                 followed.append(i)
             elif code == _COMPLETED and r.payloads[i] is None:
                 plain.append(i)
+            elif code == _LOST:
+                lost.append(i)
             else:
                 mixed.append(i)
-        return plain, mixed, followed
+        return plain, mixed, lost, followed
 
     def _apply_group(self, r: Records, indices: list[int]) -> None:
         """One statement for the group; on a statement error, one statement per job."""
@@ -222,6 +237,18 @@ class Committer:
         if all(r.codes[i] == _COMPLETED and r.payloads[i] is None for i in indices):
             rows = conn.execute(Q.job_complete_many, {"ids": ids, "leases": leases}).fetchall()
             return {row[0]: (row[0], "completed", None, None) for row in rows}
+        if r.codes[indices[0]] == _LOST:
+            backoff = self._retry_backoff
+            params = {
+                "ids": ids,
+                "leases": leases,
+                "messages": [r.extra(i).get("reason", "attempt lost") for i in indices],
+                "base": backoff.base,
+                "max": backoff.max,
+                "jitter": backoff.jitter,
+            }
+            rows = conn.execute(Q.job_rescue_many, params).fetchall()
+            return {row[0]: tuple(row) for row in rows}
         extras = [r.extra(i) for i in indices]
         params = {
             "ids": ids,
@@ -275,11 +302,17 @@ class Committer:
         self, outcome: tr.Outcome, r: Records, i: int, result: tuple[Any, ...]
     ) -> OutcomeContext:
         extra = r.extra(i)
-        error = extra.get("error")
+        entry = extra.get("error")
+        if entry:
+            error: str | None = entry["error"]
+        elif r.codes[i] == _LOST:
+            error = extra.get("reason")
+        else:  # RetryAfter carries no error (as in the seed); other outcomes have none
+            error = "" if outcome is tr.Outcome.RETRIED else None
         return OutcomeContext(
             outcome=outcome,
             attempt=result[2] if result[2] is not None else 0,
-            error=error["error"] if error else ("" if outcome is tr.Outcome.RETRIED else None),
+            error=error,
             next_run_at=result[3] if outcome is tr.Outcome.RETRIED else None,
             reason=extra.get("reason"),
         )
@@ -298,7 +331,7 @@ class Committer:
             for i in indices
             if r.ids[i] in applied
             and self.hooks.registry.wants(self.registry.kind_at(r.kinds[i]))
-            and tr.OUTCOME_OF_CODE[r.codes[i]] is not None
+            and _outcome(r.codes[i], applied[r.ids[i]]) is not None
         ]
         if not wanted:
             return
@@ -316,7 +349,7 @@ class Committer:
         by_id = {row["id"]: JobRow.from_row(row) for row in rows}
         for i in wanted:
             job = by_id.get(r.ids[i])
-            outcome = tr.OUTCOME_OF_CODE[r.codes[i]]
+            outcome = _outcome(r.codes[i], applied[r.ids[i]])
             if job is None or outcome is None:
                 continue
             ctx = self._context(outcome, r, i, applied[r.ids[i]])
@@ -340,6 +373,13 @@ class Committer:
             self._conn.close()
             self._conn = None
         return lost
+
+
+def _outcome(code: int, result: tuple[Any, ...]) -> tr.Outcome | None:
+    """The outcome a settled record had; a lost attempt's depends on what SQL decided."""
+    if code == _LOST:
+        return tr.Outcome.EXHAUSTED if result[1] == "failed" else tr.Outcome.RETRIED
+    return tr.OUTCOME_OF_CODE[code]
 
 
 def _json_or_none(value: object) -> str | None:

@@ -14,6 +14,8 @@ from concurrent.futures import Executor as ThreadPool
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
 from awa_fast.db import transitions as tr
 from awa_fast.worker import Handler, Job, Registry
 
@@ -94,6 +96,8 @@ class Executor:
         try:
             if handler.is_async:
                 result = await handler.func(job)  # type: ignore[misc]
+            elif self.threads is None:
+                result = handler.func(job)  # inline: a worker process's CPU-bound path
             else:
                 loop = asyncio.get_running_loop()
                 result = await loop.run_in_executor(self.threads, handler.func, job)
@@ -130,6 +134,4 @@ def _raw(value: Any) -> bytes:
 
 
 def _json(value: Any) -> Any:
-    import orjson
-
     return orjson.loads(value) if isinstance(value, bytes | memoryview | str) else value

@@ -12,9 +12,8 @@ import contextlib
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg.adapt import Loader
@@ -25,7 +24,6 @@ from awa_fast.db.queries import Q
 from awa_fast.errors import ConfigError
 from awa_fast.producer import MAX_NAME_LENGTH
 from awa_fast.runtime.committer import Committer
-from awa_fast.runtime.executor import Executor
 from awa_fast.runtime.followups import FollowupRegistry
 from awa_fast.runtime.hooks import EventType, HookDispatcher, HookRegistry
 from awa_fast.types import JobRow
@@ -33,6 +31,7 @@ from awa_fast.worker import Registry
 
 log = logging.getLogger("awa_fast.runner")
 
+DEFAULT_CONCURRENCY = 100
 QueueSpec = Mapping[str, int] | Sequence[tuple[str, int] | Mapping[str, Any] | str]
 
 
@@ -51,6 +50,8 @@ class RunnerConfig:
     sync_threads: int = 32
     shutdown_timeout: float = 30.0
     backoff: tr.Backoff = field(default_factory=tr.Backoff)
+    max_jobs_per_worker: int | None = None
+    max_worker_memory_mb: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("claim_batch", "promote_batch", "commit_batch", "sync_threads"):
@@ -68,7 +69,9 @@ class RunnerConfig:
                 raise ConfigError(f"{name} must be > 0 seconds")
 
 
-def parse_queues(queues: QueueSpec, *, default_concurrency: int = 100) -> dict[str, int]:
+def parse_queues(
+    queues: QueueSpec, *, default_concurrency: int = DEFAULT_CONCURRENCY
+) -> dict[str, int]:
     """``{"email": 64}``, ``[("email", 64)]``, ``[{"name": "email", "max_workers": 64}]`` or
     ``["email"]`` → ``{"email": 64}``; bad input raises :class:`ConfigError` naming it."""
     items: list[tuple[object, object]] = []
@@ -115,17 +118,62 @@ class Handlers:
     hooks: HookRegistry
 
 
+def shares(concurrency: int, workers: int) -> list[int]:
+    """Split a queue's concurrency over workers as evenly as possible (sum is exact)."""
+    base, extra = divmod(concurrency, workers)
+    return [base + (1 if w < extra else 0) for w in range(workers)]
+
+
+class Workers(Protocol):
+    """Where claimed jobs run: this process, or forked worker processes."""
+
+    count: int
+
+    def prefork(self) -> None: ...
+
+    async def start(self) -> None: ...
+
+    def accepting(self) -> Sequence[int]: ...
+
+    def deliver(self, worker: int, rows: list[tuple[Any, ...]]) -> None: ...
+
+    async def drain(self, timeout: float) -> None: ...
+
+
 class Runner:
+    """The host side: claims for every worker, heartbeats, promotes, commits.
+
+    Capacity lives in the in-flight table, one counter per (queue, worker) at index
+    ``queue * workers + worker``; a claim reserves from the least-loaded workers first, and
+    a handler returning releases its unit (before its commit lands). Workers are either this
+    process (:class:`~awa_fast.runtime.local.LocalWorkers`) or forked processes
+    (:class:`~awa_fast.runtime.pool.ForkedWorkers`); the rest is the same.
+    """
+
     def __init__(
-        self, dsn: str, handlers: Handlers, queues: Mapping[str, int], config: RunnerConfig
+        self,
+        dsn: str,
+        handlers: Handlers,
+        queues: Mapping[str, int],
+        config: RunnerConfig,
+        *,
+        processes: int | None = None,
     ) -> None:
+        from awa_fast.runtime.local import LocalWorkers
+        from awa_fast.runtime.pool import ForkedWorkers
+
         self.dsn = dsn
         self.handlers = handlers
         self.queues = dict(queues)
         self.config = config
-        self.inflight = InFlight(list(self.queues.values()), sum(self.queues.values()))
+        count = 1 if processes is None else processes
+        if count < 1:
+            raise ConfigError(f"processes must be >= 1, got {processes}")
+        capacities = [c for q in self.queues.values() for c in shares(q, count)]
+        self.inflight = InFlight(capacities, sum(self.queues.values()) + 64)
         self.ring = OutcomeRing(65536, 128)
         self.hooks = HookDispatcher(handlers.hooks)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.committer = Committer(
             lambda: psycopg.connect(dsn, autocommit=True),
             self.ring,
@@ -134,23 +182,32 @@ class Runner:
             hooks=self.hooks,
             batch_size=config.commit_batch,
             max_delay=config.commit_delay,
+            retry_backoff=config.backoff,
+            on_drain=self._wake_threadsafe,
         )
-        self._threads = ThreadPoolExecutor(config.sync_threads, thread_name_prefix="awa-fast-sync")
-        self.executor = Executor(
-            handlers.registry, self.ring, self.inflight, config.backoff, self._threads
+        self.workers: Workers = (
+            LocalWorkers(self) if processes is None else ForkedWorkers(self, count)
         )
         self._wake = asyncio.Event()
         self._stopping = False
         self._commit_stop = threading.Event()
         self._commit_thread: threading.Thread | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self._services: list[asyncio.Task[None]] = []
         self._claim_conn: psycopg.AsyncConnection[Any] | None = None
         self.claimed = 0
 
+    def capacity_index(self, queue_index: int, worker: int) -> int:
+        return queue_index * self.workers.count + worker
+
     # -- lifecycle ------------------------------------------------------------------------
 
+    def prefork(self) -> None:
+        """Fork worker processes now, while this process has no loop, thread or connection."""
+        self.workers.prefork()
+
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self.workers.start()
         self._claim_conn = await self._connect()
         self.hooks.start()
         self._commit_thread = threading.Thread(
@@ -171,19 +228,14 @@ class Runner:
         ]
 
     async def stop(self, timeout: float | None = None) -> None:
-        """Stop claiming, let handlers finish (up to ``timeout``), then flush the committer."""
+        """Stop claiming; let handlers finish (up to ``timeout``) while heartbeats go on;
+        then set cancel flags, stop the workers, and flush the committer."""
         timeout = self.config.shutdown_timeout if timeout is None else timeout
         self._stopping = True
         self._wake.set()
         claim_loop, *others = self._services
         await asyncio.gather(claim_loop, return_exceptions=True)
-        if self._tasks:
-            _, pending = await asyncio.wait(self._tasks, timeout=timeout)
-            if pending:
-                self.inflight.cancel_worker(0)
-                for task in pending:
-                    task.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
+        await self.workers.drain(timeout)
         for task in others:
             task.cancel()
         await asyncio.gather(*others, return_exceptions=True)
@@ -191,9 +243,16 @@ class Runner:
         if self._commit_thread is not None:
             await asyncio.to_thread(self._commit_thread.join)
         self.hooks.stop()
-        self._threads.shutdown(wait=False, cancel_futures=True)
         if self._claim_conn is not None:
             await self._claim_conn.close()
+
+    def _wake_threadsafe(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._wake.set)
+
+    def wake(self) -> None:
+        self._wake.set()
 
     # -- claiming -------------------------------------------------------------------------
 
@@ -212,7 +271,7 @@ class Runner:
             except psycopg.OperationalError as exc:
                 failures += 1
                 log.warning("claim failed (%s); reconnecting", exc)
-                await asyncio.sleep(self.config.backoff.delay(failures) / 10)
+                await asyncio.sleep(min(0.05 * 2**failures, 2.0))
                 with contextlib.suppress(psycopg.Error):
                     if self._claim_conn is not None:
                         await self._claim_conn.close()
@@ -222,11 +281,34 @@ class Runner:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.config.poll_interval)
 
+    def _reserve(self, queue_index: int) -> list[tuple[int, int]]:
+        """Reserve up to one claim batch of capacity, least-loaded workers first."""
+        free = sorted(
+            (
+                (self.inflight.free(self.capacity_index(queue_index, w)), w)
+                for w in self.workers.accepting()
+            ),
+            reverse=True,
+        )
+        remaining = self.config.claim_batch
+        reserved = []
+        for available, worker in free:
+            if remaining == 0 or available == 0:
+                break
+            got = self.inflight.reserve(
+                self.capacity_index(queue_index, worker), min(available, remaining)
+            )
+            if got:
+                reserved.append((worker, got))
+                remaining -= got
+        return reserved
+
     async def _claim_round(self) -> int:
         assert self._claim_conn is not None
         claimed = 0
-        for index, (queue, _) in enumerate(self.queues.items()):
-            want = self.inflight.reserve(index, self.config.claim_batch)
+        for queue_index, queue in enumerate(self.queues):
+            reserved = self._reserve(queue_index)
+            want = sum(n for _, n in reserved)
             if not want:
                 continue
             try:
@@ -236,33 +318,36 @@ class Runner:
                 )
                 rows = await cur.fetchall()
             except BaseException:
-                self.inflight.release(index, want)
+                for worker, n in reserved:
+                    self.inflight.release(self.capacity_index(queue_index, worker), n)
                 raise
-            if len(rows) < want:
-                self.inflight.release(index, want - len(rows))
-            for row in rows:
-                self._spawn(row, index)
+            self._dispatch(rows, queue_index, reserved)
             claimed += len(rows)
         self.claimed += claimed
         return claimed
 
-    def _spawn(self, row: tuple[Any, ...], queue_index: int) -> None:
-        slot = self.inflight.acquire_slot(row[0], row[1], queue_index, 0)
-        if self.hooks.registry.wants(row[2]):
-            self.hooks.submit(EventType.STARTED, _started_row(row))
-        task = asyncio.create_task(self._execute(row, slot, queue_index))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _execute(self, row: tuple[Any, ...], slot: int, queue_index: int) -> None:
-        try:
-            await self.executor.run(row, slot)
-        except Exception:
-            log.exception("job %s: executor failed; the attempt is left for rescue", row[0])
-        finally:
-            self.inflight.release_slot(slot)
-            self.inflight.release(queue_index, 1)
-            self._wake.set()
+    def _dispatch(
+        self, rows: list[tuple[Any, ...]], queue_index: int, reserved: list[tuple[int, int]]
+    ) -> None:
+        """Hand each worker its share of ``rows``; give back reservations left unused."""
+        start = 0
+        wants_started = bool(self.handlers.hooks.hooks)
+        for worker, n in reserved:
+            cap = self.capacity_index(queue_index, worker)
+            mine = rows[start : start + n]
+            start += len(mine)
+            if len(mine) < n:
+                self.inflight.release(cap, n - len(mine))
+            if not mine:
+                continue
+            batch = [
+                (*row, self.inflight.acquire_slot(row[0], row[1], cap, worker), cap) for row in mine
+            ]
+            if wants_started:
+                for row in mine:
+                    if self.hooks.registry.wants(row[2]):
+                        self.hooks.submit(EventType.STARTED, _started_row(row))
+            self.workers.deliver(worker, batch)
 
     # -- services -------------------------------------------------------------------------
 

@@ -36,8 +36,9 @@ RETURNING j.id;
 
 -- name: job_transition_many
 -- Every other outcome, mixed in one batch. Rows that stay in jobs_hot (completed, failed,
--- cancelled, waiting_external) are updated in place; rows that wait for a later run
--- (retryable, scheduled) move to jobs_deferred. Snooze gives its attempt back.
+-- cancelled, waiting_external, and available for a claim given back unstarted) are updated
+-- in place; rows that wait for a later run (retryable, scheduled) move to jobs_deferred.
+-- Snooze and a given-back claim return their attempt.
 WITH d AS (
     SELECT * FROM unnest(
         %(ids)s::bigint[], %(leases)s::bigint[], %(states)s::awa_fast.job_state[],
@@ -48,7 +49,9 @@ WITH d AS (
 stay AS (
     UPDATE awa_fast.jobs_hot j
     SET state = d.state,
-        finalized_at = CASE WHEN d.state = 'waiting_external' THEN NULL ELSE now() END,
+        finalized_at = CASE WHEN d.state IN ('completed', 'failed', 'cancelled')
+            THEN now() END,
+        attempt = CASE WHEN d.state = 'available' THEN j.attempt - 1 ELSE j.attempt END,
         heartbeat_at = NULL,
         deadline_at = NULL,
         errors = CASE WHEN d.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(d.error) END,
@@ -182,3 +185,51 @@ RETURNING job_id;
 
 -- name: unique_claim_holder
 SELECT job_id FROM awa_fast.unique_claims WHERE unique_key = %(key)s;
+
+-- name: job_rescue_many
+-- Attempts whose process died (or, later, whose heartbeat went stale): retryable with
+-- exponential backoff computed here, or failed when the attempt was the last one. The
+-- error entry records the attempt that was lost.
+WITH d AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(messages)s::text[])
+        AS d(id, lease, message)
+),
+exhausted AS (
+    UPDATE awa_fast.jobs_hot j
+    SET state = 'failed',
+        finalized_at = now(),
+        heartbeat_at = NULL,
+        deadline_at = NULL,
+        errors = j.errors || jsonb_build_array(jsonb_build_object(
+            'error', d.message, 'attempt', j.attempt, 'at', now()))
+    FROM d
+    WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+      AND j.attempt >= j.max_attempts
+    RETURNING j.id, j.state, j.attempt, j.run_at
+),
+moved AS (
+    DELETE FROM awa_fast.jobs_hot j
+    USING d
+    WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+      AND j.attempt < j.max_attempts
+    RETURNING j.*, d.message
+),
+deferred AS (
+    INSERT INTO awa_fast.jobs_deferred (
+        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+        attempted_at, finalized_at, heartbeat_at, deadline_at, run_lease, errors, metadata,
+        tags, progress, unique_key, callback_id, callback_timeout_at, callback_result)
+    SELECT id, kind, queue, args, 'retryable', priority, attempt, max_attempts,
+           now() + make_interval(secs => least(%(base)s * power(2, attempt - 1), %(max)s)
+                                         * (1 + random() * %(jitter)s)),
+           created_at, attempted_at, now(), NULL, NULL, run_lease,
+           errors || jsonb_build_array(jsonb_build_object(
+               'error', message, 'attempt', attempt, 'at', now())),
+           metadata, tags, progress, unique_key, callback_id, callback_timeout_at,
+           callback_result
+    FROM moved
+    RETURNING id, state, attempt, run_at
+)
+SELECT id, state::text AS state, attempt, run_at FROM exhausted
+UNION ALL
+SELECT id, state::text AS state, attempt, run_at FROM deferred;

@@ -1,0 +1,89 @@
+"""Workers in this process: handlers run as tasks on the runner's own event loop.
+
+Sync handlers run on a thread pool here, so they never block claiming, heartbeats or other
+handlers. (In forked worker processes they run inline instead; see ``pool.py``.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from awa_fast.db.transitions import Target
+from awa_fast.runtime.executor import ID, KIND, LEASE, Executor
+
+if TYPE_CHECKING:
+    from awa_fast._core import InFlight
+    from awa_fast.runtime.runner import Runner
+
+
+async def run_claimed(executor: Executor, inflight: InFlight, row: Sequence[Any]) -> None:
+    """Run one delivered row ``(*claimed columns, slot, capacity index)``; free its slot and
+    capacity unit when the handler returns. An attempt cut short by cancellation is
+    reported lost, so the committer retries it (or fails it on its last attempt)."""
+    *job, slot, _cap = row
+    try:
+        await executor.run(job, slot)
+    except asyncio.CancelledError:
+        reason = orjson.dumps({"reason": "shut down before the handler finished"})
+        kind = executor.registry.index_of(job[KIND])
+        executor.sink.push(job[ID], job[LEASE], int(Target.LOST), kind, 0.0, reason)
+        raise
+    finally:
+        inflight.release_slot(slot)  # frees its capacity unit too
+
+
+class LocalWorkers:
+    count = 1
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.threads = ThreadPoolExecutor(
+            runner.config.sync_threads, thread_name_prefix="awa-fast-sync"
+        )
+        self.executor = Executor(
+            runner.handlers.registry,
+            runner.ring,
+            runner.inflight,
+            runner.config.backoff,
+            self.threads,
+        )
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def prefork(self) -> None:
+        """Nothing to fork."""
+
+    async def start(self) -> None:
+        """Nothing to start: tasks are created per delivery."""
+
+    def accepting(self) -> Sequence[int]:
+        return (0,)
+
+    def deliver(self, worker: int, rows: list[tuple[Any, ...]]) -> None:
+        for row in rows:
+            task = asyncio.create_task(self._run(row))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _run(self, row: tuple[Any, ...]) -> None:
+        try:
+            await run_claimed(self.executor, self.runner.inflight, row)
+        finally:
+            self.runner.wake()
+
+    async def drain(self, timeout: float) -> None:
+        """Wait for running handlers; past ``timeout`` set their cancel flags, give them a
+        short grace, then cancel what is left (reported lost, so it is retried)."""
+        if self.tasks:
+            _, pending = await asyncio.wait(self.tasks, timeout=timeout)
+            if pending:
+                self.runner.inflight.cancel_worker(0)
+                _, pending = await asyncio.wait(pending, timeout=min(timeout, 2.0))
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+        self.threads.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,410 @@
+"""Forked worker processes: the multiprocess half of the pool (DESIGN.md §1).
+
+The supervisor forks N workers before it opens a connection, starts a thread or creates an
+event loop (replacements are forked later from the running supervisor, with the hygiene in
+:func:`_become_worker`). Each worker runs its own uvloop loop and gets claimed rows from
+the supervisor over a pipe, as length-prefixed msgpack frames whose args are the raw JSON
+bytes Postgres returned. Outcomes go back through the shared-memory ring; capacity and
+cancel flags live in the shared in-flight table.
+
+Async handlers run concurrently up to the worker's share of the queue's concurrency. Sync
+handlers run inline on the worker's loop, one at a time per process (as a prefork pool
+does): a CPU-bound handler gets its core without contending for the GIL with a thread pool,
+and the supervisor — not the worker — sends heartbeats, so a long computation is safe.
+Blocking I/O belongs in async handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import ctypes
+import fcntl
+import gc
+import logging
+import os
+import signal
+import struct
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import orjson
+import uvloop
+
+from awa_fast.db.transitions import Target
+from awa_fast.runtime.executor import ID, KIND, LEASE, Executor
+from awa_fast.runtime.local import run_claimed
+
+if TYPE_CHECKING:
+    from awa_fast.runtime.runner import Runner
+
+log = logging.getLogger("awa_fast.pool")
+
+RECYCLED_EXIT = 75  # a worker that retired after its job or memory limit
+_FRAME = struct.Struct("<I")
+_PIPE_BYTES = 1 << 20
+_F_SETPIPE_SZ = 1031
+_PR_SET_PDEATHSIG = 1
+
+
+def _grow_pipe(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_BYTES)
+
+
+def describe_exit(pid: int, code: int) -> str:
+    if code < 0:
+        return f"worker process {pid} was killed by {signal.Signals(-code).name}"
+    return f"worker process {pid} exited with code {code}"
+
+
+@dataclass(slots=True)
+class Proc:
+    pid: int
+    write_fd: int
+    transport: asyncio.WriteTransport | None = None
+    pidfd: int | None = None  # readable once the process exits: how the loop sees a death
+
+
+class ForkedWorkers:
+    """The supervisor's view of its worker processes."""
+
+    def __init__(self, runner: Runner, count: int) -> None:
+        self.runner = runner
+        self.count = count
+        self.procs: list[Proc | None] = [None] * count
+        self.pids: list[int] = []  # every worker pid ever started, in order
+        self.exits: list[tuple[int, int]] = []  # (pid, exit code) of every worker that ended
+        self._encoder = msgspec.msgpack.Encoder()
+        self._stopping = False
+        self._changed: asyncio.Event | None = None
+
+    # -- forking --------------------------------------------------------------------------
+
+    def prefork(self) -> None:
+        for worker in range(self.count):
+            if self.procs[worker] is None:
+                self._fork(worker)
+
+    def _fork(self, worker: int) -> None:
+        read_fd, write_fd = os.pipe()
+        _grow_pipe(write_fd)
+        inherited = [p.write_fd for p in self.procs if p is not None]
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(write_fd)
+                for fd in inherited:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                _become_worker(parent)
+                code = WorkerProcess(self.runner, worker, read_fd).run()
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        os.close(read_fd)
+        self.procs[worker] = Proc(pid, write_fd)
+        self.pids.append(pid)
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._changed = asyncio.Event()
+        self.prefork()
+        for proc in self.procs:
+            if proc is not None:
+                await self._connect(proc)
+        self._reap()  # a worker that died before it was watched
+
+    async def _connect(self, proc: Proc) -> None:
+        """Watch the process (a pidfd on the loop) and open its job pipe."""
+        loop = asyncio.get_running_loop()
+        proc.pidfd = os.pidfd_open(proc.pid)
+        loop.add_reader(proc.pidfd, self._reap)
+        pipe = os.fdopen(proc.write_fd, "wb", buffering=0, closefd=True)
+        transport, _ = await loop.connect_write_pipe(asyncio.Protocol, pipe)
+        proc.transport = transport
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def accepting(self) -> Sequence[int]:
+        return [w for w, p in enumerate(self.procs) if p is not None and p.transport is not None]
+
+    def deliver(self, worker: int, rows: list[tuple[Any, ...]]) -> None:
+        proc = self.procs[worker]
+        if proc is None or proc.transport is None or proc.transport.is_closing():
+            self._give_back(rows, "its worker process ended before the job was delivered")
+            return
+        self._send(proc, ("jobs", rows))
+
+    def _send(self, proc: Proc, message: object) -> None:
+        assert proc.transport is not None
+        payload = self._encoder.encode(message)
+        proc.transport.write(_FRAME.pack(len(payload)) + payload)
+
+    def _give_back(self, rows: list[tuple[Any, ...]], reason: str) -> None:
+        """Rows claimed for a worker that is gone: back to available, unstarted."""
+        runner = self.runner
+        payload = orjson.dumps({"reason": reason})
+        for row in rows:
+            *job, slot, _cap = row
+            kind = runner.handlers.registry.index_of(job[KIND])
+            runner.ring.push(job[ID], job[LEASE], int(Target.RELEASED), kind, 0.0, payload)
+            runner.inflight.release_slot(slot)  # frees its capacity unit too
+
+    # -- deaths ---------------------------------------------------------------------------
+
+    def _reap(self) -> None:
+        """Collect every exited worker (called when a pidfd turns readable): its unfinished attempts are lost (retried or
+        failed, by the committer, after anything it already put in the ring), and unless
+        the pool is stopping, a replacement is forked at once."""
+        for worker, proc in enumerate(self.procs):
+            if proc is None:
+                continue
+            try:
+                pid, status = os.waitpid(proc.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid, status = proc.pid, 0
+            if pid == 0:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            self.exits.append((pid, code))
+            if proc.pidfd is not None:
+                asyncio.get_running_loop().remove_reader(proc.pidfd)
+                os.close(proc.pidfd)
+            if proc.transport is not None:
+                proc.transport.abort()
+            else:
+                with contextlib.suppress(OSError):
+                    os.close(proc.write_fd)
+            self.procs[worker] = None
+            self._lose_attempts(worker, describe_exit(pid, code))
+            if code not in (0, RECYCLED_EXIT):
+                log.error("%s; its unfinished jobs will be retried", describe_exit(pid, code))
+            if not self._stopping:
+                self._replace(worker)
+        if self._changed is not None:
+            self._changed.set()
+        self.runner.wake()
+
+    def _lose_attempts(self, worker: int, reason: str) -> None:
+        runner = self.runner
+        payload = orjson.dumps({"reason": reason})
+        for job_id, lease, _cap in runner.inflight.release_worker(worker):
+            runner.ring.push(job_id, lease, int(Target.LOST), 0xFFFF_FFFF, 0.0, payload)
+
+    def _replace(self, worker: int) -> None:
+        runner = self.runner
+        from awa_fast.runtime.runner import shares
+
+        for queue_index, concurrency in enumerate(runner.queues.values()):
+            share = shares(concurrency, self.count)[worker]
+            runner.inflight.set_capacity(runner.capacity_index(queue_index, worker), share)
+        self._fork(worker)
+        proc = self.procs[worker]
+        assert proc is not None
+        task = asyncio.get_running_loop().create_task(self._connect(proc))
+        task.add_done_callback(lambda _: self.runner.wake())
+
+    # -- stopping -------------------------------------------------------------------------
+
+    async def drain(self, timeout: float) -> None:
+        """Ask every worker to finish what it holds and exit; past ``timeout``, set cancel
+        flags, allow a short grace, then kill what is left (its attempts are lost and
+        retried)."""
+        self._stopping = True
+        for proc in self.procs:
+            if proc is not None and proc.transport is not None:
+                self._send(proc, ("drain",))
+        if not await self._wait_all_exited(timeout):
+            for worker in range(self.count):
+                self.runner.inflight.cancel_worker(worker)
+            if not await self._wait_all_exited(min(timeout, 2.0)):
+                for proc in self.procs:
+                    if proc is not None:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(proc.pid, signal.SIGKILL)
+                await self._wait_all_exited(10.0)
+
+    async def _wait_all_exited(self, timeout: float) -> bool:
+        assert self._changed is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while any(p is not None for p in self.procs):
+            self._changed.clear()
+            self._reap()
+            if not any(p is not None for p in self.procs):
+                break
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(remaining, 0.5))
+        return True
+
+
+def _become_worker(parent: int) -> None:
+    """Make a freshly forked child safe to run its own loop: forget the parent's loop and
+    signal handling, die with the parent, and never let the collector finalize the parent's
+    objects (its connections) from here."""
+    asyncio.events._set_running_loop(None)
+    with contextlib.suppress(ValueError):
+        signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGCHLD, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    # Ctrl-C, and service managers' SIGTERM, reach the whole process group: the supervisor
+    # alone decides how its workers stop (a drain message, or SIGKILL past the grace).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+    gc.freeze()
+
+
+class _FrameReader(asyncio.Protocol):
+    def __init__(self, worker: WorkerProcess) -> None:
+        self.worker = worker
+        self.buffer = bytearray()
+        self.decoder = msgspec.msgpack.Decoder()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while len(self.buffer) >= _FRAME.size:
+            (size,) = _FRAME.unpack_from(self.buffer)
+            end = _FRAME.size + size
+            if len(self.buffer) < end:
+                return
+            message = self.decoder.decode(self.buffer[_FRAME.size : end])
+            del self.buffer[:end]
+            self.worker.on_message(message)
+
+    def eof_received(self) -> bool:
+        self.worker.retire(0)
+        return False
+
+
+class WorkerProcess:
+    """The child side: run delivered rows, report outcomes, retire on request or limits."""
+
+    def __init__(self, runner: Runner, index: int, read_fd: int) -> None:
+        self.runner = runner
+        self.index = index
+        self.read_fd = read_fd
+        self.inflight = runner.inflight
+        self.caps = [runner.capacity_index(q, index) for q in range(len(runner.queues))]
+        self.registry = runner.handlers.registry
+        self.config = runner.config
+        self.executor = Executor(self.registry, runner.ring, runner.inflight, runner.config.backoff)
+        self.inline: collections.deque[list[Any]] = collections.deque()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.jobs_done = 0
+        self.retiring = False
+        self.exit_code = 0
+        self.done: asyncio.Event | None = None
+        self.pump_wakeup: asyncio.Event | None = None
+
+    def run(self) -> int:
+        return uvloop.run(self._main())
+
+    async def _main(self) -> int:
+        loop = asyncio.get_running_loop()
+        self.done = asyncio.Event()
+        self.pump_wakeup = asyncio.Event()
+        pipe = os.fdopen(self.read_fd, "rb", buffering=0)
+        transport, _ = await loop.connect_read_pipe(lambda: _FrameReader(self), pipe)
+        services = [asyncio.create_task(self._pump())]
+        if self.config.max_worker_memory_mb:
+            services.append(asyncio.create_task(self._watch_memory()))
+        await self.done.wait()
+        for task in services:
+            task.cancel()
+        transport.close()
+        return self.exit_code
+
+    def on_message(self, message: list[Any]) -> None:
+        if message[0] == "jobs":
+            for row in message[1]:
+                handler = self.registry.get(row[KIND])
+                if handler is not None and not handler.is_async:
+                    self.inline.append(row)
+                else:
+                    self._start(row)
+            assert self.pump_wakeup is not None
+            self.pump_wakeup.set()
+        elif message[0] == "drain":
+            self.retire(0, give_back=True)
+
+    def _start(self, row: list[Any]) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(row))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _run(self, row: list[Any]) -> None:
+        try:
+            await run_claimed(self.executor, self.inflight, row)
+        finally:
+            self.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self.jobs_done += 1
+            limit = self.config.max_jobs_per_worker
+            if limit and self.jobs_done >= limit:
+                self.retire(RECYCLED_EXIT)
+            self._maybe_exit()
+
+    async def _pump(self) -> None:
+        """Run sync handlers one at a time, inline (their rows wait here, unstarted)."""
+        assert self.pump_wakeup is not None
+        while True:
+            await self.pump_wakeup.wait()
+            self.pump_wakeup.clear()
+            while self.inline:
+                await self._run(self.inline.popleft())
+                await asyncio.sleep(0)  # let the pipe, async handlers and signals in
+
+    async def _watch_memory(self) -> None:
+        limit = self.config.max_worker_memory_mb
+        assert limit is not None
+        page = os.sysconf("SC_PAGE_SIZE")
+        while not self.retiring:
+            with open("/proc/self/statm") as statm:
+                rss_mb = int(statm.read().split()[1]) * page / 2**20
+            if rss_mb > limit:
+                log.info(
+                    "worker %d: %.0f MB resident > %s MB; recycling", os.getpid(), rss_mb, limit
+                )
+                self.retire(RECYCLED_EXIT)
+            await asyncio.sleep(0.5)
+
+    def retire(self, code: int, *, give_back: bool = False) -> None:
+        """Take no more jobs (capacity 0), finish what runs, then exit with ``code``. With
+        ``give_back``, rows not started yet return to available at once."""
+        if not self.retiring:
+            self.retiring = True
+            self.exit_code = code
+            for cap in self.caps:
+                self.inflight.set_capacity(cap, 0)
+        if give_back:
+            reason = orjson.dumps({"reason": "shutting down before the job started"})
+            while self.inline:
+                *job, slot, _cap = self.inline.popleft()
+                kind = self.registry.index_of(job[KIND])
+                self.runner.ring.push(job[ID], job[LEASE], int(Target.RELEASED), kind, 0.0, reason)
+                self.inflight.release_slot(slot)  # frees its capacity unit too
+        self._maybe_exit()
+
+    def _maybe_exit(self) -> None:
+        if (
+            self.retiring
+            and not self.tasks
+            and not self.inline
+            and all(self.inflight.in_flight(cap) == 0 for cap in self.caps)
+            and self.done is not None
+        ):
+            self.done.set()

@@ -1,0 +1,57 @@
+"""Blocking entry points: ``awa-fast serve``, ``client.serve()`` and ``client.run()``.
+
+Workers are forked before the event loop, any thread or any connection exists here. The
+first SIGINT/SIGTERM drains (stop claiming, let handlers finish up to the shutdown timeout
+while heartbeats go on, flush the committer, exit 0); a second exits at once — the workers
+die with the supervisor and whatever was running is rescued later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from typing import TYPE_CHECKING, Any
+
+import uvloop
+
+from awa_fast.runtime.runner import QueueSpec, Runner, RunnerConfig, parse_queues
+
+if TYPE_CHECKING:
+    from awa_fast.client import _Handlers
+
+log = logging.getLogger("awa_fast.serve")
+FORCED_EXIT = 1
+
+
+def serve(
+    client: _Handlers, queues: QueueSpec | None, *, processes: int | None, **config: Any
+) -> int:
+    """Run ``client``'s handlers until signalled; ``processes=None`` runs them in-process."""
+    parsed = parse_queues(queues if queues is not None else client.default_queues())
+    runner = Runner(
+        client.dsn, client.handlers, parsed, RunnerConfig(**config), processes=processes
+    )
+    runner.prefork()
+    return uvloop.run(_until_signalled(runner))
+
+
+async def _until_signalled(runner: Runner) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if stop.is_set():
+            log.warning("second %s: exiting now; running jobs will be rescued", sig.name)
+            os._exit(FORCED_EXIT)
+        log.info("%s: draining (again to exit at once)", sig.name)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    await runner.start()
+    log.info("serving %s", ", ".join(f"{q}={c}" for q, c in runner.queues.items()))
+    await stop.wait()
+    await runner.stop()
+    return 0

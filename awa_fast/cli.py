@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -86,6 +87,9 @@ def _queue_arg(text: str) -> tuple[str, int]:
 def _cmd_serve(opts: argparse.Namespace) -> int:
     from awa_fast.runtime.serve import serve
 
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
+    )
     app = load_app(opts.app)
     url = database_url(opts.database_url) if opts.database_url or not app.dsn else app.dsn
     migrate(url)

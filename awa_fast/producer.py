@@ -136,7 +136,7 @@ def request_of(item: object, options: InsertOptions) -> InsertRequest:
     """An :class:`InsertRequest` from an args object (with ``options``) or a request."""
     if isinstance(item, InsertRequest):
         return item
-    opts = dict(options)
+    opts: dict[str, Any] = dict(options)
     if "unique_opts" in opts:
         if opts.get("unique") is not None:
             raise ValidationError("unique_opts", "give unique or unique_opts, not both")
@@ -179,7 +179,8 @@ def _copy_row(job_id: int, job: PreparedJob, now: datetime) -> tuple[object, ...
 def _split_for_copy(
     jobs: Sequence[PreparedJob], ids: Sequence[int], now: datetime
 ) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
-    hot, deferred = [], []
+    hot: list[tuple[object, ...]] = []
+    deferred: list[tuple[object, ...]] = []
     for job_id, job in zip(ids, jobs, strict=True):
         target = deferred if job.run_at is not None and job.run_at > now else hot
         target.append(_copy_row(job_id, job, now))

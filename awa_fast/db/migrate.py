@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 import psycopg
 
@@ -47,7 +48,7 @@ def migrate(dsn: str) -> list[int]:
         return migrate_connection(conn)
 
 
-def migrate_connection(conn: psycopg.Connection[object]) -> list[int]:
+def migrate_connection(conn: psycopg.Connection[Any]) -> list[int]:
     """Migrate over an open connection (in its own transaction)."""
     applied: list[int] = []
     with conn.transaction():
@@ -59,8 +60,10 @@ def migrate_connection(conn: psycopg.Connection[object]) -> list[int]:
             " name text NOT NULL,"
             " applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.schema_version")
-        current = int(row.fetchone()[0])  # type: ignore[index]
+        row = conn.execute(
+            f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.schema_version"
+        ).fetchone()
+        current = int(row[0]) if row else 0
         for migration in migrations():
             if migration.version <= current:
                 continue
@@ -73,7 +76,7 @@ def migrate_connection(conn: psycopg.Connection[object]) -> list[int]:
     return applied
 
 
-def current_version(conn: psycopg.Connection[object]) -> int:
+def current_version(conn: psycopg.Connection[Any]) -> int:
     """The schema version of the connected database (0 when never migrated)."""
     row = conn.execute(
         "SELECT CASE WHEN to_regclass('awa_fast.schema_version') IS NULL THEN 0"

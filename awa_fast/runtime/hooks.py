@@ -17,6 +17,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+import orjson
+
 from awa_fast.codec import decoder_for, kind_of
 from awa_fast.types import JobRow
 
@@ -108,12 +110,10 @@ class HookDispatcher:
         fields: dict[str, Any],
     ) -> None:
         try:
-            import orjson
-
             event = Event(event_type, row, decode(orjson.dumps(row.args)), **fields)
             result = hook(event)
             if inspect.isawaitable(result):
-                loop.run_until_complete(result)  # type: ignore[arg-type]
+                loop.run_until_complete(result)
         except Exception:
             log.exception(
                 "lifecycle hook %r raised for job %s (%s); ignored", hook, row.id, event_type

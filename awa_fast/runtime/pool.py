@@ -114,7 +114,6 @@ class ForkedWorkers:
         self.pids.append(pid)
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
         self.prefork()
         for proc in self.procs:
@@ -161,9 +160,10 @@ class ForkedWorkers:
     # -- deaths ---------------------------------------------------------------------------
 
     def _reap(self) -> None:
-        """Collect every exited worker (called when a pidfd turns readable): its unfinished attempts are lost (retried or
-        failed, by the committer, after anything it already put in the ring), and unless
-        the pool is stopping, a replacement is forked at once."""
+        """Collect every exited worker (called when its pidfd turns readable): its
+        unfinished attempts are lost (retried or failed by the committer, after anything it
+        already put in the ring), and unless the pool is stopping, a replacement is forked
+        at once."""
         for worker, proc in enumerate(self.procs):
             if proc is None:
                 continue
@@ -351,7 +351,9 @@ class WorkerProcess:
         try:
             await run_claimed(self.executor, self.inflight, row)
         finally:
-            self.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+            task = asyncio.current_task()
+            if task is not None:
+                self.tasks.discard(task)
             self.jobs_done += 1
             limit = self.config.max_jobs_per_worker
             if limit and self.jobs_done >= limit:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
 import psycopg
 from psycopg.adapt import Loader
 
@@ -175,7 +176,7 @@ class Runner:
         self.hooks = HookDispatcher(handlers.hooks)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.committer = Committer(
-            lambda: psycopg.connect(dsn, autocommit=True),
+            lambda: psycopg.connect(dsn, autocommit=True, application_name="awa-fast committer"),
             self.ring,
             registry=handlers.registry,
             followups=handlers.followups,
@@ -405,8 +406,6 @@ class Runner:
 
 
 def _started_row(row: tuple[Any, ...]) -> JobRow:
-    import orjson
-
     from awa_fast.runtime.executor import (
         ARGS,
         ATTEMPT,

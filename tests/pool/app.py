@@ -1,0 +1,80 @@
+"""The app the pool tests serve: handlers that record each call (job, pid, attempt) in the
+test database, so tests count real handler executions across processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+import awa_fast
+
+client = awa_fast.AsyncClient(os.environ.get("AWA_FAST_TEST_APP_DSN", "postgresql:///unset"))
+_conn: psycopg.Connection[tuple[object, ...]] | None = None
+_first_done: asyncio.Event | None = None
+
+
+@dataclass
+class Step:
+    do: str
+    seconds: float = 0.0
+
+
+def record(job: awa_fast.Job[Step], note: str = "done") -> None:
+    """One row per call, on this process's own connection (opened after the fork)."""
+    global _conn
+    if _conn is None:
+        _conn = psycopg.connect(client.dsn, autocommit=True)
+        _conn.execute("SET synchronous_commit = off")  # test bookkeeping, not the queue
+    _conn.execute(
+        "INSERT INTO calls (job_id, pid, attempt, note) VALUES (%s, %s, %s, %s)",
+        (job.id, os.getpid(), job.attempt, note),
+    )
+
+
+def _first_event() -> asyncio.Event:
+    global _first_done
+    if _first_done is None:
+        _first_done = asyncio.Event()
+    return _first_done
+
+
+@client.task(Step)
+async def step(job: awa_fast.Job[Step]) -> None:
+    match job.args.do:
+        case "record":
+            pass
+        case "sleep":
+            record(job, "started")
+            await asyncio.sleep(job.args.seconds)
+        case "hang_once" if job.attempt == 1:
+            record(job, "started")
+            await asyncio.sleep(3600)
+        case "exit_once" if job.attempt == 1:
+            record(job, "exiting")
+            os._exit(1)
+        case "first":
+            _first_event().set()
+        case "die_after_first" if job.attempt == 1:
+            await _first_event().wait()
+            await asyncio.sleep(0.05)  # the first job's outcome is pushed by now
+            record(job, "exiting")
+            os._exit(1)
+    record(job)
+
+
+@dataclass
+class Burn:
+    ms: float
+
+
+@client.task(Burn)
+def burn(job: awa_fast.Job[Burn]) -> None:
+    """Pure-Python CPU for ``ms`` milliseconds (a sync handler: runs inline)."""
+    until = time.perf_counter() + job.args.ms / 1000
+    while time.perf_counter() < until:
+        pass
+    record(job)

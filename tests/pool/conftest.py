@@ -1,0 +1,80 @@
+"""Pool tests run `awa-fast serve` as a real supervisor process against a test database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Serve:
+    """A running `awa-fast serve tests.pool.app:client` process."""
+
+    def __init__(self, dsn: str, tmp_path: Path, *args: str) -> None:
+        self.log_path = tmp_path / "serve.log"
+        env = {**os.environ, "AWA_FAST_TEST_APP_DSN": dsn, "PYTHONPATH": str(ROOT)}
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "awa_fast.cli",
+                "serve",
+                "tests.pool.app:client",
+                "--database-url",
+                dsn,
+                *args,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def signal(self, sig: signal.Signals = signal.SIGTERM) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
+
+
+@pytest.fixture
+def calls(dsn: str) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE calls (job_id bigint, pid int, attempt int, note text,"
+            " at timestamptz DEFAULT clock_timestamp())"
+        )
+    return dsn
+
+
+@pytest.fixture
+def serve(calls: str, tmp_path: Path) -> Iterator[Any]:
+    started: list[Serve] = []
+
+    def start(*args: str) -> Serve:
+        s = Serve(calls, tmp_path, *args)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.close()

@@ -1,0 +1,149 @@
+"""The multiprocess pool end to end: a real `awa-fast serve` supervisor, real worker
+processes, real signals, a real Postgres. Handler calls are counted in the `calls` table."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import psycopg
+
+import awa_fast
+from tests.helpers import job, states, wait_until
+from tests.pool.app import Burn, Step
+
+
+def _insert(dsn: str, items: list[Any], **options: Any) -> list[int]:
+    with awa_fast.Client(dsn) as client:
+        return client.insert_many(items, **options)
+
+
+def _query(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def _completed(dsn: str, n: int) -> bool:
+    return states(dsn).get("completed", 0) == n
+
+
+def test_ten_thousand_jobs_over_two_processes_each_run_once(serve: Any, dsn: str) -> None:
+    _insert(dsn, [Step("record") for _ in range(10_000)])
+    server = serve("--processes", "2", "--queue", "default=200")
+    wait_until(lambda: _completed(dsn, 10_000), timeout=120, what="10,000 completions")
+    [(total, distinct)] = _query(dsn, "SELECT count(*), count(DISTINCT job_id) FROM calls")
+    assert (total, distinct) == (10_000, 10_000)
+    per_pid = _query(dsn, "SELECT pid, count(*) FROM calls GROUP BY pid")
+    assert len(per_pid) == 2, per_pid  # spread over every worker process
+    assert all(count > 0 for _, count in per_pid)
+    server.signal()
+    assert server.wait(30) == 0
+
+
+def test_sigkill_mid_handler_retries_on_a_new_worker(serve: Any, dsn: str) -> None:
+    [job_id] = _insert(dsn, [Step("hang_once")])
+    serve("--processes", "2")
+    wait_until(lambda: bool(_query(dsn, "SELECT 1 FROM calls WHERE note = 'started'")))
+    [(victim,)] = _query(dsn, "SELECT pid FROM calls WHERE note = 'started'")
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: job(dsn, job_id)["state"] == "completed", what="retry to complete")
+    final = job(dsn, job_id)
+    assert final["attempt"] == 2
+    assert final["errors"][0]["error"] == f"worker process {victim} was killed by SIGKILL"
+    assert final["errors"][0]["attempt"] == 1
+    [(finisher,)] = _query(dsn, "SELECT pid FROM calls WHERE note = 'done'")
+    assert finisher != victim
+
+
+def test_handler_calling_os_exit_is_retried(serve: Any, dsn: str) -> None:
+    [job_id] = _insert(dsn, [Step("exit_once")])
+    serve("--processes", "1")
+    wait_until(lambda: job(dsn, job_id)["state"] == "completed", what="retry to complete")
+    final = job(dsn, job_id)
+    assert final["attempt"] == 2
+    assert final["errors"][0]["error"].endswith("exited with code 1")
+
+
+def test_outcomes_pushed_just_before_a_worker_dies_are_committed(serve: Any, dsn: str) -> None:
+    first, dying = _insert(dsn, [Step("first"), Step("die_after_first")])
+    serve("--processes", "1")
+    wait_until(lambda: job(dsn, dying)["state"] == "completed", what="the dying job's retry")
+    done = job(dsn, first)
+    assert (done["state"], done["attempt"], done["errors"]) == ("completed", 1, [])
+    assert job(dsn, dying)["attempt"] == 2
+
+
+def test_sigterm_drains_long_handlers_and_exits_zero(serve: Any, dsn: str) -> None:
+    ids = _insert(dsn, [Step("sleep", seconds=1.5) for _ in range(10)])
+    server = serve("--processes", "2", "--shutdown-timeout", "30")
+    wait_until(lambda: states(dsn).get("running", 0) == 10, what="10 running")
+    server.signal(signal.SIGTERM)
+    assert server.wait(30) == 0, server.log()
+    assert states(dsn) == {"completed": 10}
+    assert [job(dsn, i)["attempt"] for i in ids] == [1] * 10
+
+
+def test_second_sigterm_exits_at_once_leaving_jobs_for_rescue(serve: Any, dsn: str) -> None:
+    _insert(dsn, [Step("sleep", seconds=60) for _ in range(4)])
+    server = serve("--processes", "2")
+    wait_until(lambda: len(_query(dsn, "SELECT 1 FROM calls")) == 4, what="4 started")
+    workers = {pid for (pid,) in _query(dsn, "SELECT pid FROM calls")}
+    server.signal(signal.SIGTERM)
+    wait_until(lambda: "SIGTERM: draining" in server.log(), what="the first signal's drain")
+    started = time.monotonic()
+    server.signal(signal.SIGTERM)
+    assert server.wait(10) == 1
+    assert time.monotonic() - started < 5
+    assert states(dsn) == {"running": 4}  # nothing lost: rescue returns them later
+    wait_until(lambda: not any(_alive(pid) for pid in workers), what="workers to die")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_cpu_bound_sync_handlers_keep_both_processes_busy(serve: Any, dsn: str) -> None:
+    _insert(dsn, [Burn(ms=5) for _ in range(400)])
+    serve("--processes", "2", "--queue", "default=2")
+    wait_until(lambda: _completed(dsn, 400), timeout=60)
+    per_pid = dict(_query(dsn, "SELECT pid, count(*) FROM calls GROUP BY pid"))
+    assert len(per_pid) == 2, per_pid
+    assert min(per_pid.values()) >= 100, per_pid
+
+
+def test_killing_the_committer_connection_loses_nothing(serve: Any, dsn: str) -> None:
+    _insert(dsn, [Step("record") for _ in range(5000)])
+    serve("--processes", "2", "--queue", "default=100")
+    kills = 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while states(dsn).get("completed", 0) < 5000:
+            killed = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name = 'awa-fast committer'"
+                " AND datname = current_database()"
+            ).fetchone()
+            kills += killed[0] if killed else 0
+            time.sleep(0.05)  # pacing of the fault injection, not synchronisation
+    assert kills >= 1
+    [(total, distinct)] = _query(dsn, "SELECT count(*), count(DISTINCT job_id) FROM calls")
+    assert (total, distinct) == (5000, 5000)
+    assert states(dsn) == {"completed": 5000}
+
+
+def test_recycling_after_n_jobs_replaces_workers_and_loses_nothing(serve: Any, dsn: str) -> None:
+    _insert(dsn, [Step("record") for _ in range(600)])
+    server = serve("--processes", "2", "--queue", "default=10", "--max-jobs-per-worker", "50")
+    wait_until(lambda: _completed(dsn, 600), timeout=60)
+    [(total, distinct, pids)] = _query(
+        dsn, "SELECT count(*), count(DISTINCT job_id), count(DISTINCT pid) FROM calls"
+    )
+    assert (total, distinct) == (600, 600)
+    assert pids >= 600 // (50 + 10)
+    server.signal()
+    assert server.wait(30) == 0

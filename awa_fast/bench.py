@@ -78,6 +78,67 @@ class Noop:
     n: int
 
 
+@dataclass
+class Burn:
+    ms: float
+
+
+def burn_cpu(job: Job[Burn]) -> None:
+    """Pure-Python CPU for ``job.args.ms`` milliseconds (a sync handler)."""
+    until = time.perf_counter() + job.args.ms / 1000
+    while time.perf_counter() < until:
+        pass
+
+
+async def _timed_drain(
+    url: str,
+    client: AsyncClient,
+    items: list[Any],
+    *,
+    queues: dict[str, int],
+    processes: int | None,
+    scenario: str,
+) -> dict[str, Any]:
+    """Insert ``items``, start the pool, and time until every job's outcome is committed."""
+    jobs = len(items)
+    await client.insert_many(items)
+    before = Counters.read(url)
+    started = time.perf_counter()
+    runner = await client.start(queues, processes=processes)
+    finished = await asyncio.to_thread(runner.committer.wait_committed, jobs, 600.0)
+    elapsed = time.perf_counter() - started
+    await client.close()
+    if not finished:
+        raise RuntimeError(f"{scenario} of {jobs} jobs did not finish within 600 s")
+    commits, wal = before.delta(Counters.read(url), url)
+    where = f"{processes} worker processes" if processes else "1 process"
+    return {
+        "scenario": scenario,
+        "system": f"awa-fast ({where})",
+        "processes": processes or 0,
+        "jobs": jobs,
+        "seconds": round(elapsed, 4),
+        "jobs_per_s": round(jobs / elapsed, 1),
+        "commits_per_job": round(commits / jobs, 4),
+        "wal_bytes_per_job": round(wal / jobs, 1),
+    }
+
+
+async def cpu(url: str, *, jobs: int, processes: int | None = None) -> dict[str, Any]:
+    """``jobs`` handlers each burning 1 ms of pure-Python CPU."""
+    client = AsyncClient(url)
+    client.task(Burn)(burn_cpu)
+    workers = processes or 1
+    return await _timed_drain(
+        url,
+        client,
+        [Burn(1.0) for _ in range(jobs)],
+        queues={"default": 2 * workers},
+        processes=processes,
+        scenario="cpu",
+    )
+
+
 async def drain(
     url: str, *, jobs: int, processes: int | None = None, concurrency: int = 1000
 ) -> dict[str, Any]:
@@ -89,28 +150,17 @@ async def drain(
     async def noop(job: Job[Noop]) -> None:
         return None
 
-    await client.insert_many([Noop(i) for i in range(jobs)])
-    before = Counters.read(url)
-    started = time.perf_counter()
-    runner = await client.start({"default": concurrency}, processes=processes)
-    finished = await asyncio.to_thread(runner.committer.wait_committed, jobs, 600.0)
-    elapsed = time.perf_counter() - started
-    await client.close()
-    if not finished:
-        raise RuntimeError(f"drain of {jobs} jobs did not finish within 600 s")
-    commits, wal = before.delta(Counters.read(url), url)
-    return {
-        "scenario": "drain",
-        "system": "awa-fast " + (f"({processes} worker processes)" if processes else "(1 process)"),
-        "jobs": jobs,
-        "seconds": round(elapsed, 4),
-        "jobs_per_s": round(jobs / elapsed, 1),
-        "commits_per_job": round(commits / jobs, 4),
-        "wal_bytes_per_job": round(wal / jobs, 1),
-    }
+    return await _timed_drain(
+        url,
+        client,
+        [Noop(i) for i in range(jobs)],
+        queues={"default": concurrency},
+        processes=processes,
+        scenario="drain",
+    )
 
 
-SCENARIOS = {"drain": drain}
+SCENARIOS = {"drain": drain, "cpu": cpu}
 
 
 def run_scenario(

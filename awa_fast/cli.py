@@ -160,7 +160,7 @@ def parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=_cmd_serve)
 
     bench = command("bench", "run a benchmark scenario on a fresh database")
-    bench.add_argument("scenario", nargs="?", default="drain", choices=["drain"])
+    bench.add_argument("scenario", nargs="?", default="drain", choices=["drain", "cpu"])
     bench.add_argument("--jobs", type=int, default=20_000)
     bench.add_argument("--runs", type=int, default=3)
     bench.add_argument("--processes", type=int, default=0, help="0: run in-process")

@@ -57,7 +57,11 @@ pub enum InFlightError {
     /// A queue or slot index is out of range: (what, index, count).
     Index(&'static str, i64, usize),
     /// More units released than are in flight.
-    OverRelease { queue: usize, n: i64, in_flight: i64 },
+    OverRelease {
+        queue: usize,
+        n: i64,
+        in_flight: i64,
+    },
     /// Every slot is occupied.
     Full,
     /// The shared mapping could not be created.
@@ -203,8 +207,7 @@ impl InFlight {
             if grant == 0 {
                 return 0;
             }
-            match inf.compare_exchange_weak(cur, cur + grant, Ordering::AcqRel, Ordering::Relaxed)
-            {
+            match inf.compare_exchange_weak(cur, cur + grant, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => return grant,
                 Err(now) => cur = now,
             }

@@ -14,7 +14,7 @@ use pyo3::types::{PyBytes, PyList};
 
 use crate::batch::{Batcher, Columns};
 use crate::inflight::{InFlight, InFlightError, SlotInfo};
-use crate::ring::{OutcomeRing, Outcome, RingError};
+use crate::ring::{Outcome, OutcomeRing, RingError};
 
 /// Longest stretch spent without the GIL before checking for signals.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
@@ -73,8 +73,7 @@ fn duration_arg(name: &str, secs: f64) -> PyResult<Duration> {
 }
 
 fn usize_arg(name: &'static str, v: i64) -> PyResult<usize> {
-    usize::try_from(v)
-        .map_err(|_| PyValueError::new_err(format!("{name}: must be >= 0, got {v}")))
+    usize::try_from(v).map_err(|_| PyValueError::new_err(format!("{name}: must be >= 0, got {v}")))
 }
 
 // ------------------------------------------------------------------------- OutcomeRing
@@ -183,11 +182,7 @@ impl PyOutcomeRing {
         loop {
             let until = slice_end(deadline);
             let ready = py
-                .detach(|| {
-                    self.ring
-                        .consumer()
-                        .map(|mut c| c.wait_ready(until))
-                })
+                .detach(|| self.ring.consumer().map(|mut c| c.wait_ready(until)))
                 .map_err(ring_err)?;
             if ready && self.pop_into(py, max, &list)? > 0 {
                 return Ok(list);
@@ -422,12 +417,9 @@ impl PyBatch {
         let idx = indices
             .iter()
             .map(|&i| {
-                usize::try_from(i)
-                    .ok()
-                    .filter(|&u| u < n)
-                    .ok_or_else(|| {
-                        PyIndexError::new_err(format!("batch index {i} out of range ({n})"))
-                    })
+                usize::try_from(i).ok().filter(|&u| u < n).ok_or_else(|| {
+                    PyIndexError::new_err(format!("batch index {i} out of range ({n})"))
+                })
             })
             .collect::<PyResult<Vec<usize>>>()?;
         Ok(PyBatch {
@@ -450,6 +442,9 @@ impl PyBatch {
 }
 
 // ------------------------------------------------------------------------- InFlight
+
+/// `(job_id, run_lease, queue, worker, cancelled)` as returned to Python.
+type SlotTuple = (i64, i64, u32, u32, bool);
 
 /// Per-queue capacity counters and per-attempt slots in anonymous shared memory.
 ///
@@ -516,7 +511,13 @@ impl PyInFlight {
     }
 
     /// Occupies a slot for an attempt; RuntimeError "in-flight table full" if none is free.
-    fn acquire_slot(&self, job_id: i64, run_lease: i64, queue: i64, worker: u32) -> PyResult<usize> {
+    fn acquire_slot(
+        &self,
+        job_id: i64,
+        run_lease: i64,
+        queue: i64,
+        worker: u32,
+    ) -> PyResult<usize> {
         let q = self.q(queue)?;
         self.table
             .acquire_slot(job_id, run_lease, q, worker)
@@ -529,7 +530,7 @@ impl PyInFlight {
     }
 
     /// ``(job_id, run_lease, queue, worker, cancelled)`` of an occupied slot, else None.
-    fn slot_info(&self, slot: i64) -> PyResult<Option<(i64, i64, u32, u32, bool)>> {
+    fn slot_info(&self, slot: i64) -> PyResult<Option<SlotTuple>> {
         Ok(self
             .table
             .slot_info(self.s(slot)?)

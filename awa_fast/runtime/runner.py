@@ -47,7 +47,7 @@ class RunnerConfig:
     heartbeat_interval: float = 5.0
     deadline: float = 600.0
     commit_batch: int = 256
-    commit_delay: float = 0.002
+    commit_delay: float = 0.005
     sync_threads: int = 32
     shutdown_timeout: float = 30.0
     backoff: tr.Backoff = field(default_factory=tr.Backoff)
@@ -283,22 +283,25 @@ class Runner:
                     await asyncio.wait_for(self._wake.wait(), self.config.poll_interval)
 
     def _reserve(self, queue_index: int) -> list[tuple[int, int]]:
-        """Reserve up to one claim batch of capacity, least-loaded workers first."""
-        free = sorted(
-            (
-                (self.inflight.free(self.capacity_index(queue_index, w)), w)
-                for w in self.workers.accepting()
-            ),
-            reverse=True,
-        )
+        """Reserve up to one claim batch of capacity, least-loaded workers first.
+
+        While jobs are in flight, wait until a worthwhile batch is free (half the queue's
+        capacity, at most a claim batch): a claim is a commit, and claiming one job each
+        time one finishes would cost a commit per job and starve the handlers of CPU.
+        """
+        caps = [(self.capacity_index(queue_index, w), w) for w in self.workers.accepting()]
+        free = sorted(((self.inflight.free(cap), cap, w) for cap, w in caps), reverse=True)
+        total_free = sum(f for f, _, _ in free)
+        capacity = sum(self.inflight.capacity(cap) for cap, _ in caps)
+        threshold = max(1, min(self.config.claim_batch, capacity // 2))
+        if total_free < threshold and total_free < capacity:
+            return []
         remaining = self.config.claim_batch
         reserved = []
-        for available, worker in free:
+        for available, cap, worker in free:
             if remaining == 0 or available == 0:
                 break
-            got = self.inflight.reserve(
-                self.capacity_index(queue_index, worker), min(available, remaining)
-            )
+            got = self.inflight.reserve(cap, min(available, remaining))
             if got:
                 reserved.append((worker, got))
                 remaining -= got

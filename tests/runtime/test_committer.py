@@ -10,9 +10,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from awa_fast._core import Batcher, OutcomeRing
 
 import awa_fast
+from awa_fast._core import Batcher, OutcomeRing
 from awa_fast.db import transitions as tr
 from awa_fast.runtime.committer import Committer
 from awa_fast.runtime.hooks import Event, EventType, HookDispatcher

@@ -1,0 +1,85 @@
+"""Claiming: order, paused queues, and lifecycle events around an attempt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+import awa_fast
+from awa_fast import EventType
+from tests.helpers import job, run, run_until, settled, states
+
+
+@dataclass
+class Mark:
+    label: str
+
+
+def test_claim_order_is_priority_then_run_at_then_id(dsn: str) -> None:
+    client = awa_fast.AsyncClient(dsn)
+    seen: list[str] = []
+
+    @client.task(Mark)
+    async def mark(job: awa_fast.Job[Mark]) -> None:
+        seen.append(job.args.label)
+
+    async def main() -> None:
+        async with client:
+            for label, priority in [("p4", 4), ("p1a", 1), ("p3", 3), ("p1b", 1), ("p2", 2)]:
+                await client.insert(Mark(label), priority=priority)
+            await run_until(client, {"default": 1}, lambda: settled(dsn))
+
+    run(main())
+    assert seen == ["p1a", "p1b", "p2", "p3", "p4"]
+
+
+def test_paused_queue_is_not_claimed(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO awa_fast.queue_meta (queue, paused) VALUES ('held', true)")
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Mark)(lambda job: None)
+
+    async def main() -> tuple[int, int]:
+        async with client:
+            held = await client.insert(Mark("held"), queue="held")
+            free = await client.insert(Mark("free"), queue="open")
+            await run_until(
+                client, {"held": 5, "open": 5}, lambda: job(dsn, free.id)["state"] == "completed"
+            )
+            return held.id, free.id
+
+    held_id, _ = run(main())
+    assert job(dsn, held_id)["state"] == "available"
+    assert states(dsn) == {"available": 1, "completed": 1}
+
+
+def test_lifecycle_events_fire_after_commit(dsn: str) -> None:
+    client = awa_fast.AsyncClient(dsn)
+    events: list[tuple[EventType, str]] = []
+
+    @client.task(Mark)
+    async def mark(job: awa_fast.Job[Mark]) -> None:
+        if job.args.label == "fail":
+            raise awa_fast.TerminalError("no")
+
+    def hook(event: awa_fast.Event) -> None:
+        # After commit: the stored row already shows the transition the event reports.
+        events.append((event.type, event.job.state))
+
+    client.on_event(Mark, hook)
+
+    async def main() -> None:
+        async with client:
+            await client.insert(Mark("ok"))
+            await run_until(client, {"default": 1}, lambda: settled(dsn))
+            await client.insert(Mark("fail"))
+            await run_until(client, {"default": 1}, lambda: settled(dsn))
+
+    run(main())
+    assert events == [
+        (EventType.STARTED, "running"),
+        (EventType.COMPLETED, "completed"),
+        (EventType.STARTED, "running"),
+        (EventType.EXHAUSTED, "failed"),
+    ]

@@ -246,6 +246,7 @@ class Committer:
                 "base": backoff.base,
                 "max": backoff.max,
                 "jitter": backoff.jitter,
+                "from_state": "running",
             }
             rows = conn.execute(Q.job_rescue_many, params).fetchall()
             return {row[0]: tuple(row) for row in rows}

@@ -7,7 +7,8 @@ handlers. (In forked worker processes they run inline instead; see ``pool.py``.)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,8 @@ import orjson
 
 from awa_fast.db.transitions import Target
 from awa_fast.runtime.executor import ID, KIND, LEASE, Executor
+
+log = logging.getLogger("awa_fast.local")
 
 if TYPE_CHECKING:
     from awa_fast._core import InFlight
@@ -53,6 +56,7 @@ class LocalWorkers:
             self.threads,
         )
         self.tasks: set[asyncio.Task[None]] = set()
+        self.by_attempt: dict[tuple[int, int], asyncio.Task[None]] = {}
 
     def prefork(self) -> None:
         """Nothing to fork."""
@@ -65,9 +69,26 @@ class LocalWorkers:
 
     def deliver(self, worker: int, rows: list[tuple[Any, ...]]) -> None:
         for row in rows:
+            attempt = (row[ID], row[LEASE])
             task = asyncio.create_task(self._run(row))
             self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            self.by_attempt[attempt] = task
+            task.add_done_callback(self._forget(attempt))
+
+    def _forget(self, attempt: tuple[int, int]) -> Callable[[asyncio.Task[None]], None]:
+        def forget(task: asyncio.Task[None]) -> None:
+            self.tasks.discard(task)
+            self.by_attempt.pop(attempt, None)
+
+        return forget
+
+    def evict(self, job_id: int, run_lease: int, *, reason: str) -> None:
+        """Cancel the attempt's task. (A sync handler on the thread pool cannot be stopped
+        from outside; its later outcome is stale and dropped.)"""
+        task = self.by_attempt.get((job_id, run_lease))
+        if task is not None:
+            log.warning("job %s: cancelling its task: %s", job_id, reason)
+            task.cancel()
 
     async def _run(self, row: tuple[Any, ...]) -> None:
         try:

@@ -82,6 +82,7 @@ class ForkedWorkers:
         self._encoder = msgspec.msgpack.Encoder()
         self._stopping = False
         self._changed: asyncio.Event | None = None
+        self._evicted: dict[int, str] = {}  # pid -> why the supervisor killed it
 
     # -- forking --------------------------------------------------------------------------
 
@@ -175,6 +176,8 @@ class ForkedWorkers:
                 continue
             code = os.waitstatus_to_exitcode(status)
             self.exits.append((pid, code))
+            why = self._evicted.pop(pid, None)
+            ended = f"worker process {pid} was recycled: {why}" if why else describe_exit(pid, code)
             if proc.pidfd is not None:
                 asyncio.get_running_loop().remove_reader(proc.pidfd)
                 os.close(proc.pidfd)
@@ -184,9 +187,9 @@ class ForkedWorkers:
                 with contextlib.suppress(OSError):
                     os.close(proc.write_fd)
             self.procs[worker] = None
-            self._lose_attempts(worker, describe_exit(pid, code))
+            self._lose_attempts(worker, ended)
             if code not in (0, RECYCLED_EXIT):
-                log.error("%s; its unfinished jobs will be retried", describe_exit(pid, code))
+                log.error("%s; its unfinished jobs will be retried", ended)
             if not self._stopping:
                 self._replace(worker)
         if self._changed is not None:
@@ -211,6 +214,18 @@ class ForkedWorkers:
         assert proc is not None
         task = asyncio.get_running_loop().create_task(self._connect(proc))
         task.add_done_callback(lambda _: self.runner.wake())
+
+    def evict(self, job_id: int, run_lease: int, *, reason: str) -> None:
+        """Kill the worker process running this attempt: the only way to stop a handler
+        that ignores its cancel flag (for example a CPU loop). Its other attempts are lost
+        and retried; a replacement is forked."""
+        for worker, proc in enumerate(self.procs):
+            if proc is not None and (job_id, run_lease) in self.runner.inflight.held_by(worker):
+                log.warning("job %s: killing worker %d: %s", job_id, proc.pid, reason)
+                self._evicted[proc.pid] = f"job {job_id} {reason}"
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                return
 
     # -- stopping -------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db import transitions as tr
 from awa_fast.db.queries import Q
 from awa_fast.errors import ConfigError
+from awa_fast.maintenance.service import Maintenance
 from awa_fast.producer import MAX_NAME_LENGTH
 from awa_fast.runtime.committer import Committer
 from awa_fast.runtime.followups import FollowupRegistry
@@ -53,9 +54,25 @@ class RunnerConfig:
     backoff: tr.Backoff = field(default_factory=tr.Backoff)
     max_jobs_per_worker: int | None = None
     max_worker_memory_mb: float | None = None
+    election_interval: float = 1.0
+    rescue_interval: float = 1.0
+    rescue_batch: int = 1000
+    heartbeat_staleness: float = 30.0
+    deadline_grace: float = 5.0
+    cleanup_interval: float = 60.0
+    cleanup_batch: int = 1000
+    completed_retention: float = 24 * 3600.0
+    failed_retention: float = 72 * 3600.0
 
     def __post_init__(self) -> None:
-        for name in ("claim_batch", "promote_batch", "commit_batch", "sync_threads"):
+        for name in (
+            "claim_batch",
+            "promote_batch",
+            "commit_batch",
+            "sync_threads",
+            "rescue_batch",
+            "cleanup_batch",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
         for name in (
@@ -65,6 +82,13 @@ class RunnerConfig:
             "deadline",
             "commit_delay",
             "shutdown_timeout",
+            "election_interval",
+            "rescue_interval",
+            "heartbeat_staleness",
+            "deadline_grace",
+            "cleanup_interval",
+            "completed_retention",
+            "failed_retention",
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0 seconds")
@@ -140,6 +164,8 @@ class Workers(Protocol):
 
     async def drain(self, timeout: float) -> None: ...
 
+    def evict(self, job_id: int, run_lease: int, *, reason: str) -> None: ...
+
 
 class Runner:
     """The host side: claims for every worker, heartbeats, promotes, commits.
@@ -189,6 +215,8 @@ class Runner:
         self.workers: Workers = (
             LocalWorkers(self) if processes is None else ForkedWorkers(self, count)
         )
+        self.maintenance = Maintenance(dsn, config, handlers, self.hooks)
+        self._flagged: dict[tuple[int, int], float] = {}  # cancel flag set at (loop time)
         self._wake = asyncio.Event()
         self._stopping = False
         self._commit_stop = threading.Event()
@@ -223,7 +251,7 @@ class Runner:
             for coro in (
                 self._claim_loop(),
                 self._listen_loop(),
-                self._promote_loop(),
+                self.maintenance.run(lambda: self._stopping),
                 self._heartbeat_loop(),
             )
         ]
@@ -356,20 +384,28 @@ class Runner:
     # -- services -------------------------------------------------------------------------
 
     async def _listen_loop(self) -> None:
+        """Wake claiming on new jobs (one NOTIFY per inserting statement) and flip cancel
+        flags for admin cancels of attempts running here."""
         while not self._stopping:
             try:
                 async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
                     await conn.execute("LISTEN awa_fast_jobs")
+                    await conn.execute("LISTEN awa_fast_cancel")
                     self._wake.set()
                     async for note in conn.notifies():
-                        if note.payload in self.queues:
+                        if note.channel == "awa_fast_cancel":
+                            job_id, _, lease = note.payload.partition(":")
+                            self._flag(int(job_id), int(lease))
+                        elif note.payload in self.queues:
                             self._wake.set()
             except psycopg.OperationalError as exc:
                 log.warning("LISTEN connection lost (%s); polling until it is back", exc)
                 await asyncio.sleep(self.config.poll_interval)
 
-    async def _promote_loop(self) -> None:
-        await self._periodic(self.config.promote_interval, self._promote_once)
+    def _flag(self, job_id: int, lease: int) -> None:
+        """Set an attempt's cancel flag (its handler sees job.is_cancelled())."""
+        if self.inflight.cancel(job_id, lease) and self._loop is not None:
+            self._flagged.setdefault((job_id, lease), self._loop.time())
 
     async def _heartbeat_loop(self) -> None:
         await self._periodic(self.config.heartbeat_interval, self._heartbeat_once)
@@ -393,19 +429,30 @@ class Runner:
             if conn is not None:
                 await conn.close()
 
-    async def _promote_once(self, conn: psycopg.AsyncConnection[Any]) -> int:
-        total = 0
-        while True:
-            cur = await conn.execute(Q.job_promote_due, {"limit": self.config.promote_batch})
-            moved = cur.rowcount
-            total += moved
-            if moved < self.config.promote_batch:
-                return total
-
     async def _heartbeat_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """One UPDATE for every attempt running on this host. Attempts it no longer owns
+        (cancelled, rescued) or that are past their deadline get their cancel flag; a
+        handler still running ``deadline_grace`` after that has its worker recycled."""
         ids, leases = self.inflight.running()
-        if ids:
-            await conn.execute(Q.job_heartbeat_many, {"ids": ids, "leases": leases})
+        if not ids:
+            self._flagged.clear()
+            return
+        cur = await conn.execute(Q.job_heartbeat_many, {"ids": ids, "leases": leases})
+        owned = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
+        running = set(zip(ids, leases, strict=True))
+        for attempt in running:
+            if owned.get(attempt, True):
+                self._flag(*attempt)
+        assert self._loop is not None
+        now = self._loop.time()
+        for attempt, since in list(self._flagged.items()):
+            if attempt not in running:
+                del self._flagged[attempt]
+            elif now - since > self.config.deadline_grace:
+                del self._flagged[attempt]
+                self.workers.evict(
+                    *attempt, reason="its handler ignored cancellation past the grace period"
+                )
 
 
 def _started_row(row: tuple[Any, ...]) -> JobRow:

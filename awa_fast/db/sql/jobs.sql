@@ -20,7 +20,7 @@ SET state = 'running',
     run_lease = j.run_lease + 1,
     attempted_at = now(),
     heartbeat_at = now(),
-    deadline_at = now() + make_interval(secs => %(deadline_s)s)
+    deadline_at = now() + make_interval(secs => COALESCE(j.deadline_seconds, %(deadline_s)s))
 FROM picked
 WHERE j.id = picked.id AND j.state = 'available'
 RETURNING j.id, j.run_lease, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.priority,
@@ -77,7 +77,8 @@ deferred AS (
     INSERT INTO awa_fast.jobs_deferred (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, finalized_at, heartbeat_at, deadline_at, run_lease, errors, metadata,
-        tags, progress, unique_key, callback_id, callback_timeout_at, callback_result)
+        tags, progress, unique_key, callback_id, callback_timeout_at, callback_result,
+        deadline_seconds)
     SELECT id, kind, queue, args, next_state, priority,
            CASE WHEN next_state = 'scheduled' THEN attempt - 1 ELSE attempt END,
            max_attempts, now() + make_interval(secs => delay_s), created_at,
@@ -85,7 +86,7 @@ deferred AS (
            CASE WHEN new_error IS NULL THEN errors ELSE errors || jsonb_build_array(new_error) END,
            CASE WHEN new_metadata IS NULL THEN metadata ELSE metadata || new_metadata END,
            tags, COALESCE(new_progress, progress), unique_key, callback_id,
-           callback_timeout_at, callback_result
+           callback_timeout_at, callback_result, deadline_seconds
     FROM moved
     RETURNING id, state, attempt, run_at
 )
@@ -110,18 +111,24 @@ WITH due AS (
 INSERT INTO awa_fast.jobs_hot (
     id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
     attempted_at, finalized_at, heartbeat_at, deadline_at, run_lease, errors, metadata,
-    tags, progress, unique_key, callback_id, callback_timeout_at, callback_result)
+    tags, progress, unique_key, callback_id, callback_timeout_at, callback_result,
+    deadline_seconds)
 SELECT id, kind, queue, args, 'available', priority, attempt, max_attempts, run_at, created_at,
        attempted_at, NULL, NULL, NULL, run_lease, errors, metadata,
-       tags, progress, unique_key, callback_id, callback_timeout_at, callback_result
+       tags, progress, unique_key, callback_id, callback_timeout_at, callback_result,
+       deadline_seconds
 FROM due
 RETURNING id;
 
 -- name: job_heartbeat_many
+-- One heartbeat for every attempt a host runs. It returns the attempts the host still owns
+-- (a slot missing from the result was cancelled or rescued) and whether each is past its
+-- deadline (so the host can set its cancel flag).
 UPDATE awa_fast.jobs_hot j
 SET heartbeat_at = now()
 FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS d(id, lease)
-WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running';
+WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+RETURNING j.id, j.run_lease, j.deadline_at < now() AS overdue;
 
 -- name: job_insert_many
 -- Insert rows given as parallel arrays; rows due now go to jobs_hot, future rows to
@@ -187,9 +194,10 @@ RETURNING job_id;
 SELECT job_id FROM awa_fast.unique_claims WHERE unique_key = %(key)s;
 
 -- name: job_rescue_many
--- Attempts whose process died (or, later, whose heartbeat went stale): retryable with
--- exponential backoff computed here, or failed when the attempt was the last one. The
--- error entry records the attempt that was lost.
+-- Attempts that cannot finish on their own — their process died, their host stopped
+-- heartbeating, their deadline passed, their callback timed out — leave `from_state`:
+-- retryable with exponential backoff computed here, or failed when the attempt was the
+-- last one (a rescue never grants an extra run). The error entry records the lost attempt.
 WITH d AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(messages)s::text[])
         AS d(id, lease, message)
@@ -203,14 +211,16 @@ exhausted AS (
         errors = j.errors || jsonb_build_array(jsonb_build_object(
             'error', d.message, 'attempt', j.attempt, 'at', now()))
     FROM d
-    WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+    WHERE j.id = d.id AND j.run_lease = d.lease
+      AND j.state = %(from_state)s::awa_fast.job_state
       AND j.attempt >= j.max_attempts
     RETURNING j.id, j.state, j.attempt, j.run_at
 ),
 moved AS (
     DELETE FROM awa_fast.jobs_hot j
     USING d
-    WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+    WHERE j.id = d.id AND j.run_lease = d.lease
+      AND j.state = %(from_state)s::awa_fast.job_state
       AND j.attempt < j.max_attempts
     RETURNING j.*, d.message
 ),
@@ -218,7 +228,8 @@ deferred AS (
     INSERT INTO awa_fast.jobs_deferred (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, finalized_at, heartbeat_at, deadline_at, run_lease, errors, metadata,
-        tags, progress, unique_key, callback_id, callback_timeout_at, callback_result)
+        tags, progress, unique_key, callback_id, callback_timeout_at, callback_result,
+        deadline_seconds)
     SELECT id, kind, queue, args, 'retryable', priority, attempt, max_attempts,
            now() + make_interval(secs => least(%(base)s * power(2, attempt - 1), %(max)s)
                                          * (1 + random() * %(jitter)s)),
@@ -226,7 +237,7 @@ deferred AS (
            errors || jsonb_build_array(jsonb_build_object(
                'error', message, 'attempt', attempt, 'at', now())),
            metadata, tags, progress, unique_key, callback_id, callback_timeout_at,
-           callback_result
+           callback_result, deadline_seconds
     FROM moved
     RETURNING id, state, attempt, run_at
 )

@@ -1,0 +1,37 @@
+-- Named queries of the maintenance services (run by the elected leader only).
+
+-- name: leader_try_acquire
+SELECT pg_try_advisory_lock(%(key)s);
+
+-- name: job_select_stale
+-- Running attempts whose host stopped heartbeating.
+SELECT id, run_lease FROM awa_fast.jobs_hot
+WHERE state = 'running' AND heartbeat_at < now() - make_interval(secs => %(staleness_s)s)
+ORDER BY heartbeat_at
+LIMIT %(limit)s;
+
+-- name: job_select_overdue
+-- Running attempts past their hard deadline plus the grace their handler had to stop.
+SELECT id, run_lease FROM awa_fast.jobs_hot
+WHERE state = 'running' AND deadline_at < now() - make_interval(secs => %(grace_s)s)
+ORDER BY deadline_at
+LIMIT %(limit)s;
+
+-- name: job_select_callback_expired
+SELECT id, run_lease FROM awa_fast.jobs_hot
+WHERE state = 'waiting_external' AND callback_timeout_at < now()
+ORDER BY callback_timeout_at
+LIMIT %(limit)s;
+
+-- name: job_delete_expired
+-- Retention: finished jobs past their queue's retention, in bounded batches.
+WITH doomed AS (
+    SELECT id FROM awa_fast.jobs_hot
+    WHERE (state = 'completed'
+           AND finalized_at < now() - make_interval(secs => %(completed_s)s))
+       OR (state IN ('failed', 'cancelled')
+           AND finalized_at < now() - make_interval(secs => %(failed_s)s))
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM awa_fast.jobs_hot j USING doomed WHERE j.id = doomed.id;

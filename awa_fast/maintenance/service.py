@@ -1,0 +1,173 @@
+"""The maintenance loop: every host runs it; only the leader promotes, rescues and cleans.
+
+Each step is a ``*_once`` method that returns what it did, so tests call them directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from awa_fast.db import transitions as tr
+from awa_fast.db.queries import Q
+from awa_fast.maintenance.leader import Leader
+from awa_fast.runtime.followups import OutcomeContext, insert_followups
+from awa_fast.runtime.hooks import EventType, HookDispatcher
+from awa_fast.types import JobRow
+
+if TYPE_CHECKING:
+    from awa_fast.runtime.runner import Handlers, RunnerConfig
+
+log = logging.getLogger("awa_fast.maintenance")
+
+# (selecting query, the state rescued attempts leave, the error each records)
+RESCUES = (
+    ("job_select_stale", "running", "heartbeat stale: the host running it stopped reporting"),
+    ("job_select_overdue", "running", "deadline exceeded"),
+    ("job_select_callback_expired", "waiting_external", "callback timed out"),
+)
+
+
+@dataclass(slots=True)
+class MaintenanceStats:
+    promoted: int = 0
+    rescued: dict[str, int] = field(default_factory=dict)
+    deleted: int = 0
+
+
+class Maintenance:
+    def __init__(
+        self, dsn: str, config: RunnerConfig, handlers: Handlers, hooks: HookDispatcher
+    ) -> None:
+        self.dsn = dsn
+        self.config = config
+        self.handlers = handlers
+        self.hooks = hooks
+        self.leader = Leader(dsn)
+        self.stats = MaintenanceStats()
+
+    async def run(self, stopping: Callable[[], bool]) -> None:
+        conn: psycopg.AsyncConnection[Any] | None = None
+        loop = asyncio.get_running_loop()
+        next_election = next_rescue = next_cleanup = 0.0
+        try:
+            while not stopping():
+                now = loop.time()
+                try:
+                    if now >= next_election:
+                        next_election = now + self.config.election_interval
+                        await self.leader.check()
+                    if self.leader.is_leader:
+                        if conn is None or conn.closed:
+                            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+                        await self.promote_once(conn)
+                        if now >= next_rescue:
+                            next_rescue = now + self.config.rescue_interval
+                            await self.rescue_once(conn)
+                        if now >= next_cleanup:
+                            next_cleanup = now + self.config.cleanup_interval
+                            await self.clean_once(conn)
+                except psycopg.OperationalError as exc:
+                    log.warning("maintenance step failed (%s); retrying", exc)
+                    if conn is not None:
+                        await conn.close()
+                    conn = None
+                await asyncio.sleep(self.config.promote_interval)
+        finally:
+            if conn is not None:
+                await conn.close()
+            await self.leader.close()
+
+    async def promote_once(self, conn: psycopg.AsyncConnection[Any]) -> int:
+        """Move due scheduled/retryable jobs into the claimable table, in batches."""
+        total = 0
+        while True:
+            cur = await conn.execute(Q.job_promote_due, {"limit": self.config.promote_batch})
+            total += cur.rowcount
+            if cur.rowcount < self.config.promote_batch:
+                self.stats.promoted += total
+                return total
+
+    async def rescue_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+        """Rescue stale, overdue and callback-expired attempts (each guarded by run_lease,
+        each respecting max_attempts); then events and rescue follow-ups, best effort."""
+        backoff = self.config.backoff
+        limits = {
+            "staleness_s": self.config.heartbeat_staleness,
+            "grace_s": self.config.deadline_grace,
+            "limit": self.config.rescue_batch,
+        }
+        counts: dict[str, int] = {}
+        for select, from_state, reason in RESCUES:
+            cur = await conn.execute(getattr(Q, select), limits)
+            found = await cur.fetchall()
+            if not found:
+                continue
+            cur = await conn.execute(
+                Q.job_rescue_many,
+                {
+                    "ids": [r[0] for r in found],
+                    "leases": [r[1] for r in found],
+                    "messages": [reason] * len(found),
+                    "base": backoff.base,
+                    "max": backoff.max,
+                    "jitter": backoff.jitter,
+                    "from_state": from_state,
+                },
+            )
+            rescued = await cur.fetchall()
+            counts[select] = len(rescued)
+            if rescued:
+                log.warning("rescued %d attempts: %s", len(rescued), reason)
+                await self._after_rescue([r[0] for r in rescued], reason)
+        for key, value in counts.items():
+            self.stats.rescued[key] = self.stats.rescued.get(key, 0) + value
+        return counts
+
+    async def _after_rescue(self, ids: list[int], reason: str) -> None:
+        """Rescued events and on_rescued_enqueue follow-ups, after the rescue committed.
+        A failing follow-up is logged; the rescue stands."""
+        specs_wanted = any(o is tr.Outcome.RESCUED for o, _ in self.handlers.followups.specs)
+        if not specs_wanted and not self.hooks.registry.hooks:
+            return
+        async with await psycopg.AsyncConnection.connect(self.dsn) as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(Q.job_get_many, {"ids": ids})
+            rows = [JobRow.from_row(r) for r in await cur.fetchall()]
+        for row in rows:
+            if self.hooks.registry.wants(row.kind):
+                self.hooks.submit(EventType.RESCUED, row, reason=reason, attempt=row.attempt)
+            specs = self.handlers.followups.for_(tr.Outcome.RESCUED, row.kind)
+            if specs:
+                ctx = OutcomeContext(tr.Outcome.RESCUED, row.attempt, reason=reason)
+                await asyncio.to_thread(self._rescue_followups, specs, row, ctx)
+
+    def _rescue_followups(self, specs: Any, row: JobRow, ctx: OutcomeContext) -> None:
+        import orjson
+
+        try:
+            with psycopg.connect(self.dsn) as conn, conn.transaction():
+                insert_followups(conn, specs, row, orjson.dumps(row.args), ctx)
+        except Exception:
+            log.exception("job %s: rescue follow-up failed; the rescue stands", row.id)
+
+    async def clean_once(self, conn: psycopg.AsyncConnection[Any]) -> int:
+        """Delete finished jobs past retention, in bounded batches."""
+        total = 0
+        params = {
+            "completed_s": self.config.completed_retention,
+            "failed_s": self.config.failed_retention,
+            "limit": self.config.cleanup_batch,
+        }
+        while True:
+            cur = await conn.execute(Q.job_delete_expired, params)
+            total += cur.rowcount
+            if cur.rowcount < self.config.cleanup_batch:
+                self.stats.deleted += total
+                return total

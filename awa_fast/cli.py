@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -23,12 +24,14 @@ from awa_fast.db.migrate import migrate
 
 
 def database_url(flag: str | None) -> str:
+    """The URL given, else a local Postgres started (or reused) and migrated for the user."""
     url = flag or os.environ.get("AWA_FAST_DATABASE_URL") or os.environ.get("DATABASE_URL")
     if url:
         return url
     from awa_fast.localpg import embedded_url
 
     url = embedded_url()
+    migrate(url)
     print(f"awa-fast: no database URL given; using local Postgres at {url}", file=sys.stderr)
     return url
 
@@ -84,6 +87,21 @@ def _queue_arg(text: str) -> tuple[str, int]:
     return name, int(concurrency)
 
 
+def _setting_arg(text: str) -> tuple[str, float | int]:
+    from dataclasses import fields
+
+    from awa_fast.runtime.runner import RunnerConfig
+
+    name, sep, value = text.partition("=")
+    names = {f.name for f in fields(RunnerConfig)}
+    if not sep or name not in names:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {sorted(names)}")
+    try:
+        return name, int(value) if value.isdigit() else float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name}: {value!r} is not a number") from None
+
+
 def _cmd_serve(opts: argparse.Namespace) -> int:
     from awa_fast.runtime.serve import serve
 
@@ -94,7 +112,7 @@ def _cmd_serve(opts: argparse.Namespace) -> int:
     url = database_url(opts.database_url) if opts.database_url or not app.dsn else app.dsn
     migrate(url)
     app.dsn = url
-    config: dict[str, Any] = {"shutdown_timeout": opts.shutdown_timeout}
+    config: dict[str, Any] = {"shutdown_timeout": opts.shutdown_timeout, **dict(opts.set or [])}
     if opts.max_jobs_per_worker:
         config["max_jobs_per_worker"] = opts.max_jobs_per_worker
     if opts.max_worker_memory_mb:
@@ -107,19 +125,26 @@ def _cmd_serve(opts: argparse.Namespace) -> int:
 def _cmd_bench(opts: argparse.Namespace) -> int:
     from awa_fast import bench
 
+    names = list(bench.SCENARIOS) if "all" in opts.scenario else opts.scenario
+    planned = bench.plan(
+        names, jobs=opts.jobs, processes=opts.processes or None, duration=opts.duration
+    )
     url = database_url(opts.database_url)
-    results = bench.run_scenario(
-        url, opts.scenario, runs=opts.runs, jobs=opts.jobs, processes=opts.processes or None
-    )
-    for result in results:
-        print(json.dumps(result))
-    summary = bench.median_row(results)
-    print(json.dumps({"median": summary, "settings": bench.server_settings(url)}))
-    print(
-        f"{opts.scenario}: {summary['jobs_per_s']:,.0f} jobs/s (median of {opts.runs}), "
-        f"{summary['commits_per_job']:.4f} commits/job, "
-        f"{summary['wal_bytes_per_job']:.0f} B WAL/job"
-    )
+    results = bench.run_all(url, planned, runs=opts.runs)
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    bench.save_results(out / "awa-fast.jsonl", results)
+    print(f"awa-fast bench: results in {out / 'awa-fast.jsonl'}", file=sys.stderr)
+    try:
+        report = importlib.import_module("benches.report")
+    except ImportError:
+        print(
+            "awa-fast bench: no table or charts: benches/ (the source checkout) is not "
+            "importable; run from the repository or with an editable install",
+            file=sys.stderr,
+        )
+        return 0
+    print(report.write_report(out, includes=[Path(p) for p in opts.include]))
     return 0
 
 
@@ -157,13 +182,31 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--shutdown-timeout", type=float, default=30.0)
     serve.add_argument("--max-jobs-per-worker", type=int)
     serve.add_argument("--max-worker-memory-mb", type=float)
+    serve.add_argument(
+        "--set",
+        action="append",
+        type=_setting_arg,
+        metavar="NAME=VALUE",
+        help="any RunnerConfig field, e.g. --set heartbeat_interval=2",
+    )
     serve.set_defaults(run=_cmd_serve)
 
-    bench = command("bench", "run a benchmark scenario on a fresh database")
-    bench.add_argument("scenario", nargs="?", default="drain", choices=["drain", "cpu"])
-    bench.add_argument("--jobs", type=int, default=20_000)
-    bench.add_argument("--runs", type=int, default=3)
-    bench.add_argument("--processes", type=int, default=0, help="0: run in-process")
+    bench = command("bench", "run benchmark scenarios, each run on a fresh database")
+    bench.add_argument(
+        "scenario",
+        nargs="*",
+        default=["drain"],
+        choices=["all", "drain", "cpu", "io", "latency", "sustained", "retry", "scheduled"],
+        help="scenarios to run (default: drain; all: every one)",
+    )
+    bench.add_argument("--jobs", type=int, help="jobs per run (default: per scenario)")
+    bench.add_argument("--runs", type=int, default=3, help="runs per configuration (median)")
+    bench.add_argument("--processes", type=int, default=0, help="worker processes (0: in-process)")
+    bench.add_argument("--duration", type=float, help="seconds of offered load (sustained)")
+    bench.add_argument("--out", default="bench-results", help="folder for results and charts")
+    bench.add_argument(
+        "--include", action="append", default=[], metavar="FILE.jsonl", help="peer results"
+    )
     bench.set_defaults(run=_cmd_bench)
     return top
 

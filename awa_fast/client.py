@@ -15,9 +15,8 @@ from typing import Any, TypeVar, Unpack
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from awa_fast import producer
+from awa_fast import admin, producer
 from awa_fast.db.migrate import migrate as _migrate
-from awa_fast.db.queries import Q
 from awa_fast.db.transitions import Outcome
 from awa_fast.runtime.followups import FollowupRegistry, Make
 from awa_fast.runtime.hooks import Hook, HookRegistry
@@ -34,6 +33,7 @@ from awa_fast.types import InsertOptions, JobRow
 from awa_fast.worker import HandlerFunc, Registry, Worker
 
 F = TypeVar("F", bound=HandlerFunc)
+T = TypeVar("T")
 
 
 class _Handlers:
@@ -126,10 +126,38 @@ class Client(_Handlers):
         with self._conn() as conn:
             return producer.insert_many(conn, items, **options)
 
-    def get_job(self, job_id: int) -> JobRow | None:
+    def _run(self, op: admin.Op[T]) -> T:
         with self._conn() as conn:
-            row = conn.cursor(row_factory=dict_row).execute(Q.job_get, {"id": job_id}).fetchone()
-            return JobRow.from_row(row) if row else None
+            cur = conn.cursor(row_factory=dict_row)
+            cur.execute(op.sql, op.params)
+            return op.shape(cur.fetchall() if cur.description else [])
+
+    def get_job(self, job_id: int) -> JobRow | None:
+        return self._run(admin.get_job(job_id))
+
+    def cancel(self, job_id: int) -> JobRow | None:
+        """Cancel the job (a running handler sees ``is_cancelled()``); None if finished."""
+        return self.get_job(job_id) if self._run(admin.cancel(job_id)) else None
+
+    def retry(self, job_id: int) -> JobRow | None:
+        """Run a failed or cancelled job again; None if it was not failed or cancelled."""
+        return self.get_job(job_id) if self._run(admin.retry(job_id)) else None
+
+    def retry_failed(self, *, kind: str | None = None, queue: str | None = None) -> int:
+        return self._run(admin.retry_failed(kind=kind, queue=queue))
+
+    def pause_queue(self, queue: str) -> None:
+        self._run(admin.pause_queue(queue))
+
+    def resume_queue(self, queue: str) -> None:
+        self._run(admin.resume_queue(queue))
+
+    def queue_stats(self) -> list[admin.QueueStat]:
+        return self._run(admin.queue_stats())
+
+    def list_jobs(self, **filters: Any) -> list[JobRow]:
+        """Newest first; filters: ``state``, ``kind``, ``queue``, ``limit`` (100)."""
+        return self._run(admin.list_jobs(**filters))
 
     def close(self) -> None:
         if self._opened:
@@ -170,12 +198,38 @@ class AsyncClient(_Handlers):
         async with await self._conn() as conn:
             return await producer.insert_many_async(conn, items, **options)
 
-    async def get_job(self, job_id: int) -> JobRow | None:
+    async def _run(self, op: admin.Op[T]) -> T:
         async with await self._conn() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(Q.job_get, {"id": job_id})
-            row = await cur.fetchone()
-            return JobRow.from_row(row) if row else None
+            await cur.execute(op.sql, op.params)
+            return op.shape(await cur.fetchall() if cur.description else [])
+
+    async def get_job(self, job_id: int) -> JobRow | None:
+        return await self._run(admin.get_job(job_id))
+
+    async def cancel(self, job_id: int) -> JobRow | None:
+        """Cancel the job (a running handler sees ``is_cancelled()``); None if finished."""
+        return await self.get_job(job_id) if await self._run(admin.cancel(job_id)) else None
+
+    async def retry(self, job_id: int) -> JobRow | None:
+        """Run a failed or cancelled job again; None if it was not failed or cancelled."""
+        return await self.get_job(job_id) if await self._run(admin.retry(job_id)) else None
+
+    async def retry_failed(self, *, kind: str | None = None, queue: str | None = None) -> int:
+        return await self._run(admin.retry_failed(kind=kind, queue=queue))
+
+    async def pause_queue(self, queue: str) -> None:
+        await self._run(admin.pause_queue(queue))
+
+    async def resume_queue(self, queue: str) -> None:
+        await self._run(admin.resume_queue(queue))
+
+    async def queue_stats(self) -> list[admin.QueueStat]:
+        return await self._run(admin.queue_stats())
+
+    async def list_jobs(self, **filters: Any) -> list[JobRow]:
+        """Newest first; filters: ``state``, ``kind``, ``queue``, ``limit`` (100)."""
+        return await self._run(admin.list_jobs(**filters))
 
     async def start(
         self, queues: QueueSpec | None = None, *, processes: int | None = None, **config: Any

@@ -24,15 +24,23 @@ if TYPE_CHECKING:
     from awa_fast.runtime.runner import Runner
 
 
-async def run_claimed(executor: Executor, inflight: InFlight, row: Sequence[Any]) -> None:
+async def run_claimed(
+    executor: Executor,
+    inflight: InFlight,
+    row: Sequence[Any],
+    *,
+    why_cut: Callable[[], str | None] | None = None,
+) -> None:
     """Run one delivered row ``(*claimed columns, slot, capacity index)``; free its slot and
     capacity unit when the handler returns. An attempt cut short by cancellation is
-    reported lost, so the committer retries it (or fails it on its last attempt)."""
+    reported lost (``why_cut`` says why), so the committer retries it, or fails it on its
+    last attempt."""
     *job, slot, _cap = row
     try:
         await executor.run(job, slot)
     except asyncio.CancelledError:
-        reason = orjson.dumps({"reason": "shut down before the handler finished"})
+        why = (why_cut() if why_cut else None) or "shut down before the handler finished"
+        reason = orjson.dumps({"reason": why})
         kind = executor.registry.index_of(job[KIND])
         executor.sink.push(job[ID], job[LEASE], int(Target.LOST), kind, 0.0, reason)
         raise
@@ -57,6 +65,7 @@ class LocalWorkers:
         )
         self.tasks: set[asyncio.Task[None]] = set()
         self.by_attempt: dict[tuple[int, int], asyncio.Task[None]] = {}
+        self.evicted: dict[tuple[int, int], str] = {}
 
     def prefork(self) -> None:
         """Nothing to fork."""
@@ -88,11 +97,21 @@ class LocalWorkers:
         task = self.by_attempt.get((job_id, run_lease))
         if task is not None:
             log.warning("job %s: cancelling its task: %s", job_id, reason)
+            self.evicted[(job_id, run_lease)] = reason
             task.cancel()
 
     async def _run(self, row: tuple[Any, ...]) -> None:
+        attempt = (row[ID], row[LEASE])
         try:
-            await run_claimed(self.executor, self.runner.inflight, row)
+            await run_claimed(
+                self.executor,
+                self.runner.inflight,
+                row,
+                why_cut=lambda: self.evicted.get(attempt),
+            )
+        except asyncio.CancelledError:
+            if self.evicted.pop(attempt, None) is None:
+                raise  # shutdown: propagate; an evicted attempt's task just ends
         finally:
             self.runner.wake()
 

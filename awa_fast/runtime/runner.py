@@ -216,7 +216,8 @@ class Runner:
             LocalWorkers(self) if processes is None else ForkedWorkers(self, count)
         )
         self.maintenance = Maintenance(dsn, config, handlers, self.hooks)
-        self._flagged: dict[tuple[int, int], float] = {}  # cancel flag set at (loop time)
+        # attempts whose cancel flag we set: (when, why), to recycle handlers that ignore it
+        self._flagged: dict[tuple[int, int], tuple[float, str]] = {}
         self._wake = asyncio.Event()
         self._stopping = False
         self._commit_stop = threading.Event()
@@ -395,17 +396,17 @@ class Runner:
                     async for note in conn.notifies():
                         if note.channel == "awa_fast_cancel":
                             job_id, _, lease = note.payload.partition(":")
-                            self._flag(int(job_id), int(lease))
+                            self._flag(int(job_id), int(lease), why="cancelled by admin")
                         elif note.payload in self.queues:
                             self._wake.set()
             except psycopg.OperationalError as exc:
                 log.warning("LISTEN connection lost (%s); polling until it is back", exc)
                 await asyncio.sleep(self.config.poll_interval)
 
-    def _flag(self, job_id: int, lease: int) -> None:
+    def _flag(self, job_id: int, lease: int, *, why: str) -> None:
         """Set an attempt's cancel flag (its handler sees job.is_cancelled())."""
         if self.inflight.cancel(job_id, lease) and self._loop is not None:
-            self._flagged.setdefault((job_id, lease), self._loop.time())
+            self._flagged.setdefault((job_id, lease), (self._loop.time(), why))
 
     async def _heartbeat_loop(self) -> None:
         await self._periodic(self.config.heartbeat_interval, self._heartbeat_once)
@@ -441,17 +442,21 @@ class Runner:
         owned = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
         running = set(zip(ids, leases, strict=True))
         for attempt in running:
-            if owned.get(attempt, True):
-                self._flag(*attempt)
+            overdue = owned.get(attempt)
+            if overdue is None:
+                self._flag(*attempt, why="no longer owned (cancelled or rescued)")
+            elif overdue:
+                self._flag(*attempt, why="deadline exceeded")
         assert self._loop is not None
         now = self._loop.time()
-        for attempt, since in list(self._flagged.items()):
+        grace = self.config.deadline_grace
+        for attempt, (since, why) in list(self._flagged.items()):
             if attempt not in running:
                 del self._flagged[attempt]
-            elif now - since > self.config.deadline_grace:
+            elif now - since > grace:
                 del self._flagged[attempt]
                 self.workers.evict(
-                    *attempt, reason="its handler ignored cancellation past the grace period"
+                    *attempt, reason=f"{why}; its handler ignored cancellation for {grace:g}s"
                 )
 
 

@@ -7,6 +7,7 @@ import asyncio
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 
@@ -23,16 +24,23 @@ class Step:
     seconds: float = 0.0
 
 
-def record(job: awa_fast.Job[Step], note: str = "done") -> None:
-    """One row per call, on this process's own connection (opened after the fork)."""
+def record(job: awa_fast.Job[Any], note: str = "done") -> None:
+    """One row per call, on this process's own connection (opened after the fork, and
+    reopened once if the server restarted under it)."""
     global _conn
-    if _conn is None:
-        _conn = psycopg.connect(client.dsn, autocommit=True)
-        _conn.execute("SET synchronous_commit = off")  # test bookkeeping, not the queue
-    _conn.execute(
-        "INSERT INTO calls (job_id, pid, attempt, note) VALUES (%s, %s, %s, %s)",
-        (job.id, os.getpid(), job.attempt, note),
-    )
+    for attempt in range(2):
+        try:
+            if _conn is None or _conn.closed:
+                _conn = psycopg.connect(client.dsn, autocommit=True)
+            _conn.execute(
+                "INSERT INTO calls (job_id, pid, attempt, note) VALUES (%s, %s, %s, %s)",
+                (job.id, os.getpid(), job.attempt, note),
+            )
+            return
+        except psycopg.OperationalError:
+            _conn = None
+            if attempt:
+                raise
 
 
 def _first_event() -> asyncio.Event:
@@ -77,4 +85,20 @@ def burn(job: awa_fast.Job[Burn]) -> None:
     until = time.perf_counter() + job.args.ms / 1000
     while time.perf_counter() < until:
         pass
+    record(job)
+
+
+@dataclass
+class Spin:
+    seconds: float
+
+
+@client.task(Spin)
+def spin(job: awa_fast.Job[Spin]) -> None:
+    """A sync handler stuck in a CPU loop on its first attempt, ignoring cancellation."""
+    if job.attempt == 1:
+        record(job, "started")
+        until = time.perf_counter() + job.args.seconds
+        while time.perf_counter() < until:
+            pass
     record(job)

@@ -20,7 +20,7 @@ class Serve:
     """A running `awa-fast serve tests.pool.app:client` process."""
 
     def __init__(self, dsn: str, tmp_path: Path, *args: str) -> None:
-        self.log_path = tmp_path / "serve.log"
+        self.log_path = tmp_path / f"serve-{len(list(tmp_path.glob('serve-*.log')))}.log"
         env = {**os.environ, "AWA_FAST_TEST_APP_DSN": dsn, "PYTHONPATH": str(ROOT)}
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(

@@ -1,0 +1,111 @@
+"""Admin operations as data: each is one named statement plus how to shape its rows.
+
+``Client`` runs them on a connection, ``AsyncClient`` awaits the same :class:`Op`, so the two
+clients cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from awa_fast.db.queries import Q
+from awa_fast.errors import ValidationError
+from awa_fast.types import JOB_STATES, JobRow
+
+T = TypeVar("T")
+Rows = Sequence[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Op(Generic[T]):
+    sql: str
+    params: dict[str, Any]
+    shape: Callable[[Rows], T]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStat:
+    queue: str
+    available: int
+    running: int
+    scheduled: int
+    retryable: int
+    waiting_external: int
+    completed: int
+    failed: int
+    cancelled: int
+    paused: bool
+    lag_seconds: float | None
+
+
+def _any(rows: Rows) -> bool:
+    return bool(rows)
+
+
+def _count(rows: Rows) -> int:
+    return len(rows)
+
+
+def _nothing(rows: Rows) -> None:
+    return None
+
+
+def _job(rows: Rows) -> JobRow | None:
+    return JobRow.from_row(rows[0]) if rows else None
+
+
+def _jobs(rows: Rows) -> list[JobRow]:
+    return [JobRow.from_row(r) for r in rows]
+
+
+def _stats(rows: Rows) -> list[QueueStat]:
+    return [
+        QueueStat(**{**r, "lag_seconds": float(r["lag_seconds"]) if r["lag_seconds"] else None})
+        for r in rows
+    ]
+
+
+def get_job(job_id: int) -> Op[JobRow | None]:
+    return Op(Q.job_get, {"id": job_id}, _job)
+
+
+def cancel(job_id: int, reason: str = "by admin") -> Op[bool]:
+    """Cancel a job in any unfinished state; True if it was cancelled."""
+    return Op(Q.job_cancel, {"id": job_id, "reason": reason}, _any)
+
+
+def retry(job_id: int) -> Op[bool]:
+    """Run a failed or cancelled job again (attempts reset); True if it was queued."""
+    return Op(Q.job_retry, {"id": job_id}, _any)
+
+
+def retry_failed(*, kind: str | None = None, queue: str | None = None) -> Op[int]:
+    return Op(Q.job_retry_failed, {"kind": kind, "queue": queue}, _count)
+
+
+def pause_queue(queue: str) -> Op[None]:
+    return Op(Q.queue_pause, {"queue": queue}, _nothing)
+
+
+def resume_queue(queue: str) -> Op[None]:
+    return Op(Q.queue_resume, {"queue": queue}, _nothing)
+
+
+def queue_stats() -> Op[list[QueueStat]]:
+    return Op(Q.queue_stats, {}, _stats)
+
+
+def list_jobs(
+    *,
+    state: str | None = None,
+    kind: str | None = None,
+    queue: str | None = None,
+    limit: int = 100,
+) -> Op[list[JobRow]]:
+    if state is not None and state not in JOB_STATES:
+        raise ValidationError("state", f"must be one of {', '.join(JOB_STATES)}, got {state!r}")
+    if limit < 1:
+        raise ValidationError("limit", f"must be >= 1, got {limit}")
+    return Op(Q.job_list, {"state": state, "kind": kind, "queue": queue, "limit": limit}, _jobs)

@@ -1,0 +1,134 @@
+"""Maintenance steps against a real database: each `*_once` call observed in the tables."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+
+import awa_fast
+from awa_fast.maintenance.leader import Leader
+from awa_fast.maintenance.service import Maintenance
+from awa_fast.runtime.hooks import HookDispatcher
+from awa_fast.runtime.runner import RunnerConfig
+from tests.factories import insert_job
+from tests.helpers import job, run
+
+
+def _maintenance(dsn: str, **config: Any) -> Maintenance:
+    client = awa_fast.Client(dsn)
+    return Maintenance(
+        dsn, RunnerConfig(**config), client.handlers, HookDispatcher(client.handlers.hooks)
+    )
+
+
+def _set(conn: psycopg.Connection[Any], job_id: int, assignments: str) -> None:
+    conn.execute(f"UPDATE awa_fast.jobs_hot SET {assignments} WHERE id = %s", (job_id,))
+
+
+async def _once(dsn: str, step: str, **config: Any) -> Any:
+    maintenance = _maintenance(dsn, **config)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        return await getattr(maintenance, step)(conn)
+
+
+def test_stale_heartbeat_is_rescued_and_the_last_attempt_fails(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    retried = insert_job(conn, state="running", attempt=1, max_attempts=3, run_lease=1)
+    last = insert_job(conn, state="running", attempt=3, max_attempts=3, run_lease=3)
+    alive = insert_job(conn, state="running", attempt=1, run_lease=1)
+    for job_id in (retried, last):
+        _set(conn, job_id, "heartbeat_at = now() - interval '1 hour'")
+    counts = run(_once(dsn, "rescue_once", heartbeat_staleness=30.0))
+    assert counts == {"job_select_stale": 2}
+    again = job(dsn, retried)
+    assert (again["state"], again["attempt"]) == ("retryable", 1)
+    assert again["errors"][-1]["error"].startswith("heartbeat stale")
+    assert again["errors"][-1]["attempt"] == 1
+    assert job(dsn, last)["state"] == "failed"  # no extra run past max_attempts
+    assert job(dsn, alive)["state"] == "running"
+
+
+def test_overdue_and_callback_timeouts_are_rescued(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    overdue = insert_job(conn, state="running", attempt=1, run_lease=1)
+    _set(conn, overdue, "deadline_at = now() - interval '1 minute'")
+    waiting = insert_job(conn, state="waiting_external", attempt=1, run_lease=1)
+    _set(conn, waiting, "callback_timeout_at = now() - interval '1 second'")
+    counts = run(_once(dsn, "rescue_once", deadline_grace=5.0))
+    assert counts == {"job_select_overdue": 1, "job_select_callback_expired": 1}
+    assert job(dsn, overdue)["errors"][-1]["error"] == "deadline exceeded"
+    assert job(dsn, waiting)["state"] == "retryable"
+    assert job(dsn, waiting)["errors"][-1]["error"] == "callback timed out"
+
+
+def test_rescue_is_guarded_by_run_lease(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """A stale row re-claimed between the scan and the rescue must not be rescued."""
+    stale = insert_job(conn, state="running", attempt=1, run_lease=1)
+    _set(conn, stale, "heartbeat_at = now() - interval '1 hour'")
+    maintenance = _maintenance(dsn)
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
+            cur = await c.execute(
+                awa_fast.db.queries.Q.job_rescue_many,
+                {
+                    "ids": [stale],
+                    "leases": [0],
+                    "messages": ["x"],
+                    "base": 1.0,
+                    "max": 1.0,
+                    "jitter": 0.0,
+                    "from_state": "running",
+                },
+            )
+            assert await cur.fetchall() == []
+            await maintenance.leader.close()
+
+    run(main())
+    assert job(dsn, stale)["state"] == "running"
+
+
+def test_promotion_moves_due_jobs_and_leaves_future_ones(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    due = [insert_job(conn, state="scheduled") for _ in range(5)]
+    future = insert_job(conn, state="retryable")
+    conn.execute(
+        "UPDATE awa_fast.jobs_deferred SET run_at = now() + interval '1 hour' WHERE id = %s",
+        (future,),
+    )
+    assert run(_once(dsn, "promote_once", promote_batch=2)) == 5
+    assert {job(dsn, i)["state"] for i in due} == {"available"}
+    assert job(dsn, future)["state"] == "retryable"
+
+
+def test_retention_deletes_only_expired_finished_jobs(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    old_done = insert_job(conn, state="completed")
+    new_done = insert_job(conn, state="completed")
+    old_failed = insert_job(conn, state="failed")
+    _set(conn, old_done, "finalized_at = now() - interval '2 days'")
+    _set(conn, new_done, "finalized_at = now()")
+    _set(conn, old_failed, "finalized_at = now() - interval '4 days'")
+    assert run(_once(dsn, "clean_once", cleanup_batch=1)) == 2
+    rows = conn.execute("SELECT id FROM awa_fast.jobs").fetchall()
+    assert rows == [(new_done,)]
+
+
+def test_one_leader_at_a_time_and_reelection(dsn: str) -> None:
+    async def main() -> list[bool]:
+        first, second = Leader(dsn), Leader(dsn)
+        seen = [await first.check(), await second.check()]
+        await first.close()  # the leader's session ends: Postgres releases the lock
+        for _ in range(200):  # the next election attempts, as the service makes them
+            if await second.check():
+                break
+            await asyncio.sleep(0.01)
+        seen.append(second.is_leader)
+        await second.close()
+        return seen
+
+    assert run(main()) == [True, False, True]

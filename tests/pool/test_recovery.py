@@ -1,0 +1,155 @@
+"""Recovery with real supervisors: stuck CPU loops, a leader killed outright, a Postgres
+restart in the middle of a run."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import awa_fast
+from awa_fast.localpg import LocalCluster
+from tests.helpers import job, states, wait_until
+from tests.pool.app import Spin, Step
+from tests.pool.conftest import Serve
+
+FAST = (
+    "--set",
+    "heartbeat_interval=0.2",
+    "--set",
+    "rescue_interval=0.2",
+    "--set",
+    "election_interval=0.3",
+    "--set",
+    "promote_interval=0.05",
+)
+
+
+def _query(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_cpu_loop_ignoring_cancellation_gets_its_worker_replaced(serve: Any, dsn: str) -> None:
+    with awa_fast.Client(dsn) as client:
+        job_id = client.insert(Spin(seconds=120)).id
+    serve("--processes", "2", "--set", "deadline=1", "--set", "deadline_grace=0.5", *FAST)
+    wait_until(lambda: bool(_query(dsn, "SELECT 1 FROM calls WHERE note = 'started'")))
+    [(spinner,)] = _query(dsn, "SELECT pid FROM calls WHERE note = 'started'")
+    wait_until(lambda: job(dsn, job_id)["state"] == "completed", timeout=30)
+    final = job(dsn, job_id)
+    assert final["attempt"] == 2
+    assert "deadline exceeded" in final["errors"][0]["error"]
+    wait_until(lambda: not _alive(spinner), what="the spinning worker to be killed")
+    [(finisher,)] = _query(dsn, "SELECT pid FROM calls WHERE note = 'done'")
+    assert finisher != spinner
+
+
+def _leader(servers: list[Serve]) -> Serve | None:
+    leaders = [s for s in servers if "now the maintenance leader" in s.log()]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+def test_killing_the_leader_host_hands_its_jobs_to_the_other(serve: Any, dsn: str) -> None:
+    settings = (
+        "--processes",
+        "2",
+        "--queue",
+        "default=10",
+        "--set",
+        "heartbeat_staleness=2",
+        *FAST,
+    )
+    servers = [serve(*settings), serve(*settings)]
+    wait_until(lambda: _leader(servers) is not None, what="one leader")
+    leader = _leader(servers)
+    assert leader is not None
+    other = next(s for s in servers if s is not leader)
+    with awa_fast.Client(dsn) as client:
+        ids = client.insert_many([Step("sleep", seconds=3) for _ in range(20)])
+    wait_until(lambda: len(_query(dsn, "SELECT 1 FROM calls WHERE note = 'started'")) == 20)
+    on_leader = {
+        job_id
+        for job_id, pid in _query(dsn, "SELECT job_id, pid FROM calls")
+        if _parent(pid) == leader.proc.pid
+    }
+    assert on_leader, "the leader ran none of the jobs"
+    leader.proc.kill()  # SIGKILL: its workers die with it (PDEATHSIG)
+    wait_until(lambda: states(dsn) == {"completed": 20}, timeout=60, what="all 20 completed")
+    assert "now the maintenance leader" in other.log()
+    for job_id in ids:
+        final = job(dsn, job_id)
+        if job_id in on_leader:
+            assert final["attempt"] == 2
+            assert final["errors"][0]["error"].startswith("heartbeat stale")
+        else:
+            assert (final["attempt"], final["errors"]) == (1, [])
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return None
+    match = re.search(r"^PPid:\s+(\d+)", status, re.MULTILINE)
+    return int(match[1]) if match else None
+
+
+@pytest.fixture
+def own_cluster() -> Any:
+    cluster = LocalCluster.temporary()
+    cluster.start()
+    yield cluster
+    cluster.stop(remove=True)
+
+
+def test_postgres_restart_mid_run_loses_and_repeats_nothing(
+    own_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    url = own_cluster.url
+    awa_fast.migrate(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE calls (job_id bigint, pid int, attempt int, note text,"
+            " at timestamptz DEFAULT clock_timestamp())"
+        )
+    with awa_fast.Client(url) as client:
+        client.insert_many([Step("record") for _ in range(5000)])
+    server = Serve(
+        url,
+        tmp_path,
+        "--processes",
+        "2",
+        "--queue",
+        "default=100",
+        "--set",
+        "heartbeat_staleness=3",
+        *FAST,
+    )
+    try:
+        wait_until(lambda: states(url).get("completed", 0) > 500, timeout=60)
+        own_cluster.pg_ctl("restart", "-m", "fast")
+        wait_until(lambda: _done(url) == 5000, timeout=120, what="all 5000 completed")
+        [(total, distinct)] = _query(url, "SELECT count(*), count(DISTINCT job_id) FROM calls")
+        assert (total, distinct) == (5000, 5000), server.log()[-3000:]
+    finally:
+        server.close()
+
+
+def _done(url: str) -> int:
+    try:
+        return states(url).get("completed", 0)
+    except psycopg.OperationalError:
+        return -1

@@ -109,3 +109,29 @@ def list_jobs(
     if limit < 1:
         raise ValidationError("limit", f"must be >= 1, got {limit}")
     return Op(Q.job_list, {"state": state, "kind": kind, "queue": queue, "limit": limit}, _jobs)
+
+
+@dataclass(frozen=True, slots=True)
+class DlqEntry:
+    job: JobRow
+    reason: str
+    dlq_at: Any
+
+
+def _dlq(rows: Rows) -> list[DlqEntry]:
+    return [DlqEntry(JobRow.from_row(r), r["dlq_reason"], r["dlq_at"]) for r in rows]
+
+
+def list_dlq(
+    *, kind: str | None = None, queue: str | None = None, limit: int = 100
+) -> Op[list[DlqEntry]]:
+    return Op(Q.dlq_list, {"kind": kind, "queue": queue, "limit": limit}, _dlq)
+
+
+def retry_from_dlq(job_id: int) -> Op[bool]:
+    """Move a dead-lettered job back to available with fresh attempts."""
+    return Op(Q.dlq_retry, {"id": job_id}, _any)
+
+
+def purge_dlq(*, kind: str | None = None, queue: str | None = None) -> Op[int]:
+    return Op(Q.dlq_purge, {"kind": kind, "queue": queue}, _count)

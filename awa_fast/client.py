@@ -159,6 +159,16 @@ class Client(_Handlers):
         """Newest first; filters: ``state``, ``kind``, ``queue``, ``limit`` (100)."""
         return self._run(admin.list_jobs(**filters))
 
+    def list_dlq(self, **filters: Any) -> list[admin.DlqEntry]:
+        """Dead-lettered jobs, newest first; filters: ``kind``, ``queue``, ``limit``."""
+        return self._run(admin.list_dlq(**filters))
+
+    def retry_from_dlq(self, job_id: int) -> JobRow | None:
+        return self.get_job(job_id) if self._run(admin.retry_from_dlq(job_id)) else None
+
+    def purge_dlq(self, *, kind: str | None = None, queue: str | None = None) -> int:
+        return self._run(admin.purge_dlq(kind=kind, queue=queue))
+
     def close(self) -> None:
         if self._opened:
             self._pool.close()
@@ -230,6 +240,17 @@ class AsyncClient(_Handlers):
     async def list_jobs(self, **filters: Any) -> list[JobRow]:
         """Newest first; filters: ``state``, ``kind``, ``queue``, ``limit`` (100)."""
         return await self._run(admin.list_jobs(**filters))
+
+    async def list_dlq(self, **filters: Any) -> list[admin.DlqEntry]:
+        """Dead-lettered jobs, newest first; filters: ``kind``, ``queue``, ``limit``."""
+        return await self._run(admin.list_dlq(**filters))
+
+    async def retry_from_dlq(self, job_id: int) -> JobRow | None:
+        applied = await self._run(admin.retry_from_dlq(job_id))
+        return await self.get_job(job_id) if applied else None
+
+    async def purge_dlq(self, *, kind: str | None = None, queue: str | None = None) -> int:
+        return await self._run(admin.purge_dlq(kind=kind, queue=queue))
 
     async def start(
         self, queues: QueueSpec | None = None, *, processes: int | None = None, **config: Any

@@ -32,6 +32,7 @@ class Target(IntEnum):
     FAILED = 5
     RELEASED = 6  # claimed but never started: back to available, attempt given back
     LOST = 7  # the process running it died: retried (attempt counts) or failed, in SQL
+    DEAD = 8  # failed, into the dead-letter queue (queues that enable it)
 
 
 class Outcome(StrEnum):
@@ -60,6 +61,7 @@ RULES: dict[Target, Rule] = {
     Target.FAILED: Rule("failed", Outcome.EXHAUSTED),
     Target.RELEASED: Rule("available", None),
     Target.LOST: Rule("retryable", None),
+    Target.DEAD: Rule("failed", Outcome.EXHAUSTED),
 }
 OUTCOME_OF_CODE: dict[int, Outcome | None] = {int(t): r.outcome for t, r in RULES.items()}
 STATE_OF_CODE: dict[int, str] = {int(t): r.state for t, r in RULES.items()}
@@ -175,6 +177,13 @@ def from_exception(exc: BaseException, attempt: Attempt, backoff: Backoff) -> Tr
     if attempt.attempt >= attempt.max_attempts:
         return Transition(Target.FAILED, error=entry)
     return Transition(Target.RETRYABLE, delay=backoff.delay(attempt.attempt), error=entry)
+
+
+def to_dlq(transition: Transition) -> Transition:
+    """A failure in a queue with a dead-letter queue goes there instead."""
+    if transition.target is Target.FAILED:
+        return Transition(Target.DEAD, transition.delay, transition.error)
+    return transition
 
 
 def encode(

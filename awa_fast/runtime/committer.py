@@ -46,6 +46,7 @@ EVENT_OF_OUTCOME = {
 }
 _COMPLETED = int(tr.Target.COMPLETED)
 _LOST = int(tr.Target.LOST)
+_DEAD = int(tr.Target.DEAD)
 
 
 @dataclass(slots=True)
@@ -260,6 +261,7 @@ class Committer:
             "progress": [_json_or_none(e.get("progress")) for e in extras],
             "metadata": [_json_or_none(e.get("metadata") or None) for e in extras],
             "callback_ids": [e.get("callback_id") for e in extras],
+            "dead": [r.codes[i] == _DEAD for i in indices],
         }
         rows = conn.execute(Q.job_transition_many, params).fetchall()
         return {row[0]: tuple(row) for row in rows}
@@ -338,7 +340,10 @@ class Committer:
             return
         try:
             cur = self._connection().cursor(row_factory=dict_row)
-            rows = cur.execute(Q.job_get_many, {"ids": [r.ids[i] for i in wanted]}).fetchall()
+            ids = {"ids": [r.ids[i] for i in wanted]}
+            rows = cur.execute(Q.job_get_many, ids).fetchall()
+            if len(rows) < len(wanted):  # dead-lettered jobs live in the DLQ table
+                rows += cur.execute(Q.dlq_get_many, ids).fetchall()
         except psycopg.Error as exc:
             self._connection_lost()
             log.error(

@@ -66,6 +66,7 @@ class Executor:
     flags: CancelFlags
     backoff: tr.Backoff
     threads: ThreadPool | None = None
+    dlq_queues: frozenset[str] = frozenset()
 
     async def run(self, row: Sequence[Any], slot: int) -> None:
         """Run the handler for ``row`` (a claimed row) and push its outcome."""
@@ -84,6 +85,8 @@ class Executor:
             else:
                 job = self._job(row, args, slot)
                 transition = await self._perform(handler, job, attempt)
+        if row[QUEUE] in self.dlq_queues:
+            transition = tr.to_dlq(transition)
         code, number, payload = tr.encode(
             transition,
             progress=job.progress if job is not None and job.progress_changed else None,

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from awa_fast.db.transitions import Target
-from awa_fast.runtime.executor import ID, KIND, LEASE, Executor
+from awa_fast.runtime.executor import ID, KIND, LEASE
 
 log = logging.getLogger("awa_fast.local")
 
 if TYPE_CHECKING:
     from awa_fast._core import InFlight
+    from awa_fast.runtime.executor import Executor
     from awa_fast.runtime.runner import Runner
 
 
@@ -56,13 +57,7 @@ class LocalWorkers:
         self.threads = ThreadPoolExecutor(
             runner.config.sync_threads, thread_name_prefix="awa-fast-sync"
         )
-        self.executor = Executor(
-            runner.handlers.registry,
-            runner.ring,
-            runner.inflight,
-            runner.config.backoff,
-            self.threads,
-        )
+        self.executor = runner.make_executor(self.threads)
         self.tasks: set[asyncio.Task[None]] = set()
         self.by_attempt: dict[tuple[int, int], asyncio.Task[None]] = {}
         self.evicted: dict[tuple[int, int], str] = {}

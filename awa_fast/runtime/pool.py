@@ -36,7 +36,7 @@ import orjson
 import uvloop
 
 from awa_fast.db.transitions import Target
-from awa_fast.runtime.executor import ID, KIND, LEASE, Executor
+from awa_fast.runtime.executor import ID, KIND, LEASE
 from awa_fast.runtime.local import run_claimed
 
 if TYPE_CHECKING:
@@ -317,7 +317,7 @@ class WorkerProcess:
         self.caps = [runner.capacity_index(q, index) for q in range(len(runner.queues))]
         self.registry = runner.handlers.registry
         self.config = runner.config
-        self.executor = Executor(self.registry, runner.ring, runner.inflight, runner.config.backoff)
+        self.executor = runner.make_executor()
         self.inline: collections.deque[list[Any]] = collections.deque()
         self.tasks: set[asyncio.Task[None]] = set()
         self.jobs_done = 0

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,6 +27,7 @@ from awa_fast.errors import ConfigError
 from awa_fast.maintenance.service import Maintenance
 from awa_fast.producer import MAX_NAME_LENGTH
 from awa_fast.runtime.committer import Committer
+from awa_fast.runtime.executor import Executor
 from awa_fast.runtime.followups import FollowupRegistry
 from awa_fast.runtime.hooks import EventType, HookDispatcher, HookRegistry
 from awa_fast.types import JobRow
@@ -63,6 +65,13 @@ class RunnerConfig:
     cleanup_batch: int = 1000
     completed_retention: float = 24 * 3600.0
     failed_retention: float = 72 * 3600.0
+    dlq: bool = False
+    dlq_queues: Mapping[str, bool] = field(default_factory=dict)
+
+    def dlq_for(self, queues: Sequence[str]) -> frozenset[str]:
+        """The queues whose failures go to the dead-letter queue (per-queue overrides of
+        the ``dlq`` default)."""
+        return frozenset(q for q in queues if self.dlq_queues.get(q, self.dlq))
 
     def __post_init__(self) -> None:
         for name in (
@@ -225,6 +234,17 @@ class Runner:
         self._services: list[asyncio.Task[None]] = []
         self._claim_conn: psycopg.AsyncConnection[Any] | None = None
         self.claimed = 0
+
+    def make_executor(self, threads: ThreadPoolExecutor | None = None) -> Executor:
+        """The executor every worker (local or forked) runs handlers with."""
+        return Executor(
+            self.handlers.registry,
+            self.ring,
+            self.inflight,
+            self.config.backoff,
+            threads,
+            dlq_queues=self.config.dlq_for(list(self.queues)),
+        )
 
     def capacity_index(self, queue_index: int, worker: int) -> int:
         return queue_index * self.workers.count + worker

@@ -44,9 +44,16 @@ def test_mixed_workload_ends_in_exact_counts(dsn: str) -> None:
                 [Work(do) for do, n in COUNTS.items() for _ in range(n)], max_attempts=3
             )
             await run_until(
-                client, {"default": 20}, finished, timeout=60, deadline=0.5,
-                deadline_grace=0.2, heartbeat_interval=0.1, rescue_interval=0.1,
-                promote_interval=0.05, backoff=awa_fast.Backoff(base=0.05, jitter=0.1),
+                client,
+                {"default": 20},
+                finished,
+                timeout=60,
+                deadline=0.5,
+                deadline_grace=0.2,
+                heartbeat_interval=0.1,
+                rescue_interval=0.1,
+                promote_interval=0.05,
+                backoff=awa_fast.Backoff(base=0.05, jitter=0.1),
             )
 
     run(main())

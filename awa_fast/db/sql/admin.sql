@@ -86,3 +86,29 @@ LEFT JOIN awa_fast.jobs j ON j.queue = q.queue
 LEFT JOIN awa_fast.queue_meta m ON m.queue = q.queue
 GROUP BY q.queue
 ORDER BY q.queue;
+
+-- name: dlq_list
+SELECT * FROM awa_fast.dlq
+WHERE (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+ORDER BY dlq_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: dlq_retry
+-- Back from the dead-letter queue into the claimable table, with fresh attempts.
+WITH revived AS (
+    DELETE FROM awa_fast.dlq WHERE id = %(id)s RETURNING *
+)
+INSERT INTO awa_fast.jobs_hot (
+    id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+    run_lease, errors, metadata, tags, progress, unique_key, deadline_seconds)
+SELECT id, kind, queue, args, 'available', priority, 0, max_attempts, now(), created_at,
+       run_lease, errors, metadata, tags, progress, unique_key, deadline_seconds
+FROM revived
+RETURNING id;
+
+-- name: dlq_purge
+DELETE FROM awa_fast.dlq
+WHERE (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+RETURNING id;

@@ -43,8 +43,8 @@ WITH d AS (
     SELECT * FROM unnest(
         %(ids)s::bigint[], %(leases)s::bigint[], %(states)s::awa_fast.job_state[],
         %(delays)s::float8[], %(errors)s::jsonb[], %(progress)s::jsonb[], %(metadata)s::jsonb[],
-        %(callback_ids)s::uuid[]
-    ) AS d(id, lease, state, delay_s, error, progress, metadata, callback_id)
+        %(callback_ids)s::uuid[], %(dead)s::boolean[]
+    ) AS d(id, lease, state, delay_s, error, progress, metadata, callback_id, dead)
 ),
 stay AS (
     UPDATE awa_fast.jobs_hot j
@@ -61,7 +61,7 @@ stay AS (
         callback_timeout_at = CASE WHEN d.state = 'waiting_external'
             THEN now() + make_interval(secs => d.delay_s) ELSE j.callback_timeout_at END
     FROM d
-    WHERE d.state NOT IN ('retryable', 'scheduled')
+    WHERE d.state NOT IN ('retryable', 'scheduled') AND NOT d.dead
       AND j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
     RETURNING j.id, j.state, j.attempt, j.run_at
 ),
@@ -89,10 +89,31 @@ deferred AS (
            callback_timeout_at, callback_result, deadline_seconds
     FROM moved
     RETURNING id, state, attempt, run_at
+),
+dead AS (
+    DELETE FROM awa_fast.jobs_hot j
+    USING d
+    WHERE d.dead AND j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+    RETURNING j.*, d.error AS new_error, d.progress AS new_progress
+),
+buried AS (
+    INSERT INTO awa_fast.dlq (
+        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+        attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
+        deadline_seconds, dlq_reason)
+    SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at,
+           created_at, attempted_at, now(), run_lease,
+           CASE WHEN new_error IS NULL THEN errors ELSE errors || jsonb_build_array(new_error) END,
+           metadata, tags, COALESCE(new_progress, progress), unique_key, deadline_seconds,
+           COALESCE(new_error->>'error', 'failed')
+    FROM dead
+    RETURNING id, state, attempt, run_at
 )
 SELECT id, state::text AS state, attempt, run_at FROM stay
 UNION ALL
-SELECT id, state::text AS state, attempt, run_at FROM deferred;
+SELECT id, state::text AS state, attempt, run_at FROM deferred
+UNION ALL
+SELECT id, state::text AS state, attempt, run_at FROM buried;
 
 -- name: job_promote_due
 -- Move due scheduled/retryable jobs back into the claimable table; the insert trigger on
@@ -244,3 +265,6 @@ deferred AS (
 SELECT id, state::text AS state, attempt, run_at FROM exhausted
 UNION ALL
 SELECT id, state::text AS state, attempt, run_at FROM deferred;
+
+-- name: dlq_get_many
+SELECT * FROM awa_fast.dlq WHERE id = ANY(%(ids)s::bigint[]);

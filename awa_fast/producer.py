@@ -25,7 +25,9 @@ from awa_fast.types import JOB_STATES, InsertOptions, InsertRequest, JobRow, Uni
 
 MAX_NAME_LENGTH = 128
 _SMALLINT_MAX = 32767
-_HOT_COLUMNS = "(id, kind, queue, args, priority, max_attempts, run_at, tags, metadata)"
+_HOT_COLUMNS = (
+    "(id, kind, queue, args, priority, max_attempts, run_at, tags, metadata, deadline_seconds)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,7 @@ class PreparedJob:
     metadata: str
     unique_key: bytes | None
     unique_states: list[str] | None
+    deadline: float | None
 
 
 def _name(field: str, value: object) -> str:
@@ -76,6 +79,14 @@ def _run_at(value: datetime | None) -> datetime | None:
     if value.tzinfo is None:
         raise ValidationError("run_at", "must be timezone-aware (naive datetimes are ambiguous)")
     return value
+
+
+def _deadline(value: float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+        raise ValidationError("deadline", f"must be a positive number of seconds, got {value!r}")
+    return float(value)
 
 
 def _unique(value: UniqueOpts | Mapping[str, Any] | None) -> UniqueOpts | None:
@@ -123,6 +134,7 @@ def prepare(request: InsertRequest) -> PreparedJob:
         metadata=encode_json("metadata", dict(request.metadata or {})).decode(),
         unique_key=_unique_key(unique, kind, queue, args) if unique else None,
         unique_states=list(unique.states) if unique else None,
+        deadline=_deadline(request.deadline),
     )
 
 
@@ -159,6 +171,7 @@ def _statement_params(jobs: Sequence[PreparedJob], ids: Sequence[int | None]) ->
         "tags": [orjson.dumps(j.tags).decode() for j in jobs],
         "metadata": [j.metadata for j in jobs],
         "unique_keys": [j.unique_key for j in jobs],
+        "deadlines": [j.deadline for j in jobs],
     }
 
 
@@ -173,6 +186,7 @@ def _copy_row(job_id: int, job: PreparedJob, now: datetime) -> tuple[object, ...
         job.run_at or now,
         job.tags,
         job.metadata,
+        job.deadline,
     )
 
 

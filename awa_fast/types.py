@@ -45,6 +45,7 @@ class InsertOptions(TypedDict, total=False):
     metadata: Mapping[str, Any] | None
     unique: UniqueOpts | Mapping[str, Any] | None
     unique_opts: UniqueOpts | Mapping[str, Any] | None
+    deadline: float | None
 
 
 @dataclass(slots=True)
@@ -60,6 +61,7 @@ class InsertRequest:
     tags: Sequence[str] | None = None
     metadata: Mapping[str, Any] | None = None
     unique: UniqueOpts | Mapping[str, Any] | None = None
+    deadline: float | None = None  # seconds per attempt; None: the queue's deadline
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,16 +158,27 @@ class Maintenance:
             log.exception("job %s: rescue follow-up failed; the rescue stands", row.id)
 
     async def clean_once(self, conn: psycopg.AsyncConnection[Any]) -> int:
-        """Delete finished jobs past retention, in bounded batches."""
+        """Delete finished jobs past retention (per queue where configured), in bounded
+        batches."""
+        overrides = dict(self.config.queue_retention)
+        default = (self.config.completed_retention, self.config.failed_retention)
+        scopes: list[tuple[str | None, tuple[float, float]]] = [
+            *overrides.items(),
+            (None, default),
+        ]
         total = 0
-        params = {
-            "completed_s": self.config.completed_retention,
-            "failed_s": self.config.failed_retention,
-            "limit": self.config.cleanup_batch,
-        }
-        while True:
-            cur = await conn.execute(Q.job_delete_expired, params)
-            total += cur.rowcount
-            if cur.rowcount < self.config.cleanup_batch:
-                self.stats.deleted += total
-                return total
+        for queue, (completed_s, failed_s) in scopes:
+            params = {
+                "completed_s": completed_s,
+                "failed_s": failed_s,
+                "limit": self.config.cleanup_batch,
+                "queue": queue,
+                "excluded": list(overrides),
+            }
+            while True:
+                cur = await conn.execute(Q.job_delete_expired, params)
+                total += cur.rowcount
+                if cur.rowcount < self.config.cleanup_batch:
+                    break
+        self.stats.deleted += total
+        return total

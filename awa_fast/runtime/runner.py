@@ -67,6 +67,12 @@ class RunnerConfig:
     failed_retention: float = 72 * 3600.0
     dlq: bool = False
     dlq_queues: Mapping[str, bool] = field(default_factory=dict)
+    queue_deadlines: Mapping[str, float] = field(default_factory=dict)
+    queue_retention: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
+    def deadline_for(self, queue: str) -> float:
+        """Seconds an attempt of ``queue`` may run (a job's own deadline overrides it)."""
+        return self.queue_deadlines.get(queue, self.deadline)
 
     def dlq_for(self, queues: Sequence[str]) -> frozenset[str]:
         """The queues whose failures go to the dead-letter queue (per-queue overrides of
@@ -367,7 +373,7 @@ class Runner:
             try:
                 cur = await self._claim_conn.execute(
                     Q.job_claim_batch,
-                    {"queue": queue, "limit": want, "deadline_s": self.config.deadline},
+                    {"queue": queue, "limit": want, "deadline_s": self.config.deadline_for(queue)},
                 )
                 rows = await cur.fetchall()
             except BaseException:

@@ -71,6 +71,8 @@ def test_future_run_at_is_scheduled_in_the_deferred_table(
         ({"tags": "notalist"}, "tags"),
         ({"metadata": {"bad": object()}}, "metadata"),
         ({"unique": {"states": ["nope"]}}, "unique"),
+        ({"deadline": 0}, "deadline"),
+        ({"deadline": "soon"}, "deadline"),
     ],
 )
 def test_bad_input_names_the_field_and_writes_nothing(

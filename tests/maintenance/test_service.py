@@ -132,3 +132,13 @@ def test_one_leader_at_a_time_and_reelection(dsn: str) -> None:
         return seen
 
     assert run(main()) == [True, False, True]
+
+
+def test_retention_is_configurable_per_queue(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    short = insert_job(conn, state="completed", queue="short")
+    default = insert_job(conn, state="completed", queue="other")
+    for job_id in (short, default):
+        _set(conn, job_id, "finalized_at = now() - interval '2 hours'")
+    deleted = run(_once(dsn, "clean_once", queue_retention={"short": (3600.0, 3600.0)}))
+    assert deleted == 1
+    assert conn.execute("SELECT id FROM awa_fast.jobs").fetchall() == [(default,)]

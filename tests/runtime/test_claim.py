@@ -83,3 +83,30 @@ def test_lifecycle_events_fire_after_commit(dsn: str) -> None:
         (EventType.STARTED, "running"),
         (EventType.EXHAUSTED, "failed"),
     ]
+
+
+def test_deadline_per_queue_and_per_job(dsn: str) -> None:
+    client = awa_fast.AsyncClient(dsn)
+    seen: dict[str, float] = {}
+
+    @client.task(Mark)
+    async def mark(job: awa_fast.Job[Mark]) -> None:
+        row = await client.get_job(job.id)
+        assert row is not None and row.deadline_at and row.attempted_at
+        seen[job.args.label] = (row.deadline_at - row.attempted_at).total_seconds()
+
+    async def main() -> None:
+        async with client:
+            await client.insert(Mark("queue"), queue="q")
+            await client.insert(Mark("job"), queue="q", deadline=7)
+            await client.insert(Mark("default"), queue="other")
+            await run_until(
+                client,
+                {"q": 2, "other": 1},
+                lambda: settled(dsn),
+                deadline=100,
+                queue_deadlines={"q": 50},
+            )
+
+    run(main())
+    assert seen == {"queue": 50.0, "job": 7.0, "default": 100.0}

@@ -159,24 +159,26 @@ WITH d AS (
     SELECT * FROM unnest(
         %(ids)s::bigint[], %(kinds)s::text[], %(queues)s::text[], %(args)s::jsonb[],
         %(priorities)s::smallint[], %(max_attempts)s::smallint[], %(run_ats)s::timestamptz[],
-        %(tags)s::jsonb[], %(metadata)s::jsonb[], %(unique_keys)s::bytea[]
-    ) AS d(id, kind, queue, args, priority, max_attempts, run_at, tags, metadata, unique_key)
+        %(tags)s::jsonb[], %(metadata)s::jsonb[], %(unique_keys)s::bytea[],
+        %(deadlines)s::float8[]
+    ) AS d(id, kind, queue, args, priority, max_attempts, run_at, tags, metadata, unique_key,
+           deadline_seconds)
 ),
 hot AS (
     INSERT INTO awa_fast.jobs_hot (id, kind, queue, args, state, priority, max_attempts, run_at,
-                                   tags, metadata, unique_key)
+                                   tags, metadata, unique_key, deadline_seconds)
     SELECT COALESCE(id, nextval('awa_fast.job_id_seq')), kind, queue, args, 'available',
            priority, max_attempts, COALESCE(run_at, now()),
-           ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key
+           ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key, deadline_seconds
     FROM d WHERE run_at IS NULL OR run_at <= now()
     RETURNING *
 ),
 deferred AS (
     INSERT INTO awa_fast.jobs_deferred (id, kind, queue, args, state, priority, max_attempts,
-                                        run_at, tags, metadata, unique_key)
+                                        run_at, tags, metadata, unique_key, deadline_seconds)
     SELECT COALESCE(id, nextval('awa_fast.job_id_seq')), kind, queue, args, 'scheduled',
            priority, max_attempts, run_at,
-           ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key
+           ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key, deadline_seconds
     FROM d WHERE run_at > now()
     RETURNING *
 )

@@ -24,13 +24,16 @@ ORDER BY callback_timeout_at
 LIMIT %(limit)s;
 
 -- name: job_delete_expired
--- Retention: finished jobs past their queue's retention, in bounded batches.
+-- Retention: finished jobs past their retention, in bounded batches, for one queue (`queue`)
+-- or for every queue without its own retention (`queue` NULL, `excluded` the others).
 WITH doomed AS (
     SELECT id FROM awa_fast.jobs_hot
-    WHERE (state = 'completed'
-           AND finalized_at < now() - make_interval(secs => %(completed_s)s))
-       OR (state IN ('failed', 'cancelled')
-           AND finalized_at < now() - make_interval(secs => %(failed_s)s))
+    WHERE ((state = 'completed'
+            AND finalized_at < now() - make_interval(secs => %(completed_s)s))
+        OR (state IN ('failed', 'cancelled')
+            AND finalized_at < now() - make_interval(secs => %(failed_s)s)))
+      AND (CASE WHEN %(queue)s::text IS NULL THEN queue <> ALL(%(excluded)s::text[])
+                ELSE queue = %(queue)s END)
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )

@@ -119,6 +119,7 @@ class Maintenance:
                     "max": backoff.max,
                     "jitter": backoff.jitter,
                     "from_state": from_state,
+                    **self.config.dlq_params(),
                 },
             )
             rescued = await cur.fetchall()

@@ -103,6 +103,7 @@ class Committer:
         max_delay: float = 0.002,
         reconnect_backoff: tr.Backoff | None = None,
         retry_backoff: tr.Backoff | None = None,
+        rescue_params: dict[str, Any] | None = None,
         on_drain: Callable[[], None] | None = None,
     ) -> None:
         self._connect = connect
@@ -115,6 +116,7 @@ class Committer:
         self.stats = CommitStats()
         self._reconnect_backoff = reconnect_backoff or tr.Backoff(base=0.05, max=2.0)
         self._retry_backoff = retry_backoff or tr.Backoff()
+        self._rescue_params = rescue_params or {"dlq_all": False, "no_dlq": [], "dlq": []}
         self._on_drain = on_drain
         self._progress = threading.Condition()
         self.committed = 0  # records settled (applied or stale): a milestone for tests
@@ -248,6 +250,7 @@ class Committer:
                 "max": backoff.max,
                 "jitter": backoff.jitter,
                 "from_state": "running",
+                **self._rescue_params,
             }
             rows = conn.execute(Q.job_rescue_many, params).fetchall()
             return {row[0]: tuple(row) for row in rows}

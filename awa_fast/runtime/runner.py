@@ -70,6 +70,14 @@ class RunnerConfig:
     queue_deadlines: Mapping[str, float] = field(default_factory=dict)
     queue_retention: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
+    def dlq_params(self) -> dict[str, Any]:
+        """The DLQ policy as job_rescue_many's parameters (it may rescue any queue's jobs)."""
+        return {
+            "dlq_all": self.dlq,
+            "no_dlq": [q for q, on in self.dlq_queues.items() if not on],
+            "dlq": [q for q, on in self.dlq_queues.items() if on],
+        }
+
     def deadline_for(self, queue: str) -> float:
         """Seconds an attempt of ``queue`` may run (a job's own deadline overrides it)."""
         return self.queue_deadlines.get(queue, self.deadline)
@@ -225,6 +233,7 @@ class Runner:
             batch_size=config.commit_batch,
             max_delay=config.commit_delay,
             retry_backoff=config.backoff,
+            rescue_params=config.dlq_params(),
             on_drain=self._wake_threadsafe,
         )
         self.workers: Workers = (

@@ -81,6 +81,7 @@ def test_rescue_is_guarded_by_run_lease(dsn: str, conn: psycopg.Connection[Any])
                     "max": 1.0,
                     "jitter": 0.0,
                     "from_state": "running",
+                    **RunnerConfig().dlq_params(),
                 },
             )
             assert await cur.fetchall() == []
@@ -142,3 +143,14 @@ def test_retention_is_configurable_per_queue(dsn: str, conn: psycopg.Connection[
     deleted = run(_once(dsn, "clean_once", queue_retention={"short": (3600.0, 3600.0)}))
     assert deleted == 1
     assert conn.execute("SELECT id FROM awa_fast.jobs").fetchall() == [(default,)]
+
+
+def test_rescue_on_the_last_attempt_dead_letters_in_dlq_queues(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    last = insert_job(conn, state="running", attempt=2, max_attempts=2, run_lease=2, queue="dl")
+    _set(conn, last, "heartbeat_at = now() - interval '1 hour'")
+    run(_once(dsn, "rescue_once", dlq_queues={"dl": True}))
+    with awa_fast.Client(dsn) as client:
+        [entry] = client.list_dlq()
+    assert entry.job.id == last and entry.reason.startswith("heartbeat stale")

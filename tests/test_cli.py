@@ -1,0 +1,47 @@
+"""The command line against a real database: enqueue, admin commands, errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+from tests.helpers import job
+
+
+def _cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "awa_fast.cli", *args, "--database-url", dsn],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _json(done: subprocess.CompletedProcess[str]) -> Any:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_enqueue_status_cancel_retry_pause(dsn: str) -> None:
+    created = _json(_cli(dsn, "enqueue", "send_email", "--args", '{"to": "a"}', "--queue", "q"))
+    assert created["state"] == "available"
+    [stat] = _json(_cli(dsn, "status"))
+    assert (stat["queue"], stat["available"]) == ("q", 1)
+    assert _json(_cli(dsn, "cancel", str(created["id"])))["state"] == "cancelled"
+    missing = _cli(dsn, "cancel", str(created["id"]))
+    assert missing.returncode == 1 and "not in a state" in missing.stderr
+    assert _json(_cli(dsn, "retry", str(created["id"])))["state"] == "available"
+    assert [j["id"] for j in _json(_cli(dsn, "jobs", "--queue", "q"))] == [created["id"]]
+    assert _cli(dsn, "pause", "q").returncode == 0
+    assert _json(_cli(dsn, "status"))[0]["paused"] is True
+    assert job(dsn, created["id"])["args"] == {"to": "a"}
+
+
+def test_bad_enqueue_input_is_refused_with_the_field_named(dsn: str) -> None:
+    bad_json = _cli(dsn, "enqueue", "k", "--args", "{nope")
+    assert bad_json.returncode == 2 and "--args is not valid JSON" in bad_json.stderr
+    bad_priority = _cli(dsn, "enqueue", "k", "--priority", "9")
+    assert bad_priority.returncode == 2 and "priority" in bad_priority.stderr
+    assert _json(_cli(dsn, "status")) == []

@@ -154,3 +154,42 @@ def test_rescue_on_the_last_attempt_dead_letters_in_dlq_queues(
     with awa_fast.Client(dsn) as client:
         [entry] = client.list_dlq()
     assert entry.job.id == last and entry.reason.startswith("heartbeat stale")
+
+
+def test_rescued_event_and_followup_after_the_rescue(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    client = awa_fast.Client(dsn)
+    events: list[awa_fast.Event] = []
+    client.on_event("noop", events.append)
+    client.on_rescued_enqueue(
+        "noop",
+        lambda args, row, ctx: awa_fast.InsertRequest(
+            {"rescued": row.id, "why": ctx.reason}, kind="audit"
+        ),
+    )
+    client.on_rescued_enqueue("broken", lambda args, row, ctx: 1 / 0)  # the rescue stands
+    stale = insert_job(conn, state="running", attempt=1, run_lease=1)
+    broken = insert_job(conn, kind="broken", state="running", attempt=1, run_lease=1)
+    for job_id in (stale, broken):
+        _set(conn, job_id, "heartbeat_at = now() - interval '1 hour'")
+    hooks = HookDispatcher(client.handlers.hooks)
+    hooks.start()
+    maintenance = Maintenance(dsn, RunnerConfig(), client.handlers, hooks)
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
+            await maintenance.rescue_once(c)
+
+    run(main())
+    hooks.stop()
+    client.close()
+    assert job(dsn, stale)["state"] == job(dsn, broken)["state"] == "retryable"
+    [(args,)] = conn.execute("SELECT args FROM awa_fast.jobs WHERE kind = 'audit'").fetchall()
+    assert args == {
+        "rescued": stale,
+        "why": "heartbeat stale: the host running it stopped reporting",
+    }
+    [event] = events
+    assert (event.type, event.job.id) == (awa_fast.EventType.RESCUED, stale)
+    assert event.reason is not None and event.reason.startswith("heartbeat stale")

@@ -51,8 +51,11 @@ import psycopg
 from awa_fast.client import AsyncClient
 from awa_fast.db.migrate import migrate
 from awa_fast.db.transitions import Backoff
-from awa_fast.runtime.runner import Runner
-from awa_fast.worker import Job
+from awa_fast.maintenance.service import Maintenance
+from awa_fast.runtime.followups import FollowupRegistry
+from awa_fast.runtime.hooks import HookDispatcher, HookRegistry
+from awa_fast.runtime.runner import Handlers, Runner, RunnerConfig
+from awa_fast.worker import Job, Registry
 
 RESULT_KEYS = (
     "scenario",
@@ -569,6 +572,43 @@ async def scheduled(
     return {**window.result(jobs=jobs), "lead_s": round(lead, 3), "promote_interval": interval}
 
 
+async def promote(
+    url: str, *, jobs: int, processes: int | None = None, progress: Progress | None = None
+) -> dict[str, Any]:
+    """How fast the maintenance leader moves due jobs into the claimable table: ``jobs``
+    scheduled jobs, all already due, promoted by ``Maintenance.promote_once`` (no handlers
+    run; ``processes`` does not apply)."""
+    due = time.time() + 1.0 + jobs / 50_000
+    await asyncio.to_thread(insert_items, url, [Noop(i) for i in range(jobs)], run_at=_utc(due))
+    await asyncio.sleep(max(0.0, due - time.time()) + 0.05)
+    handlers = Handlers(Registry(), FollowupRegistry(), HookRegistry())
+    maintenance = Maintenance(url, RunnerConfig(), handlers, HookDispatcher(handlers.hooks))
+    quiesce(url)
+    before = Counters.read(url)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        started = time.perf_counter()
+        moved = await maintenance.promote_once(conn)
+        elapsed = time.perf_counter() - started
+    quiesce(url)
+    commits, wal = before.delta(Counters.read(url), url)
+    if moved != jobs:
+        raise RuntimeError(f"promoted {moved} of {jobs} due jobs")
+    return {
+        "scenario": "promote",
+        "system": system_name(None),
+        "variant": f"batch {RunnerConfig().promote_batch}",
+        "processes": 0,
+        "jobs": jobs,
+        "seconds": round(elapsed, 4),
+        "jobs_per_s": round(jobs / elapsed, 1),
+        "completed": moved,
+        "commits_per_job": round(commits / jobs, 4),
+        "wal_bytes_per_job": round(wal / jobs, 1),
+        "rss_kib": {"supervisor": peak_rss_kib(os.getpid()), "workers": []},
+        "env": environment(url),
+    }
+
+
 def _utc(timestamp: float) -> datetime:
     return datetime.fromtimestamp(timestamp, UTC)
 
@@ -717,7 +757,6 @@ async def sustained(
         sampler = asyncio.ensure_future(
             _sample(url, runner, samples, interval=max(0.1, duration / 60))
         )
-        offered_from = time.time()
         producing = _in_producer("produce_at_rate", url, rate, duration, 0.01)
         offered, took = await _with_progress(producing, duration, progress)
         await wait_done(runner, offered, timeout=60.0 + duration)
@@ -732,7 +771,7 @@ async def sustained(
         "load": load,
         "offered_per_s": round(rate, 1),
         "duration_s": duration,
-        **end_to_end(url, since=offered_from, duration=took),
+        **end_to_end(url, duration=took),
         "samples": samples,
     }
 
@@ -765,18 +804,21 @@ async def _sample(url: str, runner: Runner, samples: list[list[float]], *, inter
             await asyncio.sleep(interval)
 
 
-def end_to_end(url: str, *, since: float, duration: float) -> dict[str, Any]:
-    """Latency from insert to completion (server clock) and jobs/s completed inside the
-    offering window."""
+def end_to_end(url: str, *, duration: float) -> dict[str, Any]:
+    """Latency from insert to completion, and jobs/s completed inside the offering window
+    (which opens at the first insert: the producer's start-up is not part of it). Both on
+    the server's clock."""
     with psycopg.connect(url) as conn:
         rows = conn.execute(
             "SELECT extract(epoch FROM finalized_at - created_at) * 1000, "
-            "extract(epoch FROM finalized_at) FROM awa_fast.jobs_hot WHERE state = 'completed'"
+            "extract(epoch FROM finalized_at), extract(epoch FROM created_at) "
+            "FROM awa_fast.jobs_hot WHERE state = 'completed'"
         ).fetchall()
-    within = sum(1 for _, done in rows if float(done) <= since + duration)
+    since = min((float(created) for _, _, created in rows), default=0.0)
+    within = sum(1 for _, done, _ in rows if float(done) <= since + duration)
     return {
         "completed_per_s": round(within / duration, 1),
-        "latency_ms": percentiles([float(ms) for ms, _ in rows] or [0.0]),
+        "latency_ms": percentiles([float(ms) for ms, _, _ in rows] or [0.0]),
     }
 
 
@@ -796,6 +838,7 @@ SCENARIOS: dict[str, Scenario] = {
     "sustained": sustained,
     "retry": retry,
     "scheduled": scheduled,
+    "promote": promote,
 }
 DEFAULT_JOBS = {
     "drain": 20_000,
@@ -805,6 +848,7 @@ DEFAULT_JOBS = {
     "sustained": 20_000,
     "retry": 10_000,
     "scheduled": 10_000,
+    "promote": 50_000,
 }
 SUSTAINED_LOADS = (0.5, 0.9)
 

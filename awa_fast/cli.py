@@ -23,6 +23,9 @@ import orjson
 from awa_fast.db.migrate import migrate
 
 
+_SCENARIOS = ("drain", "cpu", "io", "latency", "sustained", "retry", "scheduled", "promote")
+
+
 def database_url(flag: str | None) -> str:
     """The URL given, else a local Postgres started (or reused) and migrated for the user."""
     url = flag or os.environ.get("AWA_FAST_DATABASE_URL") or os.environ.get("DATABASE_URL")
@@ -264,7 +267,7 @@ def parser() -> argparse.ArgumentParser:
         "scenario",
         nargs="*",
         default=["drain"],
-        choices=["all", "drain", "cpu", "io", "latency", "sustained", "retry", "scheduled"],
+        choices=["all", *_SCENARIOS],
         help="scenarios to run (default: drain; all: every one)",
     )
     bench.add_argument("--jobs", type=int, help="jobs per run (default: per scenario)")

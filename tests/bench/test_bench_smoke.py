@@ -25,7 +25,14 @@ TINY: dict[str, dict[str, Any]] = {
     "sustained": {"jobs": 200, "rate": 400.0, "duration": 1.0},
     "retry": {"jobs": 200},
     "scheduled": {"jobs": 200, "lead": 0.5},
+    "promote": {"jobs": 500},
 }
+
+
+def test_the_cli_offers_every_scenario() -> None:
+    from awa_fast import cli
+
+    assert set(cli._SCENARIOS) == set(bench.SCENARIOS) == set(TINY)
 
 
 def _positive(value: Any) -> bool:

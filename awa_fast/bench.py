@@ -480,7 +480,9 @@ async def cpu(
         url,
         client,
         [Burn(loops) for _ in range(jobs)],
-        queues={"default": 2 * (processes or 1)},
+        # Sync handlers run one at a time per process; the rest of a worker's share waits
+        # claimed in it, so a claim (a commit) refills many jobs at once.
+        queues={"default": 64 * (processes or 1)},
         processes=processes,
         scenario="cpu",
         progress=progress,

@@ -1,0 +1,51 @@
+"""``python -m benches <command>``: benchmark entry points.
+
+Commands:
+  peers   drain pre-inserted jobs with peer queues (pgqueuer, awa-pg, procrastinate),
+          each in its own virtualenv; see benches/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benches")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("peers", help="benchmark peer job queues on the same Postgres")
+    p.add_argument(
+        "--database-url",
+        required=True,
+        help="server to use; a fresh database bench_<system>_<n> is created per run",
+    )
+    p.add_argument(
+        "--scenario",
+        choices=["drain", "cpu"],
+        default="drain",
+        help="drain: no-op handlers; cpu: handlers burn ~1 ms of pure-Python CPU",
+    )
+    p.add_argument(
+        "--jobs", type=int, default=0, help="jobs per run (default 20000 for drain, 5000 for cpu)"
+    )
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--systems", default="pgqueuer,awa-pg,procrastinate")
+    p.add_argument(
+        "--processes", default="1", help="worker processes per run, or a comma list such as 1,2"
+    )
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
+    p.add_argument("--cpu-ms", type=float, default=1.0, help="CPU per job in the cpu scenario")
+    p.add_argument("--upgrade", action="store_true", help="pip install --upgrade the peers")
+
+    args = parser.parse_args(argv)
+    if args.command == "peers":
+        from benches.peers import harness
+
+        return harness.main(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

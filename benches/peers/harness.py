@@ -1,0 +1,528 @@
+"""Peer benchmark harness: drain N pre-inserted jobs with other Python queues.
+
+Runs in the project's Python (needs psycopg 3). Each peer lives in its own
+virtualenv under ``/var/tmp/awa-fast-bench/venvs/<system>`` and is driven by a
+small script in this package executed by that venv's python. See
+``benches/README.md`` for the method; DESIGN.md section 7 for why.
+
+Per run:
+  1. ``CREATE DATABASE bench_<system>_<n>`` on the server at --database-url.
+  2. ``<driver> setup``: install the peer's schema, pre-insert N jobs.
+  3. Start P ``<driver> work`` processes; wait until each prints ``ready``.
+  4. Snapshot ``pg_stat_database.xact_commit`` (after ``pg_stat_force_next_flush()``)
+     and ``pg_current_wal_lsn()``; write ``go`` to every worker; start the clock.
+  5. Poll the peer's own tables every ~20 ms; stop the clock when the database
+     shows all N jobs finished. Read the WAL position right then.
+  6. Write ``stop``; wait for the workers to exit (their stats are flushed on
+     backend exit), then read ``xact_commit`` again. Commits/job subtracts the
+     harness's own poll queries on the bench database.
+  7. ``DROP DATABASE ... WITH (FORCE)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+HERE = Path(__file__).resolve().parent
+BENCH_ROOT = Path(os.environ.get("AWA_FAST_BENCH_DIR", "/var/tmp/awa-fast-bench"))
+RESULTS_DIR = HERE.parent / "results"
+POLL_INTERVAL_S = 0.02
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    name: str
+    packages: tuple[str, ...]
+    driver: str
+    # SQL returning the number of jobs finished (any terminal state) and the number
+    # of those that failed; run on the bench database by the harness.
+    done_sql: str
+    scenarios: tuple[str, ...] = ("drain", "cpu")
+
+
+PEERS: dict[str, Peer] = {
+    "pgqueuer": Peer(
+        name="pgqueuer",
+        packages=("pgqueuer", "asyncpg", "psycopg[binary]", "psutil"),
+        driver="pgqueuer_driver.py",
+        # Succeeded jobs are deleted from the queue table (held 'failed' ones stay).
+        done_sql=(
+            "SELECT %(n)s - count(*) FILTER (WHERE status <> 'failed'),"
+            " count(*) FILTER (WHERE status = 'failed') FROM pgqueuer"
+        ),
+    ),
+    "awa-pg": Peer(
+        name="awa-pg",
+        packages=("awa-pg>=0.6,<0.7", "psutil"),
+        driver="awa_pg_driver.py",
+        done_sql=(
+            "SELECT (SELECT coalesce(sum(completed_count), 0) FROM awa.receipt_completion_batches)"
+            " - (SELECT count(*) FROM awa.receipt_completion_tombstones)"
+            " + (SELECT count(*) FROM awa.done_entries),"
+            " (SELECT count(*) FROM awa.done_entries WHERE state <> 'completed')"
+        ),
+    ),
+    "procrastinate": Peer(
+        name="procrastinate",
+        packages=("procrastinate", "psycopg[binary]", "psutil"),
+        driver="procrastinate_driver.py",
+        done_sql=(
+            "SELECT count(*) FILTER (WHERE status NOT IN ('todo', 'doing')),"
+            " count(*) FILTER (WHERE status = 'failed') FROM procrastinate_jobs"
+        ),
+    ),
+}
+
+
+def log(msg: str) -> None:
+    print(f"[peers {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- virtualenvs
+
+
+def venv_python(peer: Peer) -> Path:
+    return BENCH_ROOT / "venvs" / peer.name / "bin" / "python"
+
+
+def ensure_venv(peer: Peer, upgrade: bool = False) -> dict[str, str]:
+    """Create the peer's venv with ``python -m venv`` and pip-install its packages."""
+    venv = BENCH_ROOT / "venvs" / peer.name
+    marker = venv / ".awa-fast-bench-packages"
+    wanted = "\n".join(peer.packages)
+    if not venv_python(peer).exists():
+        log(f"creating venv {venv}")
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    if upgrade or not marker.exists() or marker.read_text() != wanted:
+        log(f"pip install {' '.join(peer.packages)} into {venv}")
+        cmd = [str(venv_python(peer)), "-m", "pip", "install", "-q"]
+        cmd += ["--upgrade"] if upgrade else []
+        subprocess.run([*cmd, *peer.packages], check=True)
+        marker.write_text(wanted)
+    out = subprocess.run(
+        [str(venv_python(peer)), "-m", "pip", "list", "--format=json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return {p["name"].lower(): p["version"] for p in json.loads(out)}
+
+
+# ---------------------------------------------------------------- database helpers
+
+
+def db_url(base: str, dbname: str) -> str:
+    parts = urlsplit(base)
+    return urlunsplit(parts._replace(path="/" + dbname))
+
+
+def admin_connect(url: str) -> psycopg.Connection:
+    return psycopg.connect(url, autocommit=True)
+
+
+def server_facts(conn: psycopg.Connection) -> dict[str, Any]:
+    def show(name: str) -> str:
+        return conn.execute(f"SHOW {name}").fetchone()[0]
+
+    return {
+        "server_version": show("server_version"),
+        "fsync": show("fsync"),
+        "synchronous_commit": show("synchronous_commit"),
+        "full_page_writes": show("full_page_writes"),
+        "wal_level": show("wal_level"),
+    }
+
+
+def stats_snapshot(conn: psycopg.Connection, dbname: str) -> dict[str, int]:
+    major = conn.info.server_version // 10000
+    if major >= 15:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+    row = conn.execute(
+        "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = %s),"
+        " (SELECT sum(xact_commit) FROM pg_stat_database"
+        "   WHERE datname IS DISTINCT FROM %s AND datname IS NOT NULL),"
+        " pg_current_wal_lsn() - '0/0'::pg_lsn",
+        (dbname, dbname),
+    ).fetchone()
+    return {"xact_commit": int(row[0] or 0), "other_commits": int(row[1] or 0), "wal": int(row[2])}
+
+
+def wal_now(conn: psycopg.Connection) -> int:
+    return int(conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])
+
+
+# ---------------------------------------------------------------- CPU calibration
+
+
+def burn_iterations(n: int) -> float:
+    # Same loop as benches/peers/_common.py (kept identical on purpose).
+    pc = time.perf_counter
+    acc = 0.0
+    for _ in range(n):
+        acc += pc()
+    return acc
+
+
+def calibrate_cpu_iterations(target_ms: float = 1.0) -> int:
+    """Iterations of burn_iterations() that take target_ms of CPU here (best of 5)."""
+    n = 20_000
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.process_time()
+        burn_iterations(n)
+        best = min(best, time.process_time() - t0)
+    return max(1, int(n * (target_ms / 1000.0) / best))
+
+
+# ---------------------------------------------------------------- worker processes
+
+
+class Worker:
+    def __init__(self, cmd: list[str], log_path: Path) -> None:
+        self.log_path = log_path
+        self.errf = open(log_path, "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.errf,
+            text=True,
+            bufsize=1,
+            start_new_session=True,  # own process group: clean kill of children
+        )
+        self.lines: list[dict[str, Any]] = []
+        self.ready = threading.Event()
+        self.peak_kb = 0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            self.lines.append(obj)
+            if obj.get("event") == "ready":
+                self.ready.set()
+
+    def send(self, cmd: str) -> None:
+        with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(cmd + "\n")
+            self.proc.stdin.flush()
+
+    def sample_rss(self) -> None:
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmHWM:"):
+                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+                        return
+        except OSError:
+            pass
+
+    def result(self) -> dict[str, Any] | None:
+        for obj in reversed(self.lines):
+            if obj.get("event") == "work":
+                return obj
+        return None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.send("stop")
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log(f"worker {self.proc.pid} did not stop in {timeout}s; killing its group")
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, 9)
+            self.proc.wait(10)
+        self.errf.close()
+
+    def stderr_tail(self, n: int = 15) -> str:
+        with contextlib.suppress(OSError):
+            return "".join(self.log_path.read_text().splitlines(keepends=True)[-n:])
+        return ""
+
+
+def run_driver_setup(peer: Peer, url: str, jobs: int, scenario: str, timeout: float) -> dict:
+    cmd = [str(venv_python(peer)), str(HERE / peer.driver), "setup"]
+    cmd += ["--database-url", url, "--jobs", str(jobs), "--scenario", scenario]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"setup failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1])
+
+
+# ---------------------------------------------------------------- one run
+
+
+def run_once(
+    peer: Peer,
+    base_url: str,
+    scenario: str,
+    jobs: int,
+    processes: int,
+    run_index: int,
+    cpu_iterations: int,
+    timeout: float,
+) -> dict[str, Any]:
+    dbname = f"bench_{re.sub(r'[^a-z0-9]', '_', peer.name)}_{run_index}"
+    url = db_url(base_url, dbname)
+    admin = admin_connect(base_url)
+    result: dict[str, Any] = {
+        "system": peer.name,
+        "scenario": scenario,
+        "processes": processes,
+        "run": run_index,
+        "jobs": jobs,
+        "database": dbname,
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+    if scenario == "cpu":
+        result["cpu_iterations_per_job"] = cpu_iterations
+    workers: list[Worker] = []
+    deadline = time.monotonic() + timeout
+    try:
+        admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{dbname}"')
+        setup = run_driver_setup(peer, url, jobs, scenario, timeout)
+        result.update(
+            version=setup.get("version"),
+            config=setup.get("config"),
+            insert_s=round(setup["insert_s"], 3),
+            insert_jobs_per_s=round(jobs / setup["insert_s"], 1) if setup["insert_s"] else None,
+        )
+        with psycopg.connect(url, autocommit=True) as c:
+            c.execute("VACUUM ANALYZE")  # same starting point for every peer
+        logdir = BENCH_ROOT / "logs"
+        logdir.mkdir(parents=True, exist_ok=True)
+        for i in range(processes):
+            cmd = [str(venv_python(peer)), str(HERE / peer.driver), "work"]
+            cmd += ["--database-url", url, "--scenario", scenario]
+            cmd += ["--cpu-iterations", str(cpu_iterations)]
+            workers.append(Worker(cmd, logdir / f"{dbname}_p{processes}_w{i}.log"))
+        for w in workers:
+            if not w.ready.wait(max(1.0, deadline - time.monotonic())):
+                raise RuntimeError(f"worker not ready: {w.stderr_tail()}")
+        poll = psycopg.connect(url, autocommit=True)
+        polls = 0
+        before = stats_snapshot(admin, dbname)
+        t0 = time.perf_counter()
+        for w in workers:
+            w.send("go")
+        done = failed = 0
+        timed_out = False
+        try:
+            while True:
+                row = poll.execute(peer.done_sql, {"n": jobs}).fetchone()
+                polls += 1
+                done, failed = int(row[0]), int(row[1])
+                if done >= jobs:
+                    break
+                for w in workers:
+                    w.sample_rss()
+                    if w.proc.poll() is not None:
+                        raise RuntimeError(
+                            f"worker {w.proc.pid} exited early ({w.proc.returncode}):"
+                            f" {w.stderr_tail()}"
+                        )
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    break
+                time.sleep(POLL_INTERVAL_S)
+            elapsed = time.perf_counter() - t0
+            wal_end = wal_now(admin)
+        finally:
+            poll.close()
+        for w in workers:
+            w.sample_rss()
+        for w in workers:
+            w.stop()
+        after = stats_snapshot(admin, dbname)
+        commits = after["xact_commit"] - before["xact_commit"] - polls
+        peaks = []
+        handled = []
+        for w in workers:
+            r = w.result() or {}
+            peaks.append(max(w.peak_kb, int(r.get("vmhwm_kb", 0))))
+            handled.append(r.get("handled"))
+        result.update(
+            ok=not timed_out and failed == 0,
+            elapsed_s=round(elapsed, 3),
+            done=done,
+            failed=failed,
+            jobs_per_s=round(done / elapsed, 1),
+            commits=commits,
+            commits_per_job=round(commits / max(done, 1), 4),
+            wal_bytes=wal_end - before["wal"],
+            wal_bytes_per_job=round((wal_end - before["wal"]) / max(done, 1), 1),
+            peak_rss_mb_per_process=[round(k / 1024, 1) for k in peaks],
+            peak_rss_mb=round(max(peaks) / 1024, 1) if peaks else None,
+            handled_per_process=handled,
+            harness_polls=polls,
+            other_db_commits_during_run=after["other_commits"] - before["other_commits"],
+        )
+        if timed_out:
+            result["error"] = f"timeout after {timeout}s with {done}/{jobs} done"
+    except Exception as exc:
+        result.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:3000])
+    finally:
+        for w in workers:
+            if w.proc.poll() is None:
+                w.stop(timeout=10)
+        try:
+            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        except Exception as exc:
+            log(f"could not drop {dbname}: {exc}")
+        admin.close()
+    return result
+
+
+# ---------------------------------------------------------------- report
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["system"], r["scenario"], r["processes"]), []).append(r)
+    out = [
+        "| system | scenario | processes | jobs/s (median) | runs ok"
+        " | commits/job | WAL B/job | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for (system, scenario, procs), rs in groups.items():
+        ok = [r for r in rs if r.get("ok")]
+        if not ok:
+            reason = next((r.get("error") or r.get("note") for r in rs), "failed")
+            reason = str(reason).replace("|", "/").replace("\n", " ")[:160]
+            out.append(f"| {system} | {scenario} | {procs} | n/a: {reason} | 0/{len(rs)} | | | |")
+            continue
+        med = statistics.median
+        tputs = ", ".join(f"{r['jobs_per_s']:.0f}" for r in ok)
+        out.append(
+            f"| {system} | {scenario} | {procs} | {med([r['jobs_per_s'] for r in ok]):,.0f}"
+            f" ({tputs}) | {len(ok)}/{len(rs)}"
+            f" | {med([r['commits_per_job'] for r in ok]):.4f}"
+            f" | {med([r['wal_bytes_per_job'] for r in ok]):,.0f}"
+            f" | {max(r['peak_rss_mb'] for r in ok):.1f} |"
+        )
+    return "\n".join(out)
+
+
+def main(args) -> int:
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [s for s in systems if s not in PEERS]
+    if unknown:
+        print(f"unknown systems: {unknown}; known: {sorted(PEERS)}", file=sys.stderr)
+        return 2
+    jobs = args.jobs or (5000 if args.scenario == "cpu" else 20000)
+    process_counts = [int(p) for p in str(args.processes).split(",")]
+    cpu_iterations = calibrate_cpu_iterations(args.cpu_ms) if args.scenario == "cpu" else 0
+    if cpu_iterations:
+        log(f"cpu scenario: {cpu_iterations} loop iterations ~= {args.cpu_ms} ms CPU per job")
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    out_path = RESULTS_DIR / f"{time.strftime('%Y%m%dT%H%M%S')}-peers-{args.scenario}.jsonl"
+    with admin_connect(args.database_url) as c:
+        facts = server_facts(c)
+    log(f"server: {facts}; results -> {out_path}")
+    rows: list[dict[str, Any]] = []
+    with open(out_path, "a") as out:
+
+        def record(row: dict[str, Any]) -> None:
+            row = {**row, "server": facts}
+            rows.append(row)
+            line = json.dumps(row)
+            print(line, flush=True)
+            out.write(line + "\n")
+            out.flush()
+
+        for name in systems:
+            peer = PEERS[name]
+            try:
+                versions = ensure_venv(peer, upgrade=args.upgrade)
+            except Exception as exc:
+                for p in process_counts:
+                    record(
+                        {
+                            "system": name,
+                            "scenario": args.scenario,
+                            "processes": p,
+                            "ok": False,
+                            "error": f"venv/pip failed: {exc}",
+                        }
+                    )
+                continue
+            for p in process_counts:
+                if args.scenario not in peer.scenarios:
+                    record(
+                        {
+                            "system": name,
+                            "scenario": args.scenario,
+                            "processes": p,
+                            "ok": False,
+                            "error": f"{name} cannot run scenario {args.scenario}",
+                        }
+                    )
+                    continue
+                for i in range(1, args.runs + 1):
+                    log(f"{name} {args.scenario} processes={p} run {i}/{args.runs} ({jobs} jobs)")
+                    r = run_once(
+                        peer,
+                        args.database_url,
+                        args.scenario,
+                        jobs,
+                        p,
+                        i,
+                        cpu_iterations,
+                        args.timeout,
+                    )
+                    r["packages"] = {
+                        k: v
+                        for k, v in versions.items()
+                        if k
+                        in (
+                            "pgqueuer",
+                            "awa-pg",
+                            "procrastinate",
+                            "asyncpg",
+                            "psycopg",
+                            "psycopg-pool",
+                        )
+                    }
+                    record(r)
+                    if not r.get("ok"):
+                        log(f"  run failed: {r.get('error')}")
+                    else:
+                        log(
+                            f"  {r['jobs_per_s']:.0f} jobs/s, {r['commits_per_job']} commits/job,"
+                            f" {r['wal_bytes_per_job']} WAL B/job, {r['peak_rss_mb']} MB"
+                        )
+    table = markdown_table(rows)
+    print()
+    print(table)
+    log(f"wrote {out_path}")
+    return 0

@@ -22,7 +22,6 @@ import orjson
 
 from awa_fast.db.migrate import migrate
 
-
 _SCENARIOS = ("drain", "cpu", "io", "latency", "sustained", "retry", "scheduled", "promote")
 
 

@@ -251,18 +251,25 @@ class Stamp:
     n: int
 
 
-def _spin(loops: int) -> int:
-    total = 0
-    for i in range(loops):
-        total += i * i
+def _spin(loops: int) -> float:
+    """The CPU work of the ``cpu`` scenario; the same loop as the peers' drivers
+    (benches/peers/_common.py), so every system does identical work per job."""
+    clock = time.perf_counter
+    total = 0.0
+    for _ in range(loops):
+        total += clock()
     return total
 
 
 @functools.cache
 def burn_loops(ms: float = 1.0) -> int:
     """How many ``_spin`` iterations take ``ms`` of CPU on an idle core here: a fixed amount
-    of work per job (a wall-clock busy loop would count time spent descheduled as work)."""
-    loops = 10_000
+    of work per job (a wall-clock busy loop would count time spent descheduled as work).
+    ``AWA_FAST_BENCH_CPU_ITERATIONS`` fixes the count, as the peer harness honours too."""
+    fixed = os.environ.get("AWA_FAST_BENCH_CPU_ITERATIONS")
+    if fixed:
+        return int(fixed)
+    loops = 20_000
     best = math.inf
     for _ in range(5):
         started = time.process_time()

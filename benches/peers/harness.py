@@ -441,7 +441,12 @@ def main(args) -> int:
         return 2
     jobs = args.jobs or (5000 if args.scenario == "cpu" else 20000)
     process_counts = [int(p) for p in str(args.processes).split(",")]
-    cpu_iterations = calibrate_cpu_iterations(args.cpu_ms) if args.scenario == "cpu" else 0
+    cpu_iterations = 0
+    if args.scenario == "cpu":
+        # A fixed count shared with `awa-fast bench cpu` makes the work per job identical
+        # for every system; calibration alone drifts when the other vCPU is busy.
+        fixed = os.environ.get("AWA_FAST_BENCH_CPU_ITERATIONS")
+        cpu_iterations = int(fixed) if fixed else calibrate_cpu_iterations(args.cpu_ms)
     if cpu_iterations:
         log(f"cpu scenario: {cpu_iterations} loop iterations ~= {args.cpu_ms} ms CPU per job")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

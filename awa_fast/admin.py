@@ -6,9 +6,12 @@ clients cannot drift apart.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+
+import orjson
 
 from awa_fast.db.queries import Q
 from awa_fast.errors import ValidationError
@@ -135,3 +138,33 @@ def retry_from_dlq(job_id: int) -> Op[bool]:
 
 def purge_dlq(*, kind: str | None = None, queue: str | None = None) -> Op[int]:
     return Op(Q.dlq_purge, {"kind": kind, "queue": queue}, _count)
+
+
+def _resolve(
+    callback_id: str, state: str, *, payload: object = None, error: str | None = None
+) -> Op[int | None]:
+    try:
+        uuid.UUID(str(callback_id))
+    except ValueError:
+        raise ValidationError("callback_id", f"not a callback id: {callback_id!r}") from None
+    params = {
+        "callback_id": str(callback_id),
+        "state": state,
+        "payload": None if payload is None else orjson.dumps(payload).decode(),
+        "error": error,
+    }
+    return Op(Q.callback_resolve, params, lambda rows: rows[0]["id"] if rows else None)
+
+
+def complete_external(callback_id: str, payload: object = None) -> Op[int | None]:
+    """Complete the job parked on ``callback_id``; returns its id (None if none waits)."""
+    return _resolve(callback_id, "completed", payload=payload)
+
+
+def fail_external(callback_id: str, error: str) -> Op[int | None]:
+    return _resolve(callback_id, "failed", error=f"callback failed: {error}")
+
+
+def retry_external(callback_id: str) -> Op[int | None]:
+    """Give the parked job another attempt (the callback's attempt counts as used)."""
+    return _resolve(callback_id, "available")

@@ -169,6 +169,20 @@ class Client(_Handlers):
     def purge_dlq(self, *, kind: str | None = None, queue: str | None = None) -> int:
         return self._run(admin.purge_dlq(kind=kind, queue=queue))
 
+    def complete_external(self, callback_id: str, payload: object = None) -> JobRow | None:
+        """Complete the job waiting on ``callback_id``; None if no job waits on it."""
+        return self._resolved(admin.complete_external(callback_id, payload))
+
+    def fail_external(self, callback_id: str, error: str) -> JobRow | None:
+        return self._resolved(admin.fail_external(callback_id, error))
+
+    def retry_external(self, callback_id: str) -> JobRow | None:
+        return self._resolved(admin.retry_external(callback_id))
+
+    def _resolved(self, op: admin.Op[int | None]) -> JobRow | None:
+        job_id = self._run(op)
+        return None if job_id is None else self.get_job(job_id)
+
     def close(self) -> None:
         if self._opened:
             self._pool.close()
@@ -251,6 +265,20 @@ class AsyncClient(_Handlers):
 
     async def purge_dlq(self, *, kind: str | None = None, queue: str | None = None) -> int:
         return await self._run(admin.purge_dlq(kind=kind, queue=queue))
+
+    async def complete_external(self, callback_id: str, payload: object = None) -> JobRow | None:
+        """Complete the job waiting on ``callback_id``; None if no job waits on it."""
+        return await self._resolved(admin.complete_external(callback_id, payload))
+
+    async def fail_external(self, callback_id: str, error: str) -> JobRow | None:
+        return await self._resolved(admin.fail_external(callback_id, error))
+
+    async def retry_external(self, callback_id: str) -> JobRow | None:
+        return await self._resolved(admin.retry_external(callback_id))
+
+    async def _resolved(self, op: admin.Op[int | None]) -> JobRow | None:
+        job_id = await self._run(op)
+        return None if job_id is None else await self.get_job(job_id)
 
     async def start(
         self, queues: QueueSpec | None = None, *, processes: int | None = None, **config: Any

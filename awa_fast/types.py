@@ -89,6 +89,7 @@ class JobRow:
     progress: Any = None
     callback_id: str | None = None
     callback_timeout_at: datetime | None = None
+    callback_result: Any = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> JobRow:

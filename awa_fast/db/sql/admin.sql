@@ -112,3 +112,19 @@ DELETE FROM awa_fast.dlq
 WHERE (%(kind)s::text IS NULL OR kind = %(kind)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
 RETURNING id;
+
+-- name: callback_resolve
+-- Resolve a parked job by its callback id: completed (with the callback's payload),
+-- failed (with the error), or back to available for another attempt.
+UPDATE awa_fast.jobs_hot
+SET state = %(state)s::awa_fast.job_state,
+    finalized_at = CASE WHEN %(state)s IN ('completed', 'failed') THEN now() END,
+    run_at = CASE WHEN %(state)s = 'available' THEN now() ELSE run_at END,
+    callback_result = %(payload)s::jsonb,
+    callback_id = NULL,
+    callback_timeout_at = NULL,
+    errors = CASE WHEN %(error)s::text IS NULL THEN errors
+                  ELSE errors || jsonb_build_array(jsonb_build_object(
+                      'error', %(error)s::text, 'attempt', attempt, 'at', now())) END
+WHERE callback_id = %(callback_id)s::uuid AND state = 'waiting_external'
+RETURNING id;

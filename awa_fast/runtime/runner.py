@@ -65,6 +65,8 @@ class RunnerConfig:
     cleanup_batch: int = 1000
     completed_retention: float = 24 * 3600.0
     failed_retention: float = 72 * 3600.0
+    vacuum_interval: float = 2.0
+    vacuum_dead_tuples: int = 20_000
     dlq: bool = False
     dlq_queues: Mapping[str, bool] = field(default_factory=dict)
     queue_deadlines: Mapping[str, float] = field(default_factory=dict)
@@ -112,6 +114,7 @@ class RunnerConfig:
             "cleanup_interval",
             "completed_retention",
             "failed_retention",
+            "vacuum_interval",
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0 seconds")

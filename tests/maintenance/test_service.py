@@ -13,7 +13,7 @@ from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.hooks import HookDispatcher
 from awa_fast.runtime.runner import RunnerConfig
 from tests.factories import insert_job
-from tests.helpers import job, run
+from tests.helpers import job, run, wait_until
 
 
 def _maintenance(dsn: str, **config: Any) -> Maintenance:
@@ -193,3 +193,23 @@ def test_rescued_event_and_followup_after_the_rescue(
     [event] = events
     assert (event.type, event.job.id) == (awa_fast.EventType.RESCUED, stale)
     assert event.reason is not None and event.reason.startswith("heartbeat stale")
+
+
+def test_vacuum_runs_once_dead_tuples_pass_the_threshold(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    assert run(_once(dsn, "vacuum_once", vacuum_dead_tuples=10)) == []
+    ids = [insert_job(conn) for _ in range(30)]
+    conn.execute("DELETE FROM awa_fast.jobs_hot WHERE id = ANY(%s)", (ids,))
+    conn.execute("SELECT pg_stat_force_next_flush()")  # report at the end of this statement
+
+    def dead_tuples() -> int:
+        with psycopg.connect(dsn) as other:
+            row = other.execute(
+                "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'jobs_hot'"
+            ).fetchone()
+            return int(row[0]) if row else 0
+
+    wait_until(lambda: dead_tuples() >= 30, what="the deletes to reach the statistics")
+    assert run(_once(dsn, "vacuum_once", vacuum_dead_tuples=10)) == ["jobs_hot"]
+    assert run(_once(dsn, "vacuum_once", vacuum_dead_tuples=10)) == []

@@ -38,3 +38,10 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 )
 DELETE FROM awa_fast.jobs_hot j USING doomed WHERE j.id = doomed.id;
+
+-- name: job_tables_dead_tuples
+-- Dead tuples of the job tables: the claim scan walks every dead entry of the claim index
+-- until a vacuum removes it, so the leader vacuums these tables itself once they pass a
+-- threshold instead of waiting for autovacuum's minute-long naptime.
+SELECT relname, n_dead_tup FROM pg_stat_user_tables
+WHERE schemaname = 'awa_fast' AND relname IN ('jobs_hot', 'jobs_deferred');

@@ -134,11 +134,24 @@ class Committer:
                 if ready or (stopping and len(self.batcher)):
                     batch = self.batcher.take()
                     if batch is not None:
-                        self.commit(batch)
+                        self._commit_or_log(batch)
                 elif stopping and not len(self.ring) and not len(self.batcher):
                     return
         finally:
             self.close()
+
+    def _commit_or_log(self, batch: Batch) -> None:
+        """The committer thread must outlive any one batch: a batch that fails for a reason
+        other than a lost connection is logged, and its attempts (still running in the
+        database) are left to rescue."""
+        try:
+            self.commit(batch)
+        except Exception:
+            log.exception(
+                "a batch of %d outcomes could not be committed; its jobs stay "
+                "running until rescued",
+                len(batch),
+            )
 
     def close(self) -> None:
         if self._conn is not None:

@@ -19,7 +19,7 @@ from awa_fast.runtime.hooks import Event, EventType, HookDispatcher
 from awa_fast.types import InsertRequest
 from awa_fast.worker import UNKNOWN_KIND
 from tests.factories import insert_job
-from tests.helpers import job, states
+from tests.helpers import job, states, wait_until
 
 
 @dataclass
@@ -285,3 +285,21 @@ def test_committer_thread_drains_the_ring(harness: Harness, conn: psycopg.Connec
     stop.set()
     thread.join()
     assert states(harness.dsn) == {"completed": 500}
+
+
+def test_committer_thread_survives_a_batch_it_cannot_commit(
+    harness: Harness, conn: psycopg.Connection[Any]
+) -> None:
+    [bad, good] = _running(conn, 2)
+    committer = harness.committer
+    stop = threading.Event()
+    thread = threading.Thread(target=committer.run, args=(stop,))
+    thread.start()
+    committer.ring.push(bad, 1, 99, 0, 0.0, b"")  # an outcome code no table row knows
+    wait_until(lambda: not len(committer.ring), timeout=10, what="the bad record drained")
+    committer.ring.push(good, 1, int(tr.Target.COMPLETED), 0, 0.0, b"")
+    assert committer.wait_committed(1, timeout=30)
+    stop.set()
+    thread.join()
+    assert job(harness.dsn, good)["state"] == "completed"
+    assert job(harness.dsn, bad)["state"] == "running"  # left for rescue

@@ -57,6 +57,7 @@ class CommitStats:
     fallbacks: int = 0
     reconnects: int = 0
     followup_failures: int = 0
+    failed_batches: int = 0
 
 
 @dataclass(slots=True)

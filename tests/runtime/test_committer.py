@@ -296,7 +296,7 @@ def test_committer_thread_survives_a_batch_it_cannot_commit(
     thread = threading.Thread(target=committer.run, args=(stop,))
     thread.start()
     committer.ring.push(bad, 1, 99, 0, 0.0, b"")  # an outcome code no table row knows
-    wait_until(lambda: not len(committer.ring), timeout=10, what="the bad record drained")
+    wait_until(lambda: committer.stats.failed_batches == 1, timeout=10, what="the bad batch")
     committer.ring.push(good, 1, int(tr.Target.COMPLETED), 0, 0.0, b"")
     assert committer.wait_committed(1, timeout=30)
     stop.set()

@@ -148,6 +148,7 @@ class Committer:
         try:
             self.commit(batch)
         except Exception:
+            self.stats.failed_batches += 1
             log.exception(
                 "a batch of %d outcomes could not be committed; its jobs stay "
                 "running until rescued",

@@ -83,6 +83,7 @@ class ForkedWorkers:
         self._stopping = False
         self._changed: asyncio.Event | None = None
         self._evicted: dict[int, str] = {}  # pid -> why the supervisor killed it
+        self._connecting: set[asyncio.Task[None]] = set()
 
     # -- forking --------------------------------------------------------------------------
 
@@ -213,6 +214,8 @@ class ForkedWorkers:
         proc = self.procs[worker]
         assert proc is not None
         task = asyncio.get_running_loop().create_task(self._connect(proc))
+        self._connecting.add(task)
+        task.add_done_callback(self._connecting.discard)
         task.add_done_callback(lambda _: self.runner.wake())
 
     def evict(self, job_id: int, run_lease: int, *, reason: str) -> None:
@@ -234,6 +237,9 @@ class ForkedWorkers:
         flags, allow a short grace, then kill what is left (its attempts are lost and
         retried)."""
         self._stopping = True
+        # A replacement forked just before the signal may still be connecting: it must get
+        # its drain message too, or it would wait out the whole timeout.
+        await asyncio.gather(*self._connecting, return_exceptions=True)
         for proc in self.procs:
             if proc is not None and proc.transport is not None:
                 self._send(proc, ("drain",))

@@ -44,7 +44,12 @@ class Serve:
         self.proc.send_signal(sig)
 
     def wait(self, timeout: float) -> int:
-        return self.proc.wait(timeout)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"serve did not exit within {timeout}s; its log ends:\n{self.log()[-4000:]}"
+            ) from None
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -186,7 +186,7 @@ class Committer:
                 step(records, indices)
                 pending.pop(0)
             except psycopg.Error as exc:
-                if not self._connection_lost():
+                if not self._connection_lost(exc):
                     raise
                 attempt += 1
                 log.warning(
@@ -226,7 +226,7 @@ class Committer:
         try:
             applied = self._execute(conn, r, indices)
         except psycopg.Error as exc:
-            if self._connection_lost():
+            if self._connection_lost(exc):
                 raise
             log.warning(
                 "batch of %d outcomes failed (%s); finalizing each directly", len(indices), exc
@@ -237,7 +237,7 @@ class Committer:
                 try:
                     applied.update(self._execute(conn, r, [i]))
                 except psycopg.Error as one_exc:
-                    if self._connection_lost():
+                    if self._connection_lost(one_exc):
                         raise
                     log.error(
                         "job %s: direct finalize failed (%s); left running for rescue",
@@ -303,8 +303,8 @@ class Committer:
                         row = JobRow.from_row(after)
                         ctx = self._context(outcome, r, i, applied[r.ids[i]])
                         insert_followups(conn, specs, row, orjson.dumps(row.args), ctx)
-            except psycopg.Error:
-                if self._connection_lost():
+            except psycopg.Error as exc:
+                if self._connection_lost(exc):
                     raise
                 self._followup_failed(r, i)
                 continue
@@ -363,7 +363,7 @@ class Committer:
             if len(rows) < len(wanted):  # dead-lettered jobs live in the DLQ table
                 rows += cur.execute(Q.dlq_get_many, ids).fetchall()
         except psycopg.Error as exc:
-            self._connection_lost()
+            self._connection_lost(exc)
             log.error(
                 "could not read %d jobs for their lifecycle events (%s); events dropped",
                 len(wanted),
@@ -391,8 +391,16 @@ class Committer:
             self._conn = self._connect()
         return self._conn
 
-    def _connection_lost(self) -> bool:
-        lost = self._conn is None or self._conn.closed or self._conn.broken
+    def _connection_lost(self, exc: psycopg.Error) -> bool:
+        """Whether ``exc`` means: reconnect and retry (the outcomes are kept). An operational
+        error (the server shut the session down, a deadlock, a cancelled statement) may
+        leave the connection looking healthy for a moment; it is retried all the same."""
+        lost = (
+            isinstance(exc, psycopg.OperationalError)
+            or self._conn is None
+            or self._conn.closed
+            or self._conn.broken
+        )
         if lost and self._conn is not None:
             self._conn.close()
             self._conn = None

@@ -120,16 +120,24 @@ def test_cpu_bound_sync_handlers_keep_both_processes_busy(serve: Any, dsn: str) 
 def test_killing_the_committer_connection_loses_nothing(serve: Any, dsn: str) -> None:
     _insert(dsn, [Step("record") for _ in range(5000)])
     serve("--processes", "2", "--queue", "default=100")
+
+    def kill_committer() -> int:
+        row = _query(
+            dsn,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = 'awa-fast committer' AND datname = current_database()",
+        )[0]
+        return int(row[0])
+
     kills = 0
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        while states(dsn).get("completed", 0) < 5000:
-            killed = conn.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                " WHERE application_name = 'awa-fast committer'"
-                " AND datname = current_database()"
-            ).fetchone()
-            kills += killed[0] if killed else 0
-            time.sleep(0.05)  # pacing of the fault injection, not synchronisation
+    for _ in range(5):  # five kills under load, each after the committer made progress again
+        done = states(dsn).get("completed", 0)
+        if done >= 5000:
+            break
+        wait_until(lambda: kill_committer() == 1, what="a committer connection to kill")
+        kills += 1
+        wait_until(lambda d=done: states(dsn).get("completed", 0) > d, what="progress")
+    wait_until(lambda: _completed(dsn, 5000), timeout=60, what="5,000 completions")
     assert kills >= 1
     [(total, distinct)] = _query(dsn, "SELECT count(*), count(DISTINCT job_id) FROM calls")
     assert (total, distinct) == (5000, 5000)

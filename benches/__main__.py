@@ -1,8 +1,9 @@
 """``python -m benches <command>``: benchmark entry points.
 
 Commands:
-  peers   drain pre-inserted jobs with peer queues (pgqueuer, awa-pg, procrastinate),
-          each in its own virtualenv; see benches/README.md.
+  peers   run a scenario (drain, cpu, io, latency, retry, scheduled) with peer queues
+          (pgqueuer, awa-pg, procrastinate), each in its own virtualenv; see
+          benches/README.md.
 """
 
 from __future__ import annotations
@@ -23,12 +24,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--scenario",
-        choices=["drain", "cpu"],
+        choices=["drain", "cpu", "io", "latency", "retry", "scheduled"],
         default="drain",
-        help="drain: no-op handlers; cpu: handlers burn ~1 ms of pure-Python CPU",
+        help="drain: no-op handlers; cpu: handlers burn ~1 ms of pure-Python CPU;"
+        " io: handlers await asyncio.sleep(0.01); latency: jobs inserted one at a time"
+        " at --rate into idle workers, pickup latency; retry: every job fails once;"
+        " scheduled: all jobs due at one moment --lead s ahead",
     )
     p.add_argument(
-        "--jobs", type=int, default=0, help="jobs per run (default 20000 for drain, 5000 for cpu)"
+        "--jobs",
+        type=int,
+        default=0,
+        help="jobs per run (default 20000 for drain and io, 5000 for cpu, 500 for latency,"
+        " 10000 for retry and scheduled)",
     )
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--systems", default="pgqueuer,awa-pg,procrastinate")
@@ -37,6 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     p.add_argument("--cpu-ms", type=float, default=1.0, help="CPU per job in the cpu scenario")
+    p.add_argument("--rate", type=float, default=50.0, help="latency: jobs/s inserted")
+    p.add_argument(
+        "--lead",
+        type=float,
+        default=0.0,
+        help="scheduled: seconds from the start of the insert to the due moment"
+        " (default 2 + jobs/5000)",
+    )
     p.add_argument("--upgrade", action="store_true", help="pip install --upgrade the peers")
 
     args = parser.parse_args(argv)

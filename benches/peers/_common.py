@@ -6,12 +6,29 @@ the standard library only.
 
 Driver protocol (see ``harness.py``):
 
-* ``setup`` phase: install the peer's schema and pre-insert N jobs, then print one
-  JSON line ``{"event": "setup", ...}`` and exit.
+* ``setup`` phase: install the peer's schema and pre-insert N jobs (none for
+  ``latency`` and ``scheduled``), then print one JSON line ``{"event": "setup", ...}``
+  and exit.
+* ``produce`` phase (``latency``): insert N jobs one at a time, each in its own
+  transaction, at ``--rate`` jobs/s with the peer's own single-job insert; print one
+  JSON line ``{"event": "produce", "committed": [t0, t1, ...]}`` where ``t<seq>`` is
+  ``time.time()`` right after that job's commit returned. It runs in its own process,
+  while the workers (other processes) are already started and idle.
+* ``schedule`` phase (``scheduled``): insert N jobs all due at ``--due`` (a Unix
+  time), with the peer's bulk insert; print ``{"event": "schedule", "insert_s": ...}``.
 * ``work`` phase: build the worker, print ``{"event": "ready"}``, block until the
   harness writes ``go`` on stdin, run the worker, and on ``stop`` (or stdin EOF,
   or SIGTERM) shut the worker down gracefully and print one JSON line
-  ``{"event": "work", ...}`` with the process's peak RSS.
+  ``{"event": "work", ...}`` with the process's peak RSS; for ``latency`` it also
+  carries ``"stamps": [[seq, t], ...]``, ``time.time()`` taken first thing in the
+  handler of job ``seq``. The stamps stay in memory until then, so reporting them
+  adds no database work to the measured path.
+
+Scenarios (same handler body for every peer): ``drain`` no-op; ``cpu`` burns
+``--cpu-iterations``; ``io`` awaits ``asyncio.sleep(IO_SLEEP_S)``; ``latency``
+stamps its start time; ``retry`` fails the first attempt (each driver asks for the
+smallest retry delay its peer allows) and is a no-op on the second; ``scheduled``
+no-op.
 """
 
 from __future__ import annotations
@@ -26,13 +43,18 @@ import threading
 import time
 from typing import Any
 
+SCENARIOS = ("drain", "cpu", "io", "latency", "retry", "scheduled")
+IO_SLEEP_S = 0.01
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser()
-    p.add_argument("phase", choices=["setup", "work"])
+    p.add_argument("phase", choices=["setup", "work", "produce", "schedule"])
     p.add_argument("--database-url", required=True)
     p.add_argument("--jobs", type=int, default=0)
-    p.add_argument("--scenario", choices=["drain", "cpu"], default="drain")
+    p.add_argument("--scenario", choices=SCENARIOS, default="drain")
+    p.add_argument("--rate", type=float, default=50.0, help="produce: jobs/s")
+    p.add_argument("--due", type=float, default=0.0, help="schedule: Unix time due")
     # Iterations of burn_iterations() that take ~1 ms on this machine; calibrated
     # once by the harness and passed to every driver so each peer's handlers do
     # exactly the same amount of CPU work per job.
@@ -47,6 +69,57 @@ def burn_iterations(n: int) -> float:
     for _ in range(n):
         acc += pc()
     return acc
+
+
+class Bench:
+    """The scenario's handler body, shared by every driver (peer-specific parts, such as
+    how a retry is asked for, stay in the driver)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.scenario = args.scenario
+        self.iters = args.cpu_iterations if args.scenario == "cpu" else 0
+        self.handled = 0
+        self.failed_first = 0  # retry: first attempts failed on purpose
+        self.stamps: list[tuple[int, float]] = []
+
+    def fail_first(self, first_attempt: bool) -> bool:
+        """retry: whether this attempt must fail (the first one does)."""
+        if self.scenario == "retry" and first_attempt:
+            self.failed_first += 1
+            return True
+        return False
+
+    async def run(self, seq: int | None) -> None:
+        if self.scenario == "latency":
+            self.stamps.append((-1 if seq is None else seq, time.time()))
+        elif self.scenario == "io":
+            await asyncio.sleep(IO_SLEEP_S)
+        elif self.iters:
+            burn_iterations(self.iters)
+        self.handled += 1
+
+    def report(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"handled": self.handled}
+        if self.scenario == "retry":
+            out["failed_first"] = self.failed_first
+        if self.scenario == "latency":
+            out["stamps"] = self.stamps
+        return out
+
+
+async def produce_one_by_one(insert_one, rate: float, count: int) -> None:
+    """``await insert_one(seq)`` for seq 0..count-1, one per ``1/rate`` s (each insert
+    commits on its own); emits the commit times. The same pacing as awa-fast's
+    ``awa_fast.bench.produce_one_by_one``."""
+    committed: list[float] = []
+    start = time.perf_counter()
+    for n in range(count):
+        delay = start + n / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await insert_one(n)
+        committed.append(time.time())
+    emit({"event": "produce", "committed": committed})
 
 
 def emit(obj: dict[str, Any]) -> None:

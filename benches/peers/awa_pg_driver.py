@@ -13,6 +13,14 @@ Settings and why:
 * Worker: ``AsyncClient(url)`` (default pool, max_connections=10) and
   ``start(queues=[("bench", 1000)])`` -- one queue with ~1000 max workers so
   the Rust runtime always has claimable capacity; other knobs at defaults.
+* ``latency``: the producer calls ``client.insert(BenchJob(seq), queue=...)`` once
+  per job (one transaction each, the single-job insert of the SDK).
+* ``retry``: the handler returns ``awa.RetryAfter(RETRY_AFTER_S)`` on attempt 1.
+  The retried job is parked as ``retryable`` and comes back when the maintenance
+  leader promotes it, so the worker runs with ``promote_interval_ms=
+  RETRY_PROMOTE_MS`` (50, as awa-fast's own retry scenario uses).
+* ``scheduled``: ``enqueue_many_copy(..., run_at=due)``; default start options, so
+  promotion runs at Awa's default interval.
 * Completion: the ``awa.jobs``/``awa.terminal_jobs`` views are far too slow
   to poll (a count over 20k completed jobs took >100 s), so the harness sums
   the queue-storage receipt tables directly: completed receipts in
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import os
 import sys
 import time
@@ -34,11 +43,42 @@ import awa
 
 QUEUE = "bench"
 MAX_WORKERS = int(os.environ.get("AWA_MAX_WORKERS", "1000"))
+RETRY_AFTER_S = float(os.environ.get("AWA_RETRY_AFTER_S", "0"))
+RETRY_PROMOTE_MS = int(os.environ.get("AWA_RETRY_PROMOTE_MS", "50"))
 
 
 @dataclasses.dataclass
 class BenchJob:
     seq: int
+
+
+async def insert_bulk(client, jobs: int, run_at: dt.datetime | None = None) -> None:
+    chunk = 10_000
+    for start in range(0, jobs, chunk):
+        n = min(chunk, jobs - start)
+        batch = [BenchJob(start + i) for i in range(n)]
+        await client.enqueue_many_copy(batch, queue=QUEUE, run_at=run_at)
+
+
+async def produce(args) -> None:
+    client = awa.AsyncClient(args.database_url)
+
+    async def insert_one(seq: int) -> None:
+        await client.insert(BenchJob(seq), queue=QUEUE)
+
+    try:
+        await _common.produce_one_by_one(insert_one, args.rate, args.jobs)
+    finally:
+        await client.close()
+
+
+async def schedule(args) -> None:
+    client = awa.AsyncClient(args.database_url)
+    t0 = time.perf_counter()
+    await insert_bulk(client, args.jobs, run_at=dt.datetime.fromtimestamp(args.due, dt.UTC))
+    t1 = time.perf_counter()
+    await client.close()
+    _common.emit({"event": "schedule", "insert_s": t1 - t0})
 
 
 async def setup(args) -> None:
@@ -47,10 +87,7 @@ async def setup(args) -> None:
     await client.migrate()
     await client.install_queue_storage()
     t1 = time.perf_counter()
-    chunk = 10_000
-    for start in range(0, args.jobs, chunk):
-        n = min(chunk, args.jobs - start)
-        await client.enqueue_many_copy([BenchJob(start + i) for i in range(n)], queue=QUEUE)
+    await insert_bulk(client, args.jobs)
     t2 = time.perf_counter()
     await client.close()
     _common.emit(
@@ -67,32 +104,35 @@ async def setup(args) -> None:
 async def work(args) -> None:
     ctl = _common.Control()
     client = awa.AsyncClient(args.database_url)
-    handled = 0
-    iters = args.cpu_iterations if args.scenario == "cpu" else 0
+    bench_body = _common.Bench(args)
+    retry = args.scenario == "retry"
+    # AWA_RETRY_PROMOTE_MS=0 leaves promote_interval_ms at Awa's default.
+    options = {"promote_interval_ms": RETRY_PROMOTE_MS} if retry and RETRY_PROMOTE_MS else {}
 
     @client.task(BenchJob, queue=QUEUE)
-    async def bench(job) -> None:
-        nonlocal handled
-        if iters:
-            _common.burn_iterations(iters)
-        handled += 1
+    async def bench(job):
+        if bench_body.fail_first(job.attempt == 1):
+            return awa.RetryAfter(RETRY_AFTER_S)
+        await bench_body.run(job.args.seq)
+        return None
 
     _common.emit({"event": "ready"})
     await ctl.go.wait()
     if not ctl.stop.is_set():
-        await client.start(queues=[(QUEUE, MAX_WORKERS)])
+        await client.start(queues=[(QUEUE, MAX_WORKERS)], **options)
         await ctl.stop.wait()
         try:
             await client.shutdown(timeout_ms=10_000)
         except Exception as exc:  # pragma: no cover
             print(f"awa shutdown: {exc!r}", file=sys.stderr)
     await client.close()
-    _common.emit({"event": "work", "handled": handled, **_common.pid_info()})
+    _common.emit({"event": "work", **bench_body.report(), **_common.pid_info()})
 
 
 def main() -> None:
     args = _common.parse_args()
-    asyncio.run(setup(args) if args.phase == "setup" else work(args))
+    phases = {"setup": setup, "work": work, "produce": produce, "schedule": schedule}
+    asyncio.run(phases[args.phase](args))
 
 
 if __name__ == "__main__":

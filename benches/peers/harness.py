@@ -17,6 +17,11 @@ Per run:
      backend exit), then read ``xact_commit`` again. Commits/job subtracts the
      harness's own poll queries on the bench database.
   7. ``DROP DATABASE ... WITH (FORCE)``.
+
+``latency`` and ``scheduled`` insert nothing in step 2: the workers start first
+(``go``) and sit idle, then a producer process inserts the jobs (one at a time at a
+fixed rate for ``latency``; all due at one moment a few seconds ahead for
+``scheduled``). See ``benches/README.md``.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import json
+import math
 import os
 import re
 import statistics
@@ -42,6 +48,10 @@ HERE = Path(__file__).resolve().parent
 BENCH_ROOT = Path(os.environ.get("AWA_FAST_BENCH_DIR", "/var/tmp/awa-fast-bench"))
 RESULTS_DIR = HERE.parent / "results"
 POLL_INTERVAL_S = 0.02
+DEFAULT_JOBS = {"drain": 20_000, "cpu": 5_000, "io": 20_000, "latency": 500}
+DEFAULT_JOBS |= {"retry": 10_000, "scheduled": 10_000}
+# Scenarios whose jobs are inserted by `driver setup` before the workers start.
+PRE_INSERTED = ("drain", "cpu", "io", "retry")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +62,9 @@ class Peer:
     # SQL returning the number of jobs finished (any terminal state) and the number
     # of those that failed; run on the bench database by the harness.
     done_sql: str
-    scenarios: tuple[str, ...] = ("drain", "cpu")
+    scenarios: tuple[str, ...] = ("drain", "cpu", "io", "latency", "retry", "scheduled")
+    # What the driver asks for as its retry delay in the ``retry`` scenario.
+    retry_delay: str = ""
 
 
 PEERS: dict[str, Peer] = {
@@ -65,6 +77,7 @@ PEERS: dict[str, Peer] = {
             "SELECT %(n)s - count(*) FILTER (WHERE status <> 'failed'),"
             " count(*) FILTER (WHERE status = 'failed') FROM pgqueuer"
         ),
+        retry_delay="RetryRequested(delay=timedelta(0))",
     ),
     "awa-pg": Peer(
         name="awa-pg",
@@ -76,6 +89,7 @@ PEERS: dict[str, Peer] = {
             " + (SELECT count(*) FROM awa.done_entries),"
             " (SELECT count(*) FROM awa.done_entries WHERE state <> 'completed')"
         ),
+        retry_delay="RetryAfter(0), promote_interval_ms=50",
     ),
     "procrastinate": Peer(
         name="procrastinate",
@@ -85,6 +99,7 @@ PEERS: dict[str, Peer] = {
             "SELECT count(*) FILTER (WHERE status NOT IN ('todo', 'doing')),"
             " count(*) FILTER (WHERE status = 'failed') FROM procrastinate_jobs"
         ),
+        retry_delay="RetryStrategy(max_attempts=1, wait=0)",
     ),
 }
 
@@ -165,6 +180,37 @@ def stats_snapshot(conn: psycopg.Connection, dbname: str) -> dict[str, int]:
 
 def wal_now(conn: psycopg.Connection) -> int:
     return int(conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])
+
+
+def wait_for_listener(url: str, timeout: float = 5.0) -> bool:
+    """Until a session of the bench database sits idle in LISTEN (as awa-fast's
+    ``wait_for_listener``): the workers are started and waiting for a wake-up."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND state = 'idle' AND query ILIKE 'LISTEN%%'"
+            ).fetchone()
+            if row and row[0]:
+                return True
+            time.sleep(0.02)
+    return False
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    """p50/p95/p99/max (nearest rank), as ``awa_fast.bench.percentiles``."""
+    ordered = sorted(values)
+
+    def rank(p: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(p * len(ordered)) - 1))]
+
+    return {
+        "p50": round(rank(0.50), 3),
+        "p95": round(rank(0.95), 3),
+        "p99": round(rank(0.99), 3),
+        "max": round(ordered[-1], 3),
+    }
 
 
 # ---------------------------------------------------------------- CPU calibration
@@ -267,14 +313,54 @@ class Worker:
         return ""
 
 
-def run_driver_setup(peer: Peer, url: str, jobs: int, scenario: str, timeout: float) -> dict:
-    cmd = [str(venv_python(peer)), str(HERE / peer.driver), "setup"]
-    cmd += ["--database-url", url, "--jobs", str(jobs), "--scenario", scenario]
+def run_driver(
+    peer: Peer, phase: str, url: str, jobs: int, scenario: str, timeout: float, *extra: str
+) -> dict:
+    """One ``driver <phase>`` process to its end; its last JSON line."""
+    cmd = [str(venv_python(peer)), str(HERE / peer.driver), phase]
+    cmd += ["--database-url", url, "--jobs", str(jobs), "--scenario", scenario, *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise RuntimeError(f"setup failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        raise RuntimeError(f"{phase} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     return json.loads(lines[-1])
+
+
+def run_driver_setup(peer: Peer, url: str, jobs: int, scenario: str, timeout: float) -> dict:
+    return run_driver(peer, "setup", url, jobs, scenario, timeout)
+
+
+def poll_until_done(
+    poll: psycopg.Connection, peer: Peer, jobs: int, workers: list[Worker], deadline: float
+) -> tuple[int, int, int, bool]:
+    """Poll the peer's tables every POLL_INTERVAL_S until all ``jobs`` are finished;
+    (done, failed, polls, timed_out)."""
+    polls = done = failed = 0
+    while True:
+        row = poll.execute(peer.done_sql, {"n": jobs}).fetchone()
+        polls += 1
+        done, failed = int(row[0]), int(row[1])
+        if done >= jobs:
+            return done, failed, polls, False
+        for w in workers:
+            w.sample_rss()
+            if w.proc.poll() is not None:
+                raise RuntimeError(
+                    f"worker {w.proc.pid} exited early ({w.proc.returncode}): {w.stderr_tail()}"
+                )
+        if time.monotonic() > deadline:
+            return done, failed, polls, True
+        time.sleep(POLL_INTERVAL_S)
+
+
+def start_idle(workers: list[Worker], url: str, settle: float = 1.0) -> bool:
+    """``go`` to every worker, then wait until they are idle: a session in LISTEN (if the
+    peer LISTENs) and ``settle`` s more for their first empty fetches to pass."""
+    for w in workers:
+        w.send("go")
+    listening = wait_for_listener(url)
+    time.sleep(settle)
+    return listening
 
 
 # ---------------------------------------------------------------- one run
@@ -289,6 +375,8 @@ def run_once(
     run_index: int,
     cpu_iterations: int,
     timeout: float,
+    rate: float = 50.0,
+    lead: float = 3.0,
 ) -> dict[str, Any]:
     dbname = f"bench_{re.sub(r'[^a-z0-9]', '_', peer.name)}_{run_index}"
     url = db_url(base_url, dbname)
@@ -309,13 +397,16 @@ def run_once(
     try:
         admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{dbname}"')
-        setup = run_driver_setup(peer, url, jobs, scenario, timeout)
-        result.update(
-            version=setup.get("version"),
-            config=setup.get("config"),
-            insert_s=round(setup["insert_s"], 3),
-            insert_jobs_per_s=round(jobs / setup["insert_s"], 1) if setup["insert_s"] else None,
-        )
+        pre_inserted = scenario in PRE_INSERTED
+        setup = run_driver_setup(peer, url, jobs if pre_inserted else 0, scenario, timeout)
+        result.update(version=setup.get("version"), config=setup.get("config"))
+        if pre_inserted:
+            result.update(
+                insert_s=round(setup["insert_s"], 3),
+                insert_jobs_per_s=round(jobs / setup["insert_s"], 1) if setup["insert_s"] else None,
+            )
+        if scenario == "retry":
+            result["retry_delay"] = peer.retry_delay
         with psycopg.connect(url, autocommit=True) as c:
             c.execute("VACUUM ANALYZE")  # same starting point for every peer
         logdir = BENCH_ROOT / "logs"
@@ -329,32 +420,50 @@ def run_once(
             if not w.ready.wait(max(1.0, deadline - time.monotonic())):
                 raise RuntimeError(f"worker not ready: {w.stderr_tail()}")
         poll = psycopg.connect(url, autocommit=True)
-        polls = 0
-        before = stats_snapshot(admin, dbname)
-        t0 = time.perf_counter()
-        for w in workers:
-            w.send("go")
-        done = failed = 0
-        timed_out = False
+        committed: list[float] = []
         try:
-            while True:
-                row = poll.execute(peer.done_sql, {"n": jobs}).fetchone()
-                polls += 1
-                done, failed = int(row[0]), int(row[1])
-                if done >= jobs:
-                    break
+            if pre_inserted:
+                before = stats_snapshot(admin, dbname)
+                t0 = time.perf_counter()
                 for w in workers:
-                    w.sample_rss()
-                    if w.proc.poll() is not None:
-                        raise RuntimeError(
-                            f"worker {w.proc.pid} exited early ({w.proc.returncode}):"
-                            f" {w.stderr_tail()}"
-                        )
-                if time.monotonic() > deadline:
-                    timed_out = True
-                    break
-                time.sleep(POLL_INTERVAL_S)
-            elapsed = time.perf_counter() - t0
+                    w.send("go")
+                done, failed, polls, timed_out = poll_until_done(
+                    poll, peer, jobs, workers, deadline
+                )
+                elapsed = time.perf_counter() - t0
+            elif scenario == "latency":
+                result["listening"] = start_idle(workers, url)
+                result["rate"] = rate
+                before = stats_snapshot(admin, dbname)
+                # No polling while the producer runs: the harness adds no database load
+                # to the measured path (handler stamps come back at exit, on stdout).
+                produced = run_driver(
+                    peer, "produce", url, jobs, scenario, timeout, "--rate", str(rate)
+                )
+                committed = produced["committed"]
+                time.sleep(0.2)
+                done, failed, polls, timed_out = poll_until_done(
+                    poll, peer, jobs, workers, deadline
+                )
+                # From the first commit to the database showing all done: ~ the rate.
+                elapsed = time.time() - committed[0]
+            else:  # scheduled
+                result["listening"] = start_idle(workers, url)
+                due = time.time() + lead
+                sched = run_driver(
+                    peer, "schedule", url, jobs, scenario, timeout, "--due", repr(due)
+                )
+                result.update(insert_s=round(sched["insert_s"], 3), lead_s=round(lead, 3))
+                if time.time() >= due:
+                    raise RuntimeError(
+                        f"inserting {jobs} scheduled jobs took past the due moment"
+                        f" (lead {lead:.1f} s); raise --lead"
+                    )
+                before = stats_snapshot(admin, dbname)
+                done, failed, polls, timed_out = poll_until_done(
+                    poll, peer, jobs, workers, deadline
+                )
+                elapsed = time.time() - due
             wal_end = wal_now(admin)
         finally:
             poll.close()
@@ -366,10 +475,15 @@ def run_once(
         commits = after["xact_commit"] - before["xact_commit"] - polls
         peaks = []
         handled = []
+        failed_first = []
+        stamps: dict[int, float] = {}
         for w in workers:
             r = w.result() or {}
             peaks.append(max(w.peak_kb, int(r.get("vmhwm_kb", 0))))
             handled.append(r.get("handled"))
+            failed_first.append(r.get("failed_first"))
+            for seq, t in r.get("stamps") or []:
+                stamps[seq] = min(t, stamps.get(seq, t))
         result.update(
             ok=not timed_out and failed == 0,
             elapsed_s=round(elapsed, 3),
@@ -386,6 +500,21 @@ def run_once(
             harness_polls=polls,
             other_db_commits_during_run=after["other_commits"] - before["other_commits"],
         )
+        if scenario == "retry":
+            result["failed_first_per_process"] = failed_first
+            if sum(f or 0 for f in failed_first) != jobs:
+                result.update(ok=False, error=f"first attempts failed: {failed_first}, not {jobs}")
+        if scenario == "latency":
+            missing = [n for n in range(len(committed)) if n not in stamps]
+            if missing or len(committed) != jobs:
+                result.update(ok=False, error=f"no handler stamp for {len(missing)} jobs")
+            else:
+                pickups = [(stamps[n] - c) * 1000 for n, c in enumerate(committed)]
+                result["latency_ms"] = percentiles(pickups)
+        if not result["ok"]:
+            # No figure for a failed run: report.py then shows its error as `n/a: ...`.
+            result["jobs_per_s_partial"] = result.pop("jobs_per_s")
+            result["jobs_per_s"] = None
         if timed_out:
             result["error"] = f"timeout after {timeout}s with {done}/{jobs} done"
     except Exception as exc:
@@ -406,26 +535,38 @@ def run_once(
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """One row per (system, scenario, processes): median jobs/s (each run's figure in
+    parentheses), median seconds, and for ``latency`` the pickup percentiles of the
+    run with the median p50."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["system"], r["scenario"], r["processes"]), []).append(r)
     out = [
-        "| system | scenario | processes | jobs/s (median) | runs ok"
-        " | commits/job | WAL B/job | peak RSS MB |",
-        "|---|---|---|---|---|---|---|---|",
+        "| system | scenario | processes | jobs/s (median) | seconds | pickup ms p50/p95/p99/max"
+        " | runs ok | commits/job | WAL B/job | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (system, scenario, procs), rs in groups.items():
         ok = [r for r in rs if r.get("ok")]
         if not ok:
             reason = next((r.get("error") or r.get("note") for r in rs), "failed")
             reason = str(reason).replace("|", "/").replace("\n", " ")[:160]
-            out.append(f"| {system} | {scenario} | {procs} | n/a: {reason} | 0/{len(rs)} | | | |")
+            out.append(
+                f"| {system} | {scenario} | {procs} | n/a: {reason} | | | 0/{len(rs)} | | | |"
+            )
             continue
         med = statistics.median
         tputs = ", ".join(f"{r['jobs_per_s']:.0f}" for r in ok)
+        lat = ""
+        with_lat = sorted(
+            (r for r in ok if r.get("latency_ms")), key=lambda r: r["latency_ms"]["p50"]
+        )
+        if with_lat:
+            m = with_lat[len(with_lat) // 2]["latency_ms"]
+            lat = f"{m['p50']:.2f} / {m['p95']:.2f} / {m['p99']:.2f} / {m['max']:.2f}"
         out.append(
             f"| {system} | {scenario} | {procs} | {med([r['jobs_per_s'] for r in ok]):,.0f}"
-            f" ({tputs}) | {len(ok)}/{len(rs)}"
+            f" ({tputs}) | {med([r['elapsed_s'] for r in ok]):.3f} | {lat} | {len(ok)}/{len(rs)}"
             f" | {med([r['commits_per_job'] for r in ok]):.4f}"
             f" | {med([r['wal_bytes_per_job'] for r in ok]):,.0f}"
             f" | {max(r['peak_rss_mb'] for r in ok):.1f} |"
@@ -439,7 +580,8 @@ def main(args) -> int:
     if unknown:
         print(f"unknown systems: {unknown}; known: {sorted(PEERS)}", file=sys.stderr)
         return 2
-    jobs = args.jobs or (5000 if args.scenario == "cpu" else 20000)
+    jobs = args.jobs or DEFAULT_JOBS[args.scenario]
+    lead = args.lead or 2.0 + jobs / 5000  # scheduled: the due moment, s after the insert starts
     process_counts = [int(p) for p in str(args.processes).split(",")]
     cpu_iterations = 0
     if args.scenario == "cpu":
@@ -504,6 +646,8 @@ def main(args) -> int:
                         i,
                         cpu_iterations,
                         args.timeout,
+                        rate=args.rate,
+                        lead=lead,
                     )
                     r["packages"] = {
                         k: v
@@ -522,9 +666,12 @@ def main(args) -> int:
                     if not r.get("ok"):
                         log(f"  run failed: {r.get('error')}")
                     else:
+                        lat = r.get("latency_ms")
+                        extra = f", pickup ms {lat}" if lat else ""
                         log(
-                            f"  {r['jobs_per_s']:.0f} jobs/s, {r['commits_per_job']} commits/job,"
-                            f" {r['wal_bytes_per_job']} WAL B/job, {r['peak_rss_mb']} MB"
+                            f"  {r['jobs_per_s']:.0f} jobs/s in {r['elapsed_s']} s,"
+                            f" {r['commits_per_job']} commits/job,"
+                            f" {r['wal_bytes_per_job']} WAL B/job, {r['peak_rss_mb']} MB{extra}"
                         )
     table = markdown_table(rows)
     print()

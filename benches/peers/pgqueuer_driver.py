@@ -11,6 +11,14 @@ Settings and why:
   same size, i.e. one DELETE+log INSERT per batch) and ``max_concurrent_tasks``
   left unlimited. PgQueuer's throughput advice is to raise batch_size; 500 was
   the brief's setting (override with PGQ_BATCH_SIZE).
+* ``latency``: the producer calls ``Queries.enqueue(entrypoint, payload)`` once per
+  job (one INSERT, autocommit; PgQueuer's insert trigger NOTIFYs the worker). The
+  payload is the job's sequence number.
+* ``retry``: the handler raises ``pgqueuer.RetryRequested(delay=timedelta(0))`` when
+  ``job.attempts == 0`` -- PgQueuer's database-level retry (re-queued with a bumped
+  ``execute_after`` and ``attempts``); 0 is the smallest delay it takes.
+* ``scheduled``: one ``enqueue`` call per 10k jobs with ``execute_after`` = the time
+  left until the due moment (PgQueuer adds it to the database's ``now()``).
 * Completion: PgQueuer deletes a job from ``pgqueuer`` when it succeeds
   (``log_jobs``), so the harness counts ``N - count(*) FROM pgqueuer``.
 """
@@ -18,6 +26,7 @@ Settings and why:
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 import sys
 import time
@@ -25,12 +34,47 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common
 import asyncpg
-from pgqueuer import PgQueuer
+from pgqueuer import PgQueuer, RetryRequested
 from pgqueuer.db import AsyncpgDriver
 from pgqueuer.queries import Queries
 
 BATCH_SIZE = int(os.environ.get("PGQ_BATCH_SIZE", "500"))
 ENTRYPOINT = "bench"
+
+
+async def insert_bulk(q: Queries, jobs: int, due: float | None = None) -> None:
+    chunk = 10_000
+    for start in range(0, jobs, chunk):
+        n = min(chunk, jobs - start)
+        payloads = [str(start + i).encode() for i in range(n)]
+        after = None
+        if due is not None:
+            after = [dt.timedelta(seconds=max(0.0, due - time.time()))] * n
+        await q.enqueue([ENTRYPOINT] * n, payloads, [0] * n, after)
+
+
+async def produce(args) -> None:
+    conn = await asyncpg.connect(args.database_url)
+    try:
+        q = Queries(AsyncpgDriver(conn))
+
+        async def insert_one(seq: int) -> None:
+            await q.enqueue(ENTRYPOINT, str(seq).encode())
+
+        await _common.produce_one_by_one(insert_one, args.rate, args.jobs)
+    finally:
+        await conn.close()
+
+
+async def schedule(args) -> None:
+    conn = await asyncpg.connect(args.database_url)
+    try:
+        t0 = time.perf_counter()
+        await insert_bulk(Queries(AsyncpgDriver(conn)), args.jobs, due=args.due)
+        t1 = time.perf_counter()
+    finally:
+        await conn.close()
+    _common.emit({"event": "schedule", "insert_s": t1 - t0})
 
 
 async def setup(args) -> None:
@@ -40,10 +84,7 @@ async def setup(args) -> None:
         t0 = time.perf_counter()
         await q.install()
         t1 = time.perf_counter()
-        chunk = 10_000
-        for start in range(0, args.jobs, chunk):
-            n = min(chunk, args.jobs - start)
-            await q.enqueue([ENTRYPOINT] * n, [None] * n, [0] * n)
+        await insert_bulk(q, args.jobs)
         t2 = time.perf_counter()
     finally:
         await conn.close()
@@ -62,15 +103,13 @@ async def work(args) -> None:
     ctl = _common.Control()
     conn = await asyncpg.connect(args.database_url)
     pgq = PgQueuer(AsyncpgDriver(conn))
-    handled = 0
-    iters = args.cpu_iterations if args.scenario == "cpu" else 0
+    bench_body = _common.Bench(args)
 
     @pgq.entrypoint(ENTRYPOINT)
     async def bench(job) -> None:
-        nonlocal handled
-        if iters:
-            _common.burn_iterations(iters)
-        handled += 1
+        if bench_body.fail_first(job.attempts == 0):
+            raise RetryRequested(delay=dt.timedelta(0), reason="first attempt fails")
+        await bench_body.run(int(job.payload) if job.payload else None)
 
     _common.emit({"event": "ready"})
     await ctl.go.wait()
@@ -83,12 +122,13 @@ async def work(args) -> None:
         except Exception as exc:  # pragma: no cover - reported, not fatal
             print(f"pgqueuer shutdown: {exc!r}", file=sys.stderr)
     await conn.close()
-    _common.emit({"event": "work", "handled": handled, **_common.pid_info()})
+    _common.emit({"event": "work", **bench_body.report(), **_common.pid_info()})
 
 
 def main() -> None:
     args = _common.parse_args()
-    asyncio.run(setup(args) if args.phase == "setup" else work(args))
+    phases = {"setup": setup, "work": work, "produce": produce, "schedule": schedule}
+    asyncio.run(phases[args.phase](args))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,16 @@ Settings and why:
   ``listen_notify=True`` (default) and ``delete_jobs="never"`` (default: jobs
   stay with status 'succeeded'). ``wait=True`` and the harness cancels the task
   to stop it, which procrastinate handles as a graceful stop.
+* ``latency``: the producer calls ``bench.defer_async(seq=...)`` once per job (one
+  INSERT; procrastinate's insert trigger NOTIFYs the listening worker).
+* ``retry``: the task has ``retry=RetryStrategy(max_attempts=1, wait=0)`` and raises
+  when ``context.job.attempts == 0``; ``wait=0`` (re-run as soon as fetched) is the
+  smallest delay. A retried job is an UPDATE back to ``todo``, which procrastinate
+  does not NOTIFY, so an idle worker only sees it at its next poll
+  (``fetch_job_polling_interval``, default 5 s); busy workers fetch again right away.
+* ``scheduled``: ``bench.configure(schedule_at=due).batch_defer_async`` per 1,000
+  jobs. The insert NOTIFY comes before the jobs are due, so idle workers find them
+  at the next poll (default ``fetch_job_polling_interval`` = 5 s, left as shipped).
 * Completion: ``count(*) FROM procrastinate_jobs WHERE status IN
   ('todo','doing')`` reaching 0.
 """
@@ -20,6 +30,7 @@ Settings and why:
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 import sys
 import time
@@ -33,32 +44,61 @@ POOL_MAX = int(os.environ.get("PROCRASTINATE_POOL_MAX", "30"))
 QUEUE = "bench"
 
 
-def make_app(url: str, state: dict) -> tuple[procrastinate.App, object]:
+def make_app(url: str, body: _common.Bench | None) -> tuple[procrastinate.App, object]:
     app = procrastinate.App(
         connector=procrastinate.PsycopgConnector(
             conninfo=url, min_size=min(4, POOL_MAX), max_size=POOL_MAX
         )
     )
+    retry = body is not None and body.scenario == "retry"
+    strategy = procrastinate.RetryStrategy(max_attempts=1, wait=0) if retry else None
 
-    @app.task(queue=QUEUE, name="bench")
-    async def bench(seq: int) -> None:
-        if state["iters"]:
-            _common.burn_iterations(state["iters"])
-        state["handled"] += 1
+    @app.task(queue=QUEUE, name="bench", pass_context=True, retry=strategy or False)
+    async def bench(context, seq: int) -> None:
+        if body is not None and body.fail_first(context.job.attempts == 0):
+            raise RuntimeError("the first attempt fails by design")
+        if body is not None:
+            await body.run(seq)
 
     return app, bench
 
 
+async def insert_bulk(bench, jobs: int, due: float | None = None) -> None:
+    deferrer = bench
+    if due is not None:
+        deferrer = bench.configure(schedule_at=dt.datetime.fromtimestamp(due, dt.UTC))
+    chunk = 1_000
+    for start in range(0, jobs, chunk):
+        n = min(chunk, jobs - start)
+        await deferrer.batch_defer_async(*({"seq": start + i} for i in range(n)))
+
+
+async def produce(args) -> None:
+    app, bench = make_app(args.database_url, None)
+    async with app.open_async():
+
+        async def insert_one(seq: int) -> None:
+            await bench.defer_async(seq=seq)
+
+        await _common.produce_one_by_one(insert_one, args.rate, args.jobs)
+
+
+async def schedule(args) -> None:
+    app, bench = make_app(args.database_url, None)
+    async with app.open_async():
+        t0 = time.perf_counter()
+        await insert_bulk(bench, args.jobs, due=args.due)
+        t1 = time.perf_counter()
+    _common.emit({"event": "schedule", "insert_s": t1 - t0})
+
+
 async def setup(args) -> None:
-    app, bench = make_app(args.database_url, {"iters": 0, "handled": 0})
+    app, bench = make_app(args.database_url, None)
     async with app.open_async():
         t0 = time.perf_counter()
         await app.schema_manager.apply_schema_async()
         t1 = time.perf_counter()
-        chunk = 1_000
-        for start in range(0, args.jobs, chunk):
-            n = min(chunk, args.jobs - start)
-            await bench.batch_defer_async(*({"seq": start + i} for i in range(n)))
+        await insert_bulk(bench, args.jobs)
         t2 = time.perf_counter()
     _common.emit(
         {
@@ -73,8 +113,8 @@ async def setup(args) -> None:
 
 async def work(args) -> None:
     ctl = _common.Control()
-    state = {"iters": args.cpu_iterations if args.scenario == "cpu" else 0, "handled": 0}
-    app, _ = make_app(args.database_url, state)
+    body = _common.Bench(args)
+    app, _ = make_app(args.database_url, body)
     async with app.open_async():
         _common.emit({"event": "ready"})
         await ctl.go.wait()
@@ -94,12 +134,13 @@ async def work(args) -> None:
             except (asyncio.CancelledError, Exception) as exc:
                 if not isinstance(exc, asyncio.CancelledError):
                     print(f"procrastinate shutdown: {exc!r}", file=sys.stderr)
-    _common.emit({"event": "work", "handled": state["handled"], **_common.pid_info()})
+    _common.emit({"event": "work", **body.report(), **_common.pid_info()})
 
 
 def main() -> None:
     args = _common.parse_args()
-    asyncio.run(setup(args) if args.phase == "setup" else work(args))
+    phases = {"setup": setup, "work": work, "produce": produce, "schedule": schedule}
+    asyncio.run(phases[args.phase](args))
 
 
 if __name__ == "__main__":

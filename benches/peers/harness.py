@@ -30,7 +30,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import json
-import math
 import os
 import re
 import statistics
@@ -43,6 +42,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+
+from awa_fast.bench import percentiles
 
 HERE = Path(__file__).resolve().parent
 BENCH_ROOT = Path(os.environ.get("AWA_FAST_BENCH_DIR", "/var/tmp/awa-fast-bench"))
@@ -196,21 +197,6 @@ def wait_for_listener(url: str, timeout: float = 5.0) -> bool:
                 return True
             time.sleep(0.02)
     return False
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    """p50/p95/p99/max (nearest rank), as ``awa_fast.bench.percentiles``."""
-    ordered = sorted(values)
-
-    def rank(p: float) -> float:
-        return ordered[min(len(ordered) - 1, max(0, math.ceil(p * len(ordered)) - 1))]
-
-    return {
-        "p50": round(rank(0.50), 3),
-        "p95": round(rank(0.95), 3),
-        "p99": round(rank(0.99), 3),
-        "max": round(ordered[-1], 3),
-    }
 
 
 # ---------------------------------------------------------------- CPU calibration

@@ -8,6 +8,9 @@
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
+/// How often a consumer with a forming batch looks for more records.
+const BATCH_POLL: Duration = Duration::from_millis(1);
+
 use pyo3::exceptions::{PyIndexError, PyOSError, PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -226,7 +229,15 @@ impl PyOutcomeRing {
                             return Ok(false);
                         }
                         let wake = b2.due_at().map_or(until, |d| d.min(until));
-                        c.wait_ready(wake);
+                        if b2.is_empty() {
+                            c.wait_ready(wake);
+                        } else {
+                            // A batch is forming and flushes at its deadline or size: poll
+                            // instead of advertising sleep, so producers do not pay a futex
+                            // wake (and this thread a wake-up) for every record.
+                            let nap = wake.saturating_duration_since(now).min(BATCH_POLL);
+                            std::thread::sleep(nap);
+                        }
                     }
                 })
                 .map_err(ring_err)?;

@@ -17,7 +17,6 @@ JOB_STATES = (
     "failed",
     "cancelled",
 )
-FINAL_STATES = ("completed", "failed", "cancelled")
 DEFAULT_UNIQUE_STATES = ("scheduled", "available", "running", "retryable", "waiting_external")
 
 

@@ -208,9 +208,11 @@ class Committer:
         mixed: list[int] = []
         lost: list[int] = []
         followed: list[int] = []
+        has_followups = bool(self.followups)  # the common case skips the per-record lookup
         for i, code in enumerate(r.codes):
-            kind = self.registry.kind_at(r.kinds[i])
-            if self.followups and self.followups.for_(tr.OUTCOME_OF_CODE[code], kind):
+            if has_followups and self.followups.for_(
+                tr.OUTCOME_OF_CODE[code], self.registry.kind_at(r.kinds[i])
+            ):
                 followed.append(i)
             elif code == _COMPLETED and r.payloads[i] is None:
                 plain.append(i)

@@ -1,0 +1,48 @@
+"""``awa-fast bench``: built-in scenarios measured against a real, durable Postgres.
+
+Each run gets a fresh database. A scenario is ``async def name(url, *, jobs, processes=None,
+...) -> dict``; every result has the same core keys (``RESULT_KEYS``) so the report can put
+awa-fast and the peers (``python -m benches peers``) in one table:
+
+- ``scenario``, ``system``, ``variant``, ``processes``, ``jobs``, ``seconds``, ``jobs_per_s``,
+  ``completed`` (jobs that reached ``completed``: a run that loses jobs is visibly wrong);
+- ``commits_per_job`` and ``wal_bytes_per_job`` (``pg_stat_database`` and
+  ``pg_current_wal_lsn`` deltas over the measured window);
+- ``rss_kib``: peak RSS (``VmHWM``) of the supervisor and of each worker process;
+- ``env``: Postgres settings, package versions, CPU model and core count;
+- scenario extras: ``latency_ms`` (p50/p95/p99/max), ``samples`` (sustained: time, queue
+  depth, dead tuples, jobs completed).
+
+How time is taken where a job crosses processes:
+
+- ``latency``: a spawned producer process inserts one job per tick and takes
+  ``time.time()`` right after each insert's commit returns; the handler takes ``time.time()``
+  first thing and writes it into an anonymous shared ``mmap`` slot indexed by the job's
+  number (created before the pool forks, so workers inherit it; no database write in the
+  measured path). Pickup latency = handler start - insert commit.
+- ``sustained``: end-to-end latency is ``finalized_at - created_at`` on the server's clock:
+  from the insert transaction to the transaction that recorded the completion.
+"""
+
+from awa_fast.bench.latency import sustained
+from awa_fast.bench.measure import RESULT_KEYS, percentiles
+from awa_fast.bench.run import (
+    SCENARIOS,
+    SUSTAINED_LOADS,
+    median_row,
+    plan,
+    run_all,
+    save_results,
+)
+
+__all__ = [
+    "RESULT_KEYS",
+    "SCENARIOS",
+    "SUSTAINED_LOADS",
+    "median_row",
+    "percentiles",
+    "plan",
+    "run_all",
+    "save_results",
+    "sustained",
+]

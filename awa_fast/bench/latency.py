@@ -1,0 +1,171 @@
+"""Latency scenarios, a producer process inserting while the pool runs: ``latency``
+(pickup latency of one job at a time) and ``sustained`` (offered load over time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+import psycopg
+
+from awa_fast.bench.handlers import Noop, Stamp, StampBoard
+from awa_fast.bench.measure import Progress, Window, percentiles, wait_done
+from awa_fast.bench.producers import in_producer
+from awa_fast.bench.throughput import drain
+from awa_fast.client import AsyncClient
+from awa_fast.runtime.runner import Runner
+from awa_fast.worker import Job
+
+
+async def wait_for_listener(url: str, *, timeout: float = 10.0) -> bool:
+    """Until a session of this database sits in LISTEN: only then are workers idle and
+    waiting for a wake-up, rather than still starting."""
+    deadline = time.monotonic() + timeout
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            cur = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state = 'idle' AND query ILIKE 'LISTEN%%'"
+            )
+            row = await cur.fetchone()
+            if row and row[0]:
+                return True
+            await asyncio.sleep(0.02)
+    return False
+
+
+async def latency(
+    url: str,
+    *,
+    jobs: int,
+    processes: int | None = None,
+    rate: float = 50.0,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """``jobs`` jobs inserted one at a time at ``rate``/s into idle workers; pickup latency
+    (insert commit → handler start) percentiles in ms."""
+    board = StampBoard(jobs)
+    client = AsyncClient(url)
+
+    @client.task(Stamp)
+    async def stamp(job: Job[Stamp]) -> None:
+        board.stamp(job.args.n)
+
+    try:
+        window = Window(url, "latency", processes)
+        runner = await client.start({"default": 100}, processes=processes)
+        await wait_for_listener(url)
+        producing = in_producer("produce_one_by_one", url, rate, jobs)
+        committed: list[float] = await _with_progress(producing, jobs / rate, progress)
+        await wait_done(runner, jobs, timeout=60.0)
+        window.stop(runner)
+    finally:
+        await client.close()
+        started = board.read()
+        board.close()
+    pickups = [(s - c) * 1000 for s, c in zip(started, committed, strict=True)]
+    return {**window.result(jobs=jobs), "rate": rate, "latency_ms": percentiles(pickups)}
+
+
+async def sustained(
+    url: str,
+    *,
+    jobs: int,
+    processes: int | None = None,
+    load: float = 0.5,
+    rate: float | None = None,
+    duration: float = 10.0,
+    concurrency: int = 1000,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """A producer offers ``rate`` no-op jobs/s (default: ``load`` x the drain rate measured
+    here on ``jobs`` jobs) for ``duration`` s; completed jobs/s, end-to-end latency, and
+    queue depth and dead tuples of ``jobs_hot`` sampled over time."""
+    if rate is None:
+        measured = await drain(url, jobs=jobs, processes=processes, concurrency=concurrency)
+        rate = load * measured["jobs_per_s"]
+        _truncate(url)
+    client = AsyncClient(url)
+
+    @client.task(Noop)
+    async def noop(job: Job[Noop]) -> None:
+        return None
+
+    samples: list[list[float]] = []
+    try:
+        window = Window(url, "sustained", processes)
+        runner = await client.start({"default": concurrency}, processes=processes)
+        sampler = asyncio.ensure_future(
+            _sample(url, runner, samples, interval=max(0.1, duration / 60))
+        )
+        producing = in_producer("produce_at_rate", url, rate, duration, 0.01)
+        offered, took = await _with_progress(producing, duration, progress)
+        await wait_done(runner, offered, timeout=60.0 + duration)
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+        window.stop(runner)
+    finally:
+        await client.close()
+    return {
+        **window.result(jobs=offered),
+        "variant": f"{round(load * 100)}% of drain",
+        "load": load,
+        "offered_per_s": round(rate, 1),
+        "duration_s": duration,
+        **end_to_end(url, duration=took),
+        "samples": samples,
+    }
+
+
+async def _with_progress(work: Awaitable[Any], duration: float, progress: Progress | None) -> Any:
+    task = asyncio.ensure_future(work)
+    began = time.monotonic()
+    while not task.done():
+        if progress is not None:
+            progress(min(1.0, (time.monotonic() - began) / duration))
+        await asyncio.wait([task], timeout=0.2)
+    return task.result()
+
+
+async def _sample(url: str, runner: Runner, samples: list[list[float]], *, interval: float) -> None:
+    """Append [seconds, queue depth, dead tuples of jobs_hot, outcomes committed] every
+    ``interval`` s until cancelled."""
+    began = time.monotonic()
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while True:
+            cur = await conn.execute(
+                "SELECT (SELECT count(*) FROM awa_fast.jobs_hot WHERE state = 'available'), "
+                "(SELECT n_dead_tup FROM pg_stat_user_tables "
+                " WHERE schemaname = 'awa_fast' AND relname = 'jobs_hot')"
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            at = round(time.monotonic() - began, 3)
+            samples.append([at, int(row[0]), int(row[1] or 0), runner.committer.committed])
+            await asyncio.sleep(interval)
+
+
+def end_to_end(url: str, *, duration: float) -> dict[str, Any]:
+    """Latency from insert to completion, and jobs/s completed inside the offering window
+    (which opens at the first insert: the producer's start-up is not part of it). Both on
+    the server's clock."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT extract(epoch FROM finalized_at - created_at) * 1000, "
+            "extract(epoch FROM finalized_at), extract(epoch FROM created_at) "
+            "FROM awa_fast.jobs_hot WHERE state = 'completed'"
+        ).fetchall()
+    since = min((float(created) for _, _, created in rows), default=0.0)
+    within = sum(1 for _, done, _ in rows if float(done) <= since + duration)
+    return {
+        "completed_per_s": round(within / duration, 1),
+        "latency_ms": percentiles([float(ms) for ms, _, _ in rows] or [0.0]),
+    }
+
+
+def _truncate(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE awa_fast.jobs_hot, awa_fast.jobs_deferred")

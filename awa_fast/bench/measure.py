@@ -1,0 +1,294 @@
+"""What every scenario measures, and how: a fresh database per run, commit and WAL
+counters, the machine and server a figure depends on, peak RSS, percentiles, and the
+measured ``Window`` that yields the core result keys (``RESULT_KEYS``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import psycopg
+
+from awa_fast.db.migrate import migrate
+from awa_fast.runtime.runner import Runner
+
+RESULT_KEYS = (
+    "scenario",
+    "system",
+    "variant",
+    "processes",
+    "jobs",
+    "seconds",
+    "jobs_per_s",
+    "completed",
+    "commits_per_job",
+    "wal_bytes_per_job",
+    "rss_kib",
+    "env",
+)
+Progress = Callable[[float], None]  # fraction done, 0..1
+_serial = itertools.count()
+
+# -- databases and counters ----------------------------------------------------------------
+
+
+def fresh_database(server_url: str) -> str:
+    """A new, migrated database on the server of ``server_url``."""
+    name = f"awa_fast_bench_{os.getpid()}_{next(_serial)}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    url = server_url.rsplit("/", 1)[0] + "/" + name
+    migrate(url)
+    return url
+
+
+def drop_database(server_url: str, url: str) -> None:
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """Commit count and WAL position of one database at one moment."""
+
+    commits: int
+    wal_lsn: str
+
+    @classmethod
+    def read(cls, url: str) -> Counters:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_force_next_flush()")
+            row = conn.execute(
+                "SELECT xact_commit, pg_current_wal_lsn()::text FROM pg_stat_database "
+                "WHERE datname = current_database()"
+            ).fetchone()
+            assert row is not None
+            return cls(int(row[0]), str(row[1]))
+
+    def delta(self, later: Counters, url: str) -> tuple[int, int]:
+        """(commits, WAL bytes) from this reading to ``later``."""
+        with psycopg.connect(url) as conn:
+            row = conn.execute(
+                "SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)", (later.wal_lsn, self.wal_lsn)
+            ).fetchone()
+            assert row is not None
+            return later.commits - self.commits, int(row[0])
+
+
+# -- the machine and the server ------------------------------------------------------------
+
+SETTINGS = (
+    "server_version",
+    "fsync",
+    "synchronous_commit",
+    "full_page_writes",
+    "wal_level",
+    "wal_compression",
+    "shared_buffers",
+    "max_wal_size",
+    "checkpoint_timeout",
+    "autovacuum",
+    "max_connections",
+)
+PACKAGES = ("awa-fast", "psycopg", "psycopg-c", "psycopg-pool", "uvloop", "msgspec", "orjson")
+
+
+def server_settings(url: str) -> dict[str, str]:
+    with psycopg.connect(url) as conn:
+        return {
+            name: str(row[0])
+            for name in SETTINGS
+            if (row := conn.execute(f"SHOW {name}").fetchone()) is not None
+        }
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+@functools.cache
+def _host() -> dict[str, Any]:
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "packages": {n: v for n in PACKAGES if (v := _package_version(n)) is not None},
+    }
+
+
+def environment(url: str) -> dict[str, Any]:
+    """What a figure depends on besides the code: recorded with every run."""
+    return {**_host(), "postgres": server_settings(url)}
+
+
+# -- per-process memory --------------------------------------------------------------------
+
+
+def peak_rss_kib(pid: int) -> int | None:
+    """``VmHWM`` of ``pid`` (peak resident set), None once the process is gone."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return None
+
+
+def reset_peak_rss() -> None:
+    """Start this process's ``VmHWM`` afresh, so one run's peak is not an earlier run's."""
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+
+
+def rss_of(runner: Runner) -> dict[str, Any]:
+    """Peak RSS of the supervisor (this process) and of each live worker process."""
+    pids: list[int] = list(getattr(runner.workers, "pids", []))
+    workers = [kib for pid in pids if (kib := peak_rss_kib(pid)) is not None]
+    return {"supervisor": peak_rss_kib(os.getpid()), "workers": workers}
+
+
+# -- statistics ----------------------------------------------------------------------------
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    """p50/p95/p99/max (nearest rank) of ``values`` (non-empty), rounded to 0.001."""
+    ordered = sorted(values)
+
+    def rank(p: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(p * len(ordered)) - 1))]
+
+    return {
+        "p50": round(rank(0.50), 3),
+        "p95": round(rank(0.95), 3),
+        "p99": round(rank(0.99), 3),
+        "max": round(ordered[-1], 3),
+        "mean": round(statistics.fmean(ordered), 3),
+    }
+
+
+# -- one measured window -------------------------------------------------------------------
+
+
+@dataclass
+class Window:
+    """What a scenario measures between starting its pool and its last commit.
+
+    Commit counts come from ``pg_stat_database``, which a backend updates only when it has
+    been idle for a second or when it exits: so both readings are taken with no other
+    session in the database (inserts run on a connection closed before the window opens;
+    the final reading waits until the pool's sessions have exited).
+    """
+
+    url: str
+    scenario: str
+    processes: int | None
+    before: Counters = field(init=False)
+    started: float = field(init=False)
+    elapsed: float = field(init=False, default=0.0)
+    rss: dict[str, Any] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        reset_peak_rss()
+        quiesce(self.url)
+        self.before = Counters.read(self.url)
+        self.started = time.perf_counter()
+
+    def stop(self, runner: Runner, *, seconds: float | None = None) -> None:
+        """The measured work is done: take the time and (workers still alive) peak RSS."""
+        self.elapsed = time.perf_counter() - self.started if seconds is None else seconds
+        self.rss = rss_of(runner)
+
+    def result(self, *, jobs: int) -> dict[str, Any]:
+        """The core keys; call after closing the client."""
+        quiesce(self.url)
+        commits, wal = self.before.delta(Counters.read(self.url), self.url)
+        return {
+            "scenario": self.scenario,
+            "system": system_name(self.processes),
+            "variant": "",
+            "processes": self.processes or 0,
+            "jobs": jobs,
+            "seconds": round(self.elapsed, 4),
+            "jobs_per_s": round(jobs / self.elapsed, 1),
+            "completed": completed_jobs(self.url),
+            "commits_per_job": round(commits / jobs, 4),
+            "wal_bytes_per_job": round(wal / jobs, 1),
+            "rss_kib": self.rss,
+            "env": environment(self.url),
+        }
+
+
+def quiesce(url: str, *, timeout: float = 10.0) -> None:
+    """Until no other session is connected to ``url``'s database (their stats flushed)."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                return
+            time.sleep(0.01)
+    raise RuntimeError(f"sessions still connected to {url} after {timeout} s")
+
+
+def insert_items(url: str, items: list[Any], **options: Any) -> None:
+    """COPY ``items`` in on a connection of their own, closed before measuring starts."""
+    from awa_fast.producer import insert_many
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        insert_many(conn, items, **options)
+
+
+def system_name(processes: int | None) -> str:
+    if not processes:
+        return "awa-fast (1 process)"
+    return f"awa-fast ({processes} worker process{'es' if processes > 1 else ''})"
+
+
+def completed_jobs(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM awa_fast.jobs WHERE state = 'completed'")
+        return int(row.fetchone()[0])  # type: ignore[index]
+
+
+async def wait_done(
+    runner: Runner, count: int, *, timeout: float, progress: Progress | None = None
+) -> None:
+    """Until ``count`` outcomes are committed; reports progress while it waits. Waits in
+    short slices so that a failing run does not leave a thread blocked for ``timeout``."""
+    deadline = time.monotonic() + timeout
+    committer = runner.committer
+    while not await asyncio.to_thread(committer.wait_committed, count, 0.2):
+        if progress is not None:
+            progress(min(1.0, committer.committed / max(count, 1)))
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {committer.committed} of {count} outcomes in {timeout} s")
+    if progress is not None:
+        progress(1.0)

@@ -1,0 +1,246 @@
+"""Throughput scenarios: jobs inserted (or scheduled) up front, timed until their outcomes
+commit: ``drain``, ``cpu``, ``io``, ``retry``, ``scheduled``, ``promote``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+
+from awa_fast.bench.handlers import (
+    Burn,
+    FailOnce,
+    Noop,
+    Sleep,
+    burn_cpu,
+    burn_loops,
+    fail_once,
+    nap,
+)
+from awa_fast.bench.measure import (
+    Counters,
+    Progress,
+    Window,
+    environment,
+    insert_items,
+    peak_rss_kib,
+    quiesce,
+    system_name,
+    wait_done,
+)
+from awa_fast.client import AsyncClient
+from awa_fast.db.transitions import Backoff
+from awa_fast.maintenance.service import Maintenance
+from awa_fast.runtime.followups import FollowupRegistry
+from awa_fast.runtime.hooks import HookDispatcher, HookRegistry
+from awa_fast.runtime.runner import Handlers, RunnerConfig
+from awa_fast.worker import Job, Registry
+
+
+async def _timed_drain(
+    url: str,
+    client: AsyncClient,
+    items: list[Any],
+    *,
+    queues: dict[str, int],
+    processes: int | None,
+    scenario: str,
+    outcomes: int | None = None,
+    progress: Progress | None = None,
+    **config: Any,
+) -> dict[str, Any]:
+    """Insert ``items``, start the pool, and time until ``outcomes`` (default: one per job)
+    are committed."""
+    jobs = len(items)
+    try:
+        await asyncio.to_thread(insert_items, url, items)
+        window = Window(url, scenario, processes)
+        runner = await client.start(queues, processes=processes, **config)
+        await wait_done(runner, outcomes or jobs, timeout=600.0, progress=progress)
+        window.stop(runner)
+    finally:
+        await client.close()
+    return window.result(jobs=jobs)
+
+
+async def drain(
+    url: str,
+    *,
+    jobs: int,
+    processes: int | None = None,
+    concurrency: int = 1000,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """``jobs`` pre-inserted no-op jobs drained to committed completion, by this process
+    (``processes=None``) or by that many forked worker processes."""
+    client = AsyncClient(url)
+
+    @client.task(Noop)
+    async def noop(job: Job[Noop]) -> None:
+        return None
+
+    return await _timed_drain(
+        url,
+        client,
+        [Noop(i) for i in range(jobs)],
+        queues={"default": concurrency},
+        processes=processes,
+        scenario="drain",
+        progress=progress,
+    )
+
+
+async def cpu(
+    url: str,
+    *,
+    jobs: int,
+    processes: int | None = None,
+    ms: float = 1.0,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """``jobs`` sync handlers each burning a calibrated ``ms`` of pure-Python CPU."""
+    client = AsyncClient(url)
+    client.task(Burn)(burn_cpu)
+    loops = burn_loops(ms)
+    result = await _timed_drain(
+        url,
+        client,
+        [Burn(loops) for _ in range(jobs)],
+        # Sync handlers run one at a time per process; the rest of a worker's share waits
+        # claimed in it, so a claim (a commit) refills many jobs at once.
+        queues={"default": 64 * (processes or 1)},
+        processes=processes,
+        scenario="cpu",
+        progress=progress,
+    )
+    return {**result, "burn_loops": loops, "burn_ms": ms}
+
+
+async def io(
+    url: str,
+    *,
+    jobs: int,
+    processes: int | None = None,
+    concurrency: int = 1000,
+    ms: float = 10.0,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """``jobs`` async handlers each awaiting ``ms`` (``asyncio.sleep``), ``concurrency`` at
+    a time: measures how much waiting the pool overlaps."""
+    client = AsyncClient(url)
+    client.task(Sleep)(nap)
+    result = await _timed_drain(
+        url,
+        client,
+        [Sleep(ms) for _ in range(jobs)],
+        queues={"default": concurrency},
+        processes=processes,
+        scenario="io",
+        progress=progress,
+    )
+    return {**result, "sleep_ms": ms, "concurrency": concurrency}
+
+
+async def retry(
+    url: str,
+    *,
+    jobs: int,
+    processes: int | None = None,
+    concurrency: int = 1000,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Every job fails its first attempt and completes on the second: the retry path
+    (deferred table, promotion) at a backoff small enough not to dominate."""
+    client = AsyncClient(url)
+    client.task(FailOnce)(fail_once)
+    return await _timed_drain(
+        url,
+        client,
+        [FailOnce(i) for i in range(jobs)],
+        queues={"default": concurrency},
+        processes=processes,
+        scenario="retry",
+        outcomes=2 * jobs,
+        progress=progress,
+        backoff=Backoff(base=0.01, jitter=0.0),
+        promote_interval=0.05,
+    )
+
+
+async def scheduled(
+    url: str,
+    *,
+    jobs: int,
+    processes: int | None = None,
+    concurrency: int = 1000,
+    lead: float | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """``jobs`` jobs all due at one moment ``lead`` seconds ahead, the pool already idle;
+    ``seconds`` runs from that moment until the last outcome commits (default config, so
+    promotion runs at the shipped ``promote_interval``)."""
+    client = AsyncClient(url)
+
+    @client.task(Noop)
+    async def noop(job: Job[Noop]) -> None:
+        return None
+
+    lead = lead if lead is not None else 1.0 + jobs / 20_000
+    due = time.time() + lead
+    try:
+        run_at = _utc(due)
+        await asyncio.to_thread(insert_items, url, [Noop(i) for i in range(jobs)], run_at=run_at)
+        window = Window(url, "scheduled", processes)
+        runner = await client.start({"default": concurrency}, processes=processes)
+        await wait_done(runner, jobs, timeout=600.0 + lead, progress=progress)
+        window.stop(runner, seconds=time.time() - due)
+        interval = runner.config.promote_interval
+    finally:
+        await client.close()
+    return {**window.result(jobs=jobs), "lead_s": round(lead, 3), "promote_interval": interval}
+
+
+async def promote(
+    url: str, *, jobs: int, processes: int | None = None, progress: Progress | None = None
+) -> dict[str, Any]:
+    """How fast the maintenance leader moves due jobs into the claimable table: ``jobs``
+    scheduled jobs, all already due, promoted by ``Maintenance.promote_once`` (no handlers
+    run; ``processes`` does not apply)."""
+    due = time.time() + 1.0 + jobs / 50_000
+    await asyncio.to_thread(insert_items, url, [Noop(i) for i in range(jobs)], run_at=_utc(due))
+    await asyncio.sleep(max(0.0, due - time.time()) + 0.05)
+    handlers = Handlers(Registry(), FollowupRegistry(), HookRegistry())
+    maintenance = Maintenance(url, RunnerConfig(), handlers, HookDispatcher(handlers.hooks))
+    quiesce(url)
+    before = Counters.read(url)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        started = time.perf_counter()
+        moved = await maintenance.promote_once(conn)
+        elapsed = time.perf_counter() - started
+    quiesce(url)
+    commits, wal = before.delta(Counters.read(url), url)
+    if moved != jobs:
+        raise RuntimeError(f"promoted {moved} of {jobs} due jobs")
+    return {
+        "scenario": "promote",
+        "system": system_name(None),
+        "variant": f"batch {RunnerConfig().promote_batch}",
+        "processes": 0,
+        "jobs": jobs,
+        "seconds": round(elapsed, 4),
+        "jobs_per_s": round(jobs / elapsed, 1),
+        "completed": moved,
+        "commits_per_job": round(commits / jobs, 4),
+        "wal_bytes_per_job": round(wal / jobs, 1),
+        "rss_kib": {"supervisor": peak_rss_kib(os.getpid()), "workers": []},
+        "env": environment(url),
+    }
+
+
+def _utc(timestamp: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, UTC)

@@ -179,15 +179,8 @@ class ForkedWorkers:
             self.exits.append((pid, code))
             why = self._evicted.pop(pid, None)
             ended = f"worker process {pid} was recycled: {why}" if why else describe_exit(pid, code)
-            if proc.pidfd is not None:
-                asyncio.get_running_loop().remove_reader(proc.pidfd)
-                os.close(proc.pidfd)
-            if proc.transport is not None:
-                proc.transport.abort()
-            else:
-                with contextlib.suppress(OSError):
-                    os.close(proc.write_fd)
             self.procs[worker] = None
+            _close_handles(proc)
             self._lose_attempts(worker, ended)
             if code not in (0, RECYCLED_EXIT):
                 log.error("%s; its unfinished jobs will be retried", ended)
@@ -268,6 +261,22 @@ class ForkedWorkers:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), min(remaining, 0.5))
         return True
+
+
+def _close_handles(proc: Proc) -> None:
+    """Stop watching an exited worker and close its pipe. The pipe's transport may have
+    closed itself already (asyncio notices the reader's end closing, in the same loop
+    iteration as the pidfd or before it): aborting a closed transport raises on the
+    standard loop, so only an open one is aborted."""
+    if proc.pidfd is not None:
+        asyncio.get_running_loop().remove_reader(proc.pidfd)
+        os.close(proc.pidfd)
+        proc.pidfd = None
+    if proc.transport is None:
+        with contextlib.suppress(OSError):
+            os.close(proc.write_fd)
+    elif not proc.transport.is_closing():
+        proc.transport.abort()
 
 
 def _become_worker(parent: int) -> None:

@@ -48,6 +48,16 @@ def test_claim_uses_the_claim_index(conn: psycopg.Connection[Any]) -> None:
     assert "jobs_hot_claim" in plan
 
 
+def test_overdue_sweep_reads_only_running_rows(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        "INSERT INTO awa_fast.jobs_hot (kind, queue, state, finalized_at)"
+        " SELECT 'k', 'default', 'completed', now() FROM generate_series(1, 5000)"
+    )
+    conn.execute("ANALYZE awa_fast.jobs_hot")
+    plan = _plan(conn, Q.job_select_overdue, {"grace_s": 5.0, "limit": 100})
+    assert "jobs_hot_running" in plan
+
+
 def test_completion_uses_the_primary_key(conn: psycopg.Connection[Any]) -> None:
     conn.execute(
         "INSERT INTO awa_fast.jobs_hot (kind, queue, state, finalized_at)"

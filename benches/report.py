@@ -24,6 +24,8 @@ COLUMNS = (
     "system",
     "variant",
     "jobs/s",
+    "cpu: burn ms/job",
+    "cpu: jobs/s at 1 ms",
     "p50 ms",
     "p95 ms",
     "p99 ms",
@@ -128,6 +130,8 @@ def cells(row: Row) -> list[str]:
     return [
         *head,
         _fmt(row.get("jobs_per_s"), ",.0f"),
+        _fmt(row.get("burn_ms_measured"), ".3f"),
+        _fmt(row.get("jobs_per_s_normalized"), ",.0f"),
         _fmt(latency.get("p50"), ".2f"),
         _fmt(latency.get("p95"), ".2f"),
         _fmt(latency.get("p99"), ".2f"),

@@ -15,6 +15,10 @@ awa-fast and the peers (``python -m benches peers``) in one table:
 
 How time is taken where a job crosses processes:
 
+- throughput scenarios (``drain``, ``cpu``, ``io``, ``retry``): from the moment the pool is
+  up (workers forked, connections open) to the commit of the last outcome, as the peer
+  harness times its ready workers from ``go``; commits and WAL count from before the start.
+
 - ``latency``: a spawned producer process inserts one job per tick and takes
   ``time.time()`` right after each insert's commit returns; the handler takes ``time.time()``
   first thing and writes it into an anonymous shared ``mmap`` slot indexed by the job's

@@ -1,5 +1,6 @@
-"""The scenarios' job args and handlers, and the shared board the ``latency`` handler
-stamps its start time into.
+"""The scenarios' job args and handlers, and the shared board handlers in forked workers
+write one number per job into (the ``latency`` handler its start time, the ``cpu`` handler
+the CPU time its burn took).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Noop:
 
 @dataclass
 class Burn:
+    n: int
     loops: int
 
 
@@ -68,9 +70,12 @@ def burn_loops(ms: float = 1.0) -> int:
     return max(1, round(loops * (ms / 1000) / max(best, 1e-9)))
 
 
-def burn_cpu(job: Job[Burn]) -> None:
-    """Pure-Python CPU for ``job.args.loops`` iterations (a sync handler)."""
-    _spin(job.args.loops)
+def burn_cpu(loops: int) -> float:
+    """Pure-Python CPU for ``loops`` iterations; returns the CPU seconds it took (what a job
+    cost here and now: the same loop runs ±30 % faster or slower on a shared VM)."""
+    started = time.thread_time()
+    _spin(loops)
+    return time.thread_time() - started
 
 
 async def nap(job: Job[Sleep]) -> None:
@@ -82,9 +87,9 @@ def fail_once(job: Job[FailOnce]) -> None:
         raise RuntimeError("the first attempt fails by design")
 
 
-class StampBoard:
-    """``time.time()`` per job number in an anonymous shared mapping: created before the
-    pool forks, so every worker writes where the benchmark process reads."""
+class Board:
+    """One float per job number in an anonymous shared mapping: created before the pool
+    forks, so every worker writes where the benchmark process reads."""
 
     _slot = struct.Struct("d")
 
@@ -92,8 +97,11 @@ class StampBoard:
         self.size = size
         self.map = mmap.mmap(-1, self._slot.size * max(size, 1))
 
+    def put(self, n: int, value: float) -> None:
+        self._slot.pack_into(self.map, n * self._slot.size, value)
+
     def stamp(self, n: int) -> None:
-        self._slot.pack_into(self.map, n * self._slot.size, time.time())
+        self.put(n, time.time())
 
     def read(self) -> list[float]:
         return [t for (t,) in self._slot.iter_unpack(self.map[: self.size * self._slot.size])]

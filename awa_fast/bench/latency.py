@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from awa_fast.bench.handlers import Noop, Stamp, StampBoard
+from awa_fast.bench.handlers import Board, Noop, Stamp
 from awa_fast.bench.measure import Progress, Window, percentiles, wait_done
 from awa_fast.bench.producers import in_producer
 from awa_fast.bench.throughput import drain
@@ -47,7 +47,7 @@ async def latency(
 ) -> dict[str, Any]:
     """``jobs`` jobs inserted one at a time at ``rate``/s into idle workers; pickup latency
     (insert commit → handler start) percentiles in ms."""
-    board = StampBoard(jobs)
+    board = Board(jobs)
     client = AsyncClient(url)
 
     @client.task(Stamp)

@@ -218,6 +218,12 @@ class Window:
         self.before = Counters.read(self.url)
         self.started = time.perf_counter()
 
+    def go(self) -> None:
+        """The pool is up (workers forked, connections open): start the clock here, as the
+        peer harness does when it tells its ready workers to go. Commits and WAL still
+        count from the quiesced reading taken before the pool started."""
+        self.started = time.perf_counter()
+
     def stop(self, runner: Runner, *, seconds: float | None = None) -> None:
         """The measured work is done: take the time and (workers still alive) peak RSS."""
         self.elapsed = time.perf_counter() - self.started if seconds is None else seconds

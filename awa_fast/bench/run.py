@@ -173,6 +173,11 @@ def describe(result: dict[str, Any]) -> str:
         f"{name}: {result['jobs_per_s']:,.0f} jobs/s, {result['commits_per_job']:.4f} "
         f"commits/job, {result['wal_bytes_per_job']:,.0f} B WAL/job"
     )
+    if "burn_ms_measured" in result:
+        line += (
+            f", burn {result['burn_ms_measured']:.3f} ms/job measured:"
+            f" {result['jobs_per_s_normalized']:,.0f} jobs/s at {result['burn_ms']:g} ms"
+        )
     if "latency_ms" in result:
         lat = result["latency_ms"]
         line += f", latency p50 {lat['p50']:.2f} / p95 {lat['p95']:.2f} / p99 {lat['p99']:.2f} ms"

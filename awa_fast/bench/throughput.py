@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import psycopg
 
 from awa_fast.bench.handlers import (
+    Board,
     Burn,
     FailOnce,
     Noop,
@@ -54,13 +56,15 @@ async def _timed_drain(
     progress: Progress | None = None,
     **config: Any,
 ) -> dict[str, Any]:
-    """Insert ``items``, start the pool, and time until ``outcomes`` (default: one per job)
-    are committed."""
+    """Insert ``items``, start the pool, and time from the moment it is up (forked and
+    connected, its first claim not yet sent) until ``outcomes`` (default: one per job) are
+    committed: the peer harness's clock also starts when its workers are ready."""
     jobs = len(items)
     try:
         await asyncio.to_thread(insert_items, url, items)
         window = Window(url, scenario, processes)
         runner = await client.start(queues, processes=processes, **config)
+        window.go()
         await wait_done(runner, outcomes or jobs, timeout=600.0, progress=progress)
         window.stop(runner)
     finally:
@@ -103,22 +107,42 @@ async def cpu(
     ms: float = 1.0,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """``jobs`` sync handlers each burning a calibrated ``ms`` of pure-Python CPU."""
+    """``jobs`` sync handlers each burning a calibrated ``ms`` of pure-Python CPU.
+
+    Each handler also records the CPU time its burn took, so the result carries what the
+    work really cost on this machine at that moment (``burn_ms_measured``) and the rate had
+    each burn cost exactly ``ms`` (``jobs_per_s_normalized``): on a shared VM the same loop
+    runs ±30 % faster or slower from one minute to the next."""
     client = AsyncClient(url)
-    client.task(Burn)(burn_cpu)
+    board = Board(jobs)
+
+    @client.task(Burn)
+    def burn(job: Job[Burn]) -> None:
+        board.put(job.args.n, burn_cpu(job.args.loops))
+
     loops = burn_loops(ms)
-    result = await _timed_drain(
-        url,
-        client,
-        [Burn(loops) for _ in range(jobs)],
-        # Sync handlers run one at a time per process; the rest of a worker's share waits
-        # claimed in it, so a claim (a commit) refills many jobs at once.
-        queues={"default": 64 * (processes or 1)},
-        processes=processes,
-        scenario="cpu",
-        progress=progress,
-    )
-    return {**result, "burn_loops": loops, "burn_ms": ms}
+    try:
+        result = await _timed_drain(
+            url,
+            client,
+            [Burn(n, loops) for n in range(jobs)],
+            # Sync handlers run one at a time per process; the rest of a worker's share
+            # waits claimed in it, so a claim (a commit) refills many jobs at once.
+            queues={"default": 64 * (processes or 1)},
+            processes=processes,
+            scenario="cpu",
+            progress=progress,
+        )
+        burned_ms = statistics.fmean(board.read()) * 1000
+    finally:
+        board.close()
+    return {
+        **result,
+        "burn_loops": loops,
+        "burn_ms": ms,
+        "burn_ms_measured": round(burned_ms, 4),
+        "jobs_per_s_normalized": round(result["jobs_per_s"] * burned_ms / ms, 1),
+    }
 
 
 async def io(

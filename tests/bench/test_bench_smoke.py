@@ -55,6 +55,10 @@ def check_result(result: dict[str, Any], scenario: str, processes: int | None) -
     assert env["cpu_count"] >= 1 and env["cpu_model"]
     assert env["postgres"]["fsync"] in ("on", "off")
     assert "awa-fast" in env["packages"] or "psycopg" in env["packages"]
+    if scenario == "cpu":  # every burn's CPU time was recorded, in workers too
+        assert _positive(result["burn_ms_measured"])
+        expected = result["jobs_per_s"] * result["burn_ms_measured"] / result["burn_ms"]
+        assert result["jobs_per_s_normalized"] == pytest.approx(expected, rel=1e-3, abs=0.1)
     json.dumps(result)  # a JSON line, as written
 
 
@@ -72,7 +76,7 @@ def test_scenario_in_process(dsn: str, scenario: str) -> None:
         check_latency(result["latency_ms"])
 
 
-@pytest.mark.parametrize("scenario", ["drain", "latency"])
+@pytest.mark.parametrize("scenario", ["drain", "cpu", "latency"])
 def test_scenario_in_worker_processes(dsn: str, scenario: str) -> None:
     result = uvloop.run(bench.SCENARIOS[scenario](dsn, processes=2, **TINY[scenario]))
     check_result(result, scenario, 2)

@@ -49,6 +49,10 @@ HERE = Path(__file__).resolve().parent
 BENCH_ROOT = Path(os.environ.get("AWA_FAST_BENCH_DIR", "/var/tmp/awa-fast-bench"))
 RESULTS_DIR = HERE.parent / "results"
 POLL_INTERVAL_S = 0.02
+# A peer whose ``stall_sql`` reports a stall at every check for this long is stopped
+# early with a "stalled" row, rather than polled until --timeout.
+STALL_CHECK_S = 1.0
+STALL_CONFIRM_S = 3.0
 DEFAULT_JOBS = {"drain": 20_000, "cpu": 5_000, "io": 20_000, "latency": 500}
 DEFAULT_JOBS |= {"retry": 10_000, "scheduled": 10_000}
 # Scenarios whose jobs are inserted by `driver setup` before the workers start.
@@ -66,6 +70,11 @@ class Peer:
     scenarios: tuple[str, ...] = ("drain", "cpu", "io", "latency", "retry", "scheduled")
     # What the driver asks for as its retry delay in the ``retry`` scenario.
     retry_delay: str = ""
+    # Optional SQL returning a number when the peer provably cannot finish (NULL
+    # otherwise); checked every STALL_CHECK_S while polling. ``stall_note`` (with {n})
+    # is the run's error when it holds for STALL_CONFIRM_S.
+    stall_sql: str = ""
+    stall_note: str = ""
 
 
 PEERS: dict[str, Peer] = {
@@ -84,13 +93,34 @@ PEERS: dict[str, Peer] = {
         name="awa-pg",
         packages=("awa-pg>=0.6,<0.7", "psutil"),
         driver="awa_pg_driver.py",
+        # Live terminal rows (compact receipt batches less tombstones, plus done_entries)
+        # and the ones Awa's maintenance already pruned with their ring slot: the prune
+        # TRUNCATEs the slot and adds its counts to awa.queue_terminal_rollups in the
+        # same transaction, so a poll never counts a job twice (one that waited on the
+        # prune's lock may miss that slot once: TRUNCATE is not MVCC-safe).
         done_sql=(
             "SELECT (SELECT coalesce(sum(completed_count), 0) FROM awa.receipt_completion_batches)"
             " - (SELECT count(*) FROM awa.receipt_completion_tombstones)"
-            " + (SELECT count(*) FROM awa.done_entries),"
+            " + (SELECT count(*) FROM awa.done_entries)"
+            " + (SELECT coalesce(sum(pruned_completed_count + pruned_failed_count), 0)"
+            "    FROM awa.queue_terminal_rollups),"
             " (SELECT count(*) FROM awa.done_entries WHERE state <> 'completed')"
+            " + (SELECT coalesce(sum(pruned_failed_count), 0) FROM awa.queue_terminal_rollups)"
         ),
         retry_delay="RetryAfter(0), promote_interval_ms=50",
+        # awa-pg 0.6.9 promotes due scheduled/retryable jobs 4,096 at a time with one
+        # INSERT of 18 bind parameters per job; past 65,535 parameters (more than 3,640
+        # jobs due at once) the client refuses it, the promotion rolls back and the next
+        # tick retries the same rows: they are never promoted (benches/README.md). More
+        # than 3,640 jobs due for 5 s means every promotion since has failed.
+        stall_sql=(
+            "SELECT CASE WHEN count(*) > 3640 THEN count(*) END FROM awa.deferred_jobs"
+            " WHERE run_at <= now() - interval '5 seconds'"
+        ),
+        stall_note=(
+            "stalled: {n} jobs due 5+ s, none promoted (awa-pg 0.6.9 promotes 4,096 x 18"
+            " bind params > 65,535 once >3,640 are due; benches/README.md)"
+        ),
     ),
     "procrastinate": Peer(
         name="procrastinate",
@@ -316,26 +346,51 @@ def run_driver_setup(peer: Peer, url: str, jobs: int, scenario: str, timeout: fl
     return run_driver(peer, "setup", url, jobs, scenario, timeout)
 
 
+@dataclasses.dataclass
+class Polled:
+    done: int = 0
+    failed: int = 0
+    polls: int = 0  # queries the harness ran on the bench database
+    timed_out: bool = False
+    stalled: str = ""  # the peer's stall_note, when its stall_sql held
+
+
 def poll_until_done(
     poll: psycopg.Connection, peer: Peer, jobs: int, workers: list[Worker], deadline: float
-) -> tuple[int, int, int, bool]:
-    """Poll the peer's tables every POLL_INTERVAL_S until all ``jobs`` are finished;
-    (done, failed, polls, timed_out)."""
-    polls = done = failed = 0
+) -> Polled:
+    """Poll the peer's tables every POLL_INTERVAL_S until all ``jobs`` are finished, the
+    deadline passes, or the peer's ``stall_sql`` shows for STALL_CONFIRM_S that it is
+    stuck."""
+    out = Polled()
+    stall_since: float | None = None
+    next_stall_check = time.monotonic() + STALL_CHECK_S
     while True:
         row = poll.execute(peer.done_sql, {"n": jobs}).fetchone()
-        polls += 1
-        done, failed = int(row[0]), int(row[1])
-        if done >= jobs:
-            return done, failed, polls, False
+        out.polls += 1
+        out.done, out.failed = int(row[0]), int(row[1])
+        if out.done >= jobs:
+            return out
         for w in workers:
             w.sample_rss()
             if w.proc.poll() is not None:
                 raise RuntimeError(
                     f"worker {w.proc.pid} exited early ({w.proc.returncode}): {w.stderr_tail()}"
                 )
-        if time.monotonic() > deadline:
-            return done, failed, polls, True
+        now = time.monotonic()
+        if peer.stall_sql and now >= next_stall_check:
+            next_stall_check = now + STALL_CHECK_S
+            n = poll.execute(peer.stall_sql).fetchone()[0]
+            out.polls += 1
+            if n is None:
+                stall_since = None
+            elif stall_since is None:
+                stall_since = now
+            elif now - stall_since >= STALL_CONFIRM_S:
+                out.stalled = peer.stall_note.format(n=n)
+                return out
+        if now > deadline:
+            out.timed_out = True
+            return out
         time.sleep(POLL_INTERVAL_S)
 
 
@@ -413,9 +468,7 @@ def run_once(
                 t0 = time.perf_counter()
                 for w in workers:
                     w.send("go")
-                done, failed, polls, timed_out = poll_until_done(
-                    poll, peer, jobs, workers, deadline
-                )
+                polled = poll_until_done(poll, peer, jobs, workers, deadline)
                 elapsed = time.perf_counter() - t0
             elif scenario == "latency":
                 result["listening"] = start_idle(workers, url)
@@ -428,9 +481,7 @@ def run_once(
                 )
                 committed = produced["committed"]
                 time.sleep(0.2)
-                done, failed, polls, timed_out = poll_until_done(
-                    poll, peer, jobs, workers, deadline
-                )
+                polled = poll_until_done(poll, peer, jobs, workers, deadline)
                 # From the first commit to the database showing all done: ~ the rate.
                 elapsed = time.time() - committed[0]
             else:  # scheduled
@@ -446,9 +497,7 @@ def run_once(
                         f" (lead {lead:.1f} s); raise --lead"
                     )
                 before = stats_snapshot(admin, dbname)
-                done, failed, polls, timed_out = poll_until_done(
-                    poll, peer, jobs, workers, deadline
-                )
+                polled = poll_until_done(poll, peer, jobs, workers, deadline)
                 elapsed = time.time() - due
             wal_end = wal_now(admin)
         finally:
@@ -458,6 +507,7 @@ def run_once(
         for w in workers:
             w.stop()
         after = stats_snapshot(admin, dbname)
+        done, failed, polls = polled.done, polled.failed, polled.polls
         commits = after["xact_commit"] - before["xact_commit"] - polls
         peaks = []
         handled = []
@@ -471,15 +521,15 @@ def run_once(
             for seq, t in r.get("stamps") or []:
                 stamps[seq] = min(t, stamps.get(seq, t))
         result.update(
-            ok=not timed_out and failed == 0,
+            ok=not polled.timed_out and not polled.stalled and failed == 0,
             elapsed_s=round(elapsed, 3),
             done=done,
             failed=failed,
             jobs_per_s=round(done / elapsed, 1),
             commits=commits,
-            commits_per_job=round(commits / max(done, 1), 4),
+            commits_per_job=round(commits / done, 4) if done else None,
             wal_bytes=wal_end - before["wal"],
-            wal_bytes_per_job=round((wal_end - before["wal"]) / max(done, 1), 1),
+            wal_bytes_per_job=round((wal_end - before["wal"]) / done, 1) if done else None,
             peak_rss_mb_per_process=[round(k / 1024, 1) for k in peaks],
             peak_rss_mb=round(max(peaks) / 1024, 1) if peaks else None,
             handled_per_process=handled,
@@ -501,8 +551,11 @@ def run_once(
             # No figure for a failed run: report.py then shows its error as `n/a: ...`.
             result["jobs_per_s_partial"] = result.pop("jobs_per_s")
             result["jobs_per_s"] = None
-        if timed_out:
+        if polled.timed_out:
             result["error"] = f"timeout after {timeout}s with {done}/{jobs} done"
+        if polled.stalled:
+            # Stopped early: the peer showed it cannot finish (see Peer.stall_sql).
+            result.update(stalled=True, error=f"{polled.stalled}; {done}/{jobs} done")
     except Exception as exc:
         result.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:3000])
     finally:

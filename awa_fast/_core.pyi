@@ -39,8 +39,11 @@ class OutcomeRing:
     def drain(self, max_records: int, timeout: float) -> list[_Record]:
         """Up to ``max_records`` ready records; blocks (GIL released) up to ``timeout`` for one."""
 
-    def drain_into(self, batcher: Batcher, timeout: float) -> bool:
-        """Move records into ``batcher`` until it is ready or ``timeout``; ``batcher.ready()``."""
+    def drain_into(
+        self, batcher: Batcher, timeout: float, inflight: InFlight | None = None
+    ) -> bool:
+        """Move records into ``batcher`` until it is ready or ``timeout``; ``batcher.ready()``.
+        With ``inflight``, a non-empty batch is ready once nothing is in flight there."""
 
     def __len__(self) -> int:
         """Approximate pending records (pending slots; exact when payloads fit one slot)."""

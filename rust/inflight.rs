@@ -254,6 +254,12 @@ impl InFlight {
         self.q_word(queue, Q_IN_FLIGHT).load(Ordering::Relaxed)
     }
 
+    /// Units in flight over every queue: zero means no attempt is running or claimed
+    /// anywhere in the table, so no outcome is on its way.
+    pub fn total_in_flight(&self) -> i64 {
+        (0..self.queues).map(|q| self.in_flight(q)).sum()
+    }
+
     pub fn capacity(&self, queue: usize) -> i64 {
         self.q_word(queue, Q_CAPACITY).load(Ordering::Relaxed)
     }
@@ -540,6 +546,14 @@ mod tests {
         assert_eq!(t.reserve(0, 1), 0);
         t.set_capacity(0, 10).unwrap();
         assert_eq!(t.reserve(0, 100), 9);
+        assert_eq!(t.total_in_flight(), 10);
+        let two = InFlight::new(&[4, 4], 8).unwrap();
+        two.reserve(0, 1);
+        two.reserve(1, 3);
+        assert_eq!(two.total_in_flight(), 4);
+        two.release(1, 3).unwrap();
+        two.release(0, 1).unwrap();
+        assert_eq!(two.total_in_flight(), 0);
     }
 
     #[test]

@@ -200,14 +200,21 @@ impl PyOutcomeRing {
     /// Moves ready records into ``batcher`` (GIL released throughout) until the batcher is
     /// ready (size or age trigger) or ``timeout`` seconds pass. Returns ``batcher.ready()``.
     ///
+    /// With ``inflight``, a non-empty batch is also ready as soon as nothing is in flight
+    /// in that table and the ring is empty: no further outcome is coming to share its
+    /// commit, so waiting out the age trigger would only delay durability.
+    ///
     /// Never overfills: at most ``max_size - len(batcher)`` records are moved.
+    #[pyo3(signature = (batcher, timeout, inflight = None))]
     fn drain_into(
         &self,
         py: Python<'_>,
         mut batcher: PyRefMut<'_, PyBatcher>,
         timeout: f64,
+        inflight: Option<PyRef<'_, PyInFlight>>,
     ) -> PyResult<bool> {
         let deadline = deadline("timeout", Some(timeout))?;
+        let table = inflight.as_deref().map(|f| &f.table);
         let b: &mut Batcher = &mut batcher.inner;
         loop {
             let until = slice_end(deadline);
@@ -223,6 +230,10 @@ impl PyOutcomeRing {
                         });
                         let now = Instant::now();
                         if b2.ready_at(now) {
+                            return Ok(true);
+                        }
+                        let idle = table.is_some_and(|t| t.total_in_flight() == 0);
+                        if idle && !b2.is_empty() && self.ring.pending_slots() == 0 {
                             return Ok(true);
                         }
                         if now >= until {

@@ -27,7 +27,7 @@ import orjson
 import psycopg
 from psycopg.rows import dict_row
 
-from awa_fast._core import Batch, Batcher, OutcomeRing
+from awa_fast._core import Batch, Batcher, InFlight, OutcomeRing
 from awa_fast.db import transitions as tr
 from awa_fast.db.queries import Q
 from awa_fast.runtime.followups import FollowupRegistry, OutcomeContext, insert_followups
@@ -106,6 +106,7 @@ class Committer:
         retry_backoff: tr.Backoff | None = None,
         rescue_params: dict[str, Any] | None = None,
         on_drain: Callable[[], None] | None = None,
+        inflight: InFlight | None = None,
     ) -> None:
         self._connect = connect
         self._conn: psycopg.Connection[Any] | None = None
@@ -119,6 +120,8 @@ class Committer:
         self._retry_backoff = retry_backoff or tr.Backoff()
         self._rescue_params = rescue_params or {"dlq_all": False, "no_dlq": [], "dlq": []}
         self._on_drain = on_drain
+        # Batches wait up to max_delay for company, but not once nothing is in flight.
+        self._inflight = inflight
         self._progress = threading.Condition()
         self.committed = 0  # records settled (applied or stale): a milestone for tests
 
@@ -129,7 +132,8 @@ class Committer:
         try:
             while True:
                 stopping = stop.is_set()
-                ready = self.ring.drain_into(self.batcher, 0.0 if stopping else 0.05)
+                wait = 0.0 if stopping else 0.05
+                ready = self.ring.drain_into(self.batcher, wait, self._inflight)
                 if self._on_drain is not None and len(self.batcher):
                     self._on_drain()  # handlers returned: their capacity is free again
                 if ready or (stopping and len(self.batcher)):

@@ -50,7 +50,9 @@ class RunnerConfig:
     heartbeat_interval: float = 5.0
     deadline: float = 600.0
     commit_batch: int = 256
-    commit_delay: float = 0.02  # completion commits wait up to 20 ms to batch (size: 256)
+    # A batch of outcomes commits when it holds commit_batch records, when its oldest has
+    # waited commit_delay, or at once when nothing else is in flight to join it.
+    commit_delay: float = 0.05
     sync_threads: int = 32
     shutdown_timeout: float = 30.0
     backoff: tr.Backoff = field(default_factory=tr.Backoff)
@@ -238,6 +240,7 @@ class Runner:
             retry_backoff=config.backoff,
             rescue_params=config.dlq_params(),
             on_drain=self._wake_threadsafe,
+            inflight=self.inflight,
         )
         self.workers: Workers = (
             LocalWorkers(self) if processes is None else ForkedWorkers(self, count)

@@ -79,6 +79,7 @@ class Bench:
         self.scenario = args.scenario
         self.iters = args.cpu_iterations if args.scenario == "cpu" else 0
         self.handled = 0
+        self.burn_s = 0.0  # cpu: CPU seconds the burns took (the harness averages them)
         self.failed_first = 0  # retry: first attempts failed on purpose
         self.stamps: list[tuple[int, float]] = []
 
@@ -95,11 +96,15 @@ class Bench:
         elif self.scenario == "io":
             await asyncio.sleep(IO_SLEEP_S)
         elif self.iters:
+            started = time.thread_time()
             burn_iterations(self.iters)
+            self.burn_s += time.thread_time() - started
         self.handled += 1
 
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = {"handled": self.handled}
+        if self.scenario == "cpu":
+            out["burn_s"] = self.burn_s
         if self.scenario == "retry":
             out["failed_first"] = self.failed_first
         if self.scenario == "latency":

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from awa_fast._core import Batcher, OutcomeRing
+from awa_fast._core import Batcher, InFlight, OutcomeRing
 
 from ._fork import Pipe, fork_child, reap, wait_ok
 
@@ -234,6 +234,29 @@ def test_drain_into_fills_batcher_by_size_and_by_age() -> None:
     empty = Batcher(max_size=100, max_delay=0.01)
     assert ring.drain_into(empty, 0.05) is False
     assert len(empty) == 0
+
+
+def test_drain_into_flushes_once_nothing_is_in_flight() -> None:
+    ring = OutcomeRing(64, 64)
+    table = InFlight([4], 8)
+    assert table.reserve(0, 2) == 2  # two attempts running
+    ring.push(1, 1, 0, 0, 0.0)
+    table.release(0)
+    waiting = Batcher(max_size=100, max_delay=600.0)
+    # One attempt still runs: its outcome may share the commit, so the batch waits.
+    assert ring.drain_into(waiting, 0.05, table) is False
+    assert len(waiting) == 1
+    table.release(0)
+    # Nothing in flight, nothing in the ring: no company is coming; ready at once (the age
+    # trigger and the timeout are ten minutes away, past the test's own timeout).
+    assert ring.drain_into(waiting, 600.0, table) is True
+    batch = waiting.take()
+    assert batch is not None and batch.ids == [1]
+    # Without the table only size and age count.
+    ring.push(2, 1, 0, 0, 0.0)
+    alone = Batcher(max_size=100, max_delay=60.0)
+    assert ring.drain_into(alone, 0.05) is False
+    assert len(alone) == 1
 
 
 def test_drain_into_waits_without_the_gil() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from awa_fast.db.queries import Q
 from tests.factories import insert_job
@@ -38,6 +39,67 @@ def _plan(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> st
     rows = conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchone()
     assert rows is not None
     return json.dumps(rows[0])
+
+
+def _generic_plan(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]) -> str:
+    """The plan of ``query`` as a prepared statement after psycopg's fifth execution may
+    use: the generic one, blind to the parameters' values."""
+    conn.execute(f"PREPARE hot AS {_positional(query)}")
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    names = list(dict.fromkeys(_PARAM.findall(query)))  # $1, $2, ... in first-use order
+    values = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
+    explain = sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE hot({})").format(values)
+    rows = conn.execute(explain).fetchone()
+    assert rows is not None
+    return json.dumps(rows[0])
+
+
+def _deep_queue(conn: psycopg.Connection[Any], *, analyzed: bool) -> None:
+    """A backlog beside a long history: where a plan that scans the queue shows (with
+    statistics, or before autovacuum has gathered any)."""
+    conn.execute(
+        "INSERT INTO awa_fast.jobs_hot (kind, queue, state, finalized_at)"
+        " SELECT 'k', 'default', 'completed', now() FROM generate_series(1, 50000)"
+    )
+    conn.execute(
+        "INSERT INTO awa_fast.jobs_hot (kind, queue)"
+        " SELECT 'k', 'default' FROM generate_series(1, 20000)"
+    )
+    conn.execute(
+        "INSERT INTO awa_fast.jobs_hot (kind, queue, state, heartbeat_at)"
+        " SELECT 'k', 'default', 'running', now() FROM generate_series(1, 2000)"
+    )
+    if analyzed:
+        conn.execute("ANALYZE awa_fast.jobs_hot")
+
+
+@pytest.mark.parametrize("analyzed", [True, False], ids=["analyzed", "no-stats"])
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("job_claim_batch", {"queue": "default", "limit": 200, "deadline_s": 60.0}),
+        ("job_complete_many", {"ids": [1, 2], "leases": [1, 1]}),
+        ("job_heartbeat_many", {"ids": [1, 2], "leases": [1, 1]}),
+    ],
+)
+def test_generic_plans_reach_rows_by_key(
+    conn: psycopg.Connection[Any], name: str, params: dict[str, Any], analyzed: bool
+) -> None:
+    _deep_queue(conn, analyzed=analyzed)
+    plan = _generic_plan(conn, getattr(Q, name), params)
+    assert "jobs_hot_pkey" in plan and "Seq Scan" not in plan, plan
+    # The claim index serves the pick only: the claimed rows are reached by key, never by
+    # reading every available row again.
+    assert plan.count("jobs_hot_claim") <= 1, plan
+
+
+def test_claim_returns_rows_in_claim_order(conn: psycopg.Connection[Any]) -> None:
+    for priority in (4, 1, 3, 2, 1):
+        insert_job(conn, priority=priority)
+    rows = conn.execute(
+        Q.job_claim_batch, {"queue": "default", "limit": 10, "deadline_s": 60.0}
+    ).fetchall()
+    assert [row[7] for row in rows] == [1, 1, 2, 3, 4]
 
 
 def test_claim_uses_the_claim_index(conn: psycopg.Connection[Any]) -> None:

@@ -4,27 +4,37 @@
 -- zero rows means the attempt is stale and its outcome is dropped.
 
 -- name: job_claim_batch
--- Take up to `limit` available jobs of one queue in priority/run_at/id order. The UPDATE
--- re-checks the state so a row that changed between the scan and the lock is skipped.
-WITH picked AS (
-    SELECT id FROM awa_fast.jobs_hot
-    WHERE state = 'available' AND queue = %(queue)s
-      AND NOT EXISTS (SELECT 1 FROM awa_fast.queue_meta m WHERE m.queue = %(queue)s AND m.paused)
-    ORDER BY priority, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+-- Take up to `limit` available jobs of one queue in priority/run_at/id order. FOR UPDATE
+-- re-checks each row under its lock (a row another claimer took since the scan's snapshot
+-- fails `state = 'available'` there and is skipped), and the lock holds until the UPDATE.
+-- The picked ids reach the UPDATE as an array matched on the primary key alone: as a
+-- joined CTE, the generic plan a prepared statement switches to joined them by hashing
+-- every available row (a bitmap scan of the whole queue per claim, dead index entries
+-- never marked), so claims slowed as the queue grew and a backlog fed itself; with a
+-- `state` test beside the array the planner may pick the claim index (whose last column
+-- is id) and read all of it.
+WITH claimed AS (
+    UPDATE awa_fast.jobs_hot j
+    SET state = 'running',
+        attempt = j.attempt + 1,
+        run_lease = j.run_lease + 1,
+        attempted_at = now(),
+        heartbeat_at = now(),
+        deadline_at = now() + make_interval(secs => COALESCE(j.deadline_seconds, %(deadline_s)s))
+    WHERE j.id = ANY (ARRAY(
+        SELECT id FROM awa_fast.jobs_hot
+        WHERE state = 'available' AND queue = %(queue)s
+          AND NOT EXISTS (
+              SELECT 1 FROM awa_fast.queue_meta m WHERE m.queue = %(queue)s AND m.paused
+          )
+        ORDER BY priority, run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING j.id, j.run_lease, j.kind, j.queue, j.args, j.attempt, j.max_attempts,
+              j.priority, j.tags, j.metadata, j.errors, j.progress, j.run_at, j.created_at
 )
-UPDATE awa_fast.jobs_hot j
-SET state = 'running',
-    attempt = j.attempt + 1,
-    run_lease = j.run_lease + 1,
-    attempted_at = now(),
-    heartbeat_at = now(),
-    deadline_at = now() + make_interval(secs => COALESCE(j.deadline_seconds, %(deadline_s)s))
-FROM picked
-WHERE j.id = picked.id AND j.state = 'available'
-RETURNING j.id, j.run_lease, j.kind, j.queue, j.args, j.attempt, j.max_attempts, j.priority,
-          j.tags, j.metadata, j.errors, j.progress, j.run_at, j.created_at;
+SELECT * FROM claimed ORDER BY priority, run_at, id;
 
 -- name: job_complete_many
 -- The hot path: every plain completion of a batch in one statement.

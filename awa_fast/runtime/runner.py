@@ -22,6 +22,7 @@ from psycopg.adapt import Loader
 
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db import transitions as tr
+from awa_fast.db.connections import connect_hot, connect_hot_async
 from awa_fast.db.queries import Q
 from awa_fast.errors import ConfigError
 from awa_fast.maintenance.service import Maintenance
@@ -230,7 +231,7 @@ class Runner:
         self.hooks = HookDispatcher(handlers.hooks)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.committer = Committer(
-            lambda: psycopg.connect(dsn, autocommit=True, application_name="awa-fast committer"),
+            lambda: connect_hot(dsn, application_name="awa-fast committer"),
             self.ring,
             registry=handlers.registry,
             followups=handlers.followups,
@@ -328,7 +329,7 @@ class Runner:
     # -- claiming -------------------------------------------------------------------------
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        conn = await connect_hot_async(self.dsn)
         conn.adapters.register_loader("jsonb", RawJson)
         return conn
 
@@ -459,7 +460,7 @@ class Runner:
             while not self._stopping:
                 try:
                     if conn is None or conn.closed:
-                        conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+                        conn = await connect_hot_async(self.dsn)
                     await step(conn)
                 except psycopg.OperationalError as exc:
                     log.warning("%s failed (%s); retrying", getattr(step, "__name__", step), exc)

@@ -80,6 +80,35 @@ def _deep_queue(conn: psycopg.Connection[Any], *, analyzed: bool) -> None:
         ("job_claim_batch", {"queue": "default", "limit": 200, "deadline_s": 60.0}),
         ("job_complete_many", {"ids": [1, 2], "leases": [1, 1]}),
         ("job_heartbeat_many", {"ids": [1, 2], "leases": [1, 1]}),
+        (
+            "job_transition_many",
+            {
+                "ids": [1, 2],
+                "leases": [1, 1],
+                "states": ["failed", "retryable"],
+                "delays": [0.0, 1.0],
+                "errors": [None, None],
+                "progress": [None, None],
+                "metadata": [None, None],
+                "callback_ids": [None, None],
+                "dead": [False, False],
+            },
+        ),
+        (
+            "job_rescue_many",
+            {
+                "ids": [1, 2],
+                "leases": [1, 1],
+                "messages": ["lost", "lost"],
+                "dlq_all": False,
+                "no_dlq": [],
+                "dlq": [],
+                "from_state": "running",
+                "base": 1.0,
+                "max": 60.0,
+                "jitter": 0.0,
+            },
+        ),
     ],
 )
 def test_generic_plans_reach_rows_by_key(

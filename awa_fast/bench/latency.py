@@ -76,18 +76,68 @@ async def sustained(
     jobs: int,
     processes: int | None = None,
     load: float = 0.5,
+    basis: str = "drain",
+    drain_rate: float | None = None,
     rate: float | None = None,
     duration: float = 10.0,
     concurrency: int = 1000,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """A producer offers ``rate`` no-op jobs/s (default: ``load`` x the drain rate measured
-    here on ``jobs`` jobs) for ``duration`` s; completed jobs/s, end-to-end latency, and
-    queue depth and dead tuples of ``jobs_hot`` sampled over time."""
-    if rate is None:
-        measured = await drain(url, jobs=jobs, processes=processes, concurrency=concurrency)
-        rate = load * measured["jobs_per_s"]
-        _truncate(url)
+    """A producer offers ``load`` x a basis rate of no-op jobs/s for ``duration`` s;
+    completed jobs/s, end-to-end latency, and queue depth and dead tuples of ``jobs_hot``
+    sampled over time.
+
+    The basis is the drain rate (``jobs`` pre-inserted jobs drained with no producer, or
+    ``drain_rate`` when already measured) or, with ``basis="capacity"``, what the pool
+    completes while a producer offers that whole drain rate for a few seconds: on a small
+    box the producer's inserts take cores the drain had to itself. ``rate`` fixes the
+    offered rate outright."""
+    if basis not in BASES:
+        raise ValueError(f"basis must be one of {', '.join(BASES)}, got {basis!r}")
+    basis_rate = rate
+    if basis_rate is None:
+        if drain_rate is None:
+            measured = await drain(url, jobs=jobs, processes=processes, concurrency=concurrency)
+            drain_rate = float(measured["jobs_per_s"])
+            _truncate(url)
+        basis_rate = drain_rate
+        if basis == "capacity":
+            saturated = await _offer(
+                url, drain_rate, processes=processes, concurrency=concurrency, duration=5.0
+            )
+            basis_rate = float(saturated["completed_per_s"])
+            _truncate(url)
+    offered_rate = basis_rate if rate is not None else load * basis_rate
+    result = await _offer(
+        url,
+        offered_rate,
+        processes=processes,
+        concurrency=concurrency,
+        duration=duration,
+        progress=progress,
+    )
+    return {
+        **result,
+        "variant": f"{round(load * 100)}% of {basis}",
+        "load": load,
+        "basis": basis,
+        "basis_per_s": round(basis_rate, 1),
+    }
+
+
+BASES = ("drain", "capacity")
+
+
+async def _offer(
+    url: str,
+    rate: float,
+    *,
+    processes: int | None,
+    concurrency: int,
+    duration: float,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Run a pool while a producer offers ``rate`` jobs/s for ``duration`` s."""
     client = AsyncClient(url)
 
     @client.task(Noop)
@@ -111,8 +161,6 @@ async def sustained(
         await client.close()
     return {
         **window.result(jobs=offered),
-        "variant": f"{round(load * 100)}% of drain",
-        "load": load,
         "offered_per_s": round(rate, 1),
         "duration_s": duration,
         **end_to_end(url, duration=took),

@@ -93,6 +93,18 @@ def test_sustained_samples_depth_and_dead_tuples_over_time(dsn: str) -> None:
     assert result["offered_per_s"] == 400.0 and _positive(result["completed_per_s"])
 
 
+def test_sustained_on_the_capacity_basis_offers_a_share_of_what_was_completed(dsn: str) -> None:
+    result = uvloop.run(
+        bench.sustained(dsn, jobs=200, load=0.9, basis="capacity", drain_rate=400.0, duration=1.0)
+    )
+    assert result["basis"] == "capacity" and result["variant"] == "90% of capacity"
+    assert 0 < result["basis_per_s"] <= 400.0 * 1.1  # completions while 400/s was offered
+    assert result["offered_per_s"] == pytest.approx(0.9 * result["basis_per_s"], abs=0.1)
+    assert result["completed"] == result["jobs"]
+    with pytest.raises(ValueError, match="basis must be one of"):
+        uvloop.run(bench.sustained(dsn, jobs=10, basis="nope"))
+
+
 def test_plan_expands_cpu_over_processes_and_sustained_over_loads() -> None:
     planned = bench.plan(["cpu", "sustained"], processes=2, duration=3.0)
     assert [(p.scenario, p.processes) for p in planned] == [
@@ -100,8 +112,10 @@ def test_plan_expands_cpu_over_processes_and_sustained_over_loads() -> None:
         ("cpu", 2),
         ("sustained", 2),
         ("sustained", 2),
+        ("sustained", 2),
     ]
-    assert [p.options.get("load") for p in planned[2:]] == list(bench.SUSTAINED_LOADS)
+    loads = [(p.options.get("load"), p.options.get("basis")) for p in planned[2:]]
+    assert loads == list(bench.SUSTAINED_LOADS)
     with pytest.raises(ValueError, match="unknown scenario"):
         bench.plan(["nope"])
 

@@ -1,0 +1,28 @@
+#!/bin/sh
+# One full side-by-side run, the one benches/RESULTS.md quotes: every peer scenario at 1
+# and 2 processes, then awa-fast in-process and with 2 worker processes, all on the same
+# server; the merged table and charts land in benches/latest/.
+#
+#   sh benches/full_run.sh postgresql://postgres@127.0.0.1:55432/postgres
+#
+# About 50 minutes on the 2-core machine. Keep the machine otherwise idle.
+set -eu
+url=${1:?usage: full_run.sh POSTGRES_SERVER_URL}
+out=benches/latest
+export AWA_FAST_BENCH_CPU_ITERATIONS="${AWA_FAST_BENCH_CPU_ITERATIONS:-16000}"
+rm -rf "$out"
+mkdir -p "$out" benches/results
+marker=$(mktemp)
+for scenario in drain cpu io latency retry scheduled; do
+    python -m benches peers --database-url "$url" --scenario "$scenario" \
+        --processes 1,2 --runs 3
+done
+includes=""
+for file in $(find benches/results -name '*-peers-*.jsonl' -newer "$marker" | sort); do
+    cp "$file" "$out/"
+    includes="$includes --include $out/$(basename "$file")"
+done
+rm -f "$marker"
+awa-fast bench all --database-url "$url" --processes 0 --runs 3 --out "$out"
+# shellcheck disable=SC2086
+awa-fast bench all --database-url "$url" --processes 2 --runs 3 --out "$out" $includes

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from awa_fast.db.connections import PLANNER_SETTINGS
 from awa_fast.db.queries import Q
 from tests.factories import insert_job
 
@@ -45,7 +46,8 @@ def _generic_plan(conn: psycopg.Connection[Any], query: str, params: dict[str, A
     """The plan of ``query`` as a prepared statement after psycopg's fifth execution may
     use: the generic one, blind to the parameters' values."""
     conn.execute(f"PREPARE hot AS {_positional(query)}")
-    conn.execute("SET plan_cache_mode = force_generic_plan")
+    for name, value in PLANNER_SETTINGS.items():  # as the hot connections run them
+        conn.execute(sql.SQL("SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
     names = list(dict.fromkeys(_PARAM.findall(query)))  # $1, $2, ... in first-use order
     values = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
     explain = sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE hot({})").format(values)
@@ -54,9 +56,11 @@ def _generic_plan(conn: psycopg.Connection[Any], query: str, params: dict[str, A
     return json.dumps(rows[0])
 
 
-def _deep_queue(conn: psycopg.Connection[Any], *, analyzed: bool) -> None:
-    """A backlog beside a long history: where a plan that scans the queue shows (with
-    statistics, or before autovacuum has gathered any)."""
+def _queue(conn: psycopg.Connection[Any], *, table: str) -> None:
+    """``deep``: a backlog beside a long history, analyzed or not (where a plan that scans
+    the queue shows); ``empty``: a run's start, before any statistics or rows."""
+    if table == "empty":
+        return
     conn.execute(
         "INSERT INTO awa_fast.jobs_hot (kind, queue, state, finalized_at)"
         " SELECT 'k', 'default', 'completed', now() FROM generate_series(1, 50000)"
@@ -69,11 +73,11 @@ def _deep_queue(conn: psycopg.Connection[Any], *, analyzed: bool) -> None:
         "INSERT INTO awa_fast.jobs_hot (kind, queue, state, heartbeat_at)"
         " SELECT 'k', 'default', 'running', now() FROM generate_series(1, 2000)"
     )
-    if analyzed:
+    if table == "analyzed":
         conn.execute("ANALYZE awa_fast.jobs_hot")
 
 
-@pytest.mark.parametrize("analyzed", [True, False], ids=["analyzed", "no-stats"])
+@pytest.mark.parametrize("table", ["analyzed", "no-stats", "empty"])
 @pytest.mark.parametrize(
     ("name", "params"),
     [
@@ -112,9 +116,9 @@ def _deep_queue(conn: psycopg.Connection[Any], *, analyzed: bool) -> None:
     ],
 )
 def test_generic_plans_reach_rows_by_key(
-    conn: psycopg.Connection[Any], name: str, params: dict[str, Any], analyzed: bool
+    conn: psycopg.Connection[Any], name: str, params: dict[str, Any], table: str
 ) -> None:
-    _deep_queue(conn, analyzed=analyzed)
+    _queue(conn, table=table)
     plan = _generic_plan(conn, getattr(Q, name), params)
     assert "jobs_hot_pkey" in plan and "Seq Scan" not in plan, plan
     # The claim index serves the pick only: the claimed rows are reached by key, never by
@@ -139,14 +143,22 @@ def test_claim_uses_the_claim_index(conn: psycopg.Connection[Any]) -> None:
     assert "jobs_hot_claim" in plan
 
 
-def test_overdue_sweep_reads_only_running_rows(conn: psycopg.Connection[Any]) -> None:
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("job_select_stale", {"staleness_s": 30.0, "limit": 100}),
+        ("job_select_overdue", {"grace_s": 5.0, "limit": 100}),
+    ],
+)
+def test_rescue_sweeps_read_only_running_rows(
+    conn: psycopg.Connection[Any], name: str, params: dict[str, Any]
+) -> None:
     conn.execute(
         "INSERT INTO awa_fast.jobs_hot (kind, queue, state, finalized_at)"
         " SELECT 'k', 'default', 'completed', now() FROM generate_series(1, 5000)"
     )
     conn.execute("ANALYZE awa_fast.jobs_hot")
-    plan = _plan(conn, Q.job_select_overdue, {"grace_s": 5.0, "limit": 100})
-    assert "jobs_hot_running" in plan
+    assert "jobs_hot_heartbeat" in _plan(conn, getattr(Q, name), params)
 
 
 def test_completion_uses_the_primary_key(conn: psycopg.Connection[Any]) -> None:

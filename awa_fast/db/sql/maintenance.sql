@@ -11,9 +11,11 @@ ORDER BY heartbeat_at
 LIMIT %(limit)s;
 
 -- name: job_select_overdue
--- Running attempts past their hard deadline plus the grace their handler had to stop.
+-- Running attempts past their hard deadline plus the grace their handler had to stop
+-- (`heartbeat_at IS NOT NULL` lets the scan read only running rows: jobs_hot_heartbeat).
 SELECT id, run_lease FROM awa_fast.jobs_hot
-WHERE state = 'running' AND deadline_at < now() - make_interval(secs => %(grace_s)s)
+WHERE state = 'running' AND heartbeat_at IS NOT NULL
+  AND deadline_at < now() - make_interval(secs => %(grace_s)s)
 ORDER BY deadline_at
 LIMIT %(limit)s;
 

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awa_fast.maintenance")
 
+MIN_PROMOTE_PAUSE = 0.002  # a due job that a concurrent promoter holds: do not spin on it
+
 # (selecting query, the state rescued attempts leave, the error each records)
 RESCUES = (
     ("job_select_stale", "running", "heartbeat stale: the host running it stopped reporting"),
@@ -60,6 +62,7 @@ class Maintenance:
         try:
             while not stopping():
                 now = loop.time()
+                pause = self.config.promote_interval
                 try:
                     if now >= next_election:
                         next_election = now + self.config.election_interval
@@ -68,6 +71,7 @@ class Maintenance:
                         if conn is None or conn.closed:
                             conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
                         await self.promote_once(conn)
+                        pause = await self.promote_pause(conn)
                         if now >= next_rescue:
                             next_rescue = now + self.config.rescue_interval
                             await self.rescue_once(conn)
@@ -82,7 +86,7 @@ class Maintenance:
                     if conn is not None:
                         await conn.close()
                     conn = None
-                await asyncio.sleep(self.config.promote_interval)
+                await asyncio.sleep(pause)
         finally:
             if conn is not None:
                 await conn.close()
@@ -97,6 +101,16 @@ class Maintenance:
             if cur.rowcount < self.config.promote_batch:
                 self.stats.promoted += total
                 return total
+
+    async def promote_pause(self, conn: psycopg.AsyncConnection[Any]) -> float:
+        """Seconds until the next promotion: ``promote_interval``, or less when a deferred
+        job falls due sooner, so jobs scheduled for a moment become claimable at that
+        moment rather than up to an interval later."""
+        cur = await conn.execute(Q.job_next_due_in)
+        row = await cur.fetchone()
+        if row is None or row[0] is None:
+            return self.config.promote_interval
+        return min(self.config.promote_interval, max(MIN_PROMOTE_PAUSE, float(row[0])))
 
     async def rescue_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
         """Rescue stale, overdue and callback-expired attempts (each guarded by run_lease,

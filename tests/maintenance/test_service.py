@@ -9,7 +9,7 @@ import psycopg
 
 import awa_fast
 from awa_fast.maintenance.leader import Leader
-from awa_fast.maintenance.service import Maintenance
+from awa_fast.maintenance.service import MIN_PROMOTE_PAUSE, Maintenance
 from awa_fast.runtime.hooks import HookDispatcher
 from awa_fast.runtime.runner import RunnerConfig
 from tests.factories import insert_job
@@ -31,6 +31,27 @@ async def _once(dsn: str, step: str, **config: Any) -> Any:
     maintenance = _maintenance(dsn, **config)
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         return await getattr(maintenance, step)(conn)
+
+
+def test_the_leader_wakes_when_the_next_deferred_job_falls_due(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    assert run(_once(dsn, "promote_pause", promote_interval=10.0)) == 10.0  # nothing waits
+    later = insert_job(conn, state="scheduled")
+    conn.execute(
+        "UPDATE awa_fast.jobs_deferred SET run_at = now() + interval '1 hour' WHERE id = %s",
+        (later,),
+    )
+    assert run(_once(dsn, "promote_pause", promote_interval=10.0)) == 10.0  # not before
+    soon = insert_job(conn, state="scheduled")
+    conn.execute(
+        "UPDATE awa_fast.jobs_deferred SET run_at = clock_timestamp() + interval '3 seconds'"
+        " WHERE id = %s",
+        (soon,),
+    )
+    assert 0 < run(_once(dsn, "promote_pause", promote_interval=10.0)) <= 3.0
+    conn.execute("UPDATE awa_fast.jobs_deferred SET run_at = now() - interval '1 second'")
+    assert run(_once(dsn, "promote_pause", promote_interval=10.0)) == MIN_PROMOTE_PAUSE
 
 
 def test_stale_heartbeat_is_rescued_and_the_last_attempt_fails(

@@ -151,6 +151,10 @@ SELECT id, kind, queue, args, 'available', priority, attempt, max_attempts, run_
 FROM due
 RETURNING id;
 
+-- name: job_next_due_in
+-- Seconds until the earliest scheduled/retryable job is due (NULL when none waits).
+SELECT EXTRACT(EPOCH FROM min(run_at) - clock_timestamp())::float8 FROM awa_fast.jobs_deferred;
+
 -- name: job_heartbeat_many
 -- One heartbeat for every attempt a host runs. It returns the attempts the host still owns
 -- (a slot missing from the result was cancelled or rescued) and whether each is past its

@@ -357,7 +357,7 @@ class Committer:
             i
             for i in indices
             if r.ids[i] in applied
-            and self.hooks.registry.wants(self.registry.kind_at(r.kinds[i]))
+            and self._may_want(r.kinds[i])
             and _outcome(r.codes[i], applied[r.ids[i]]) is not None
         ]
         if not wanted:
@@ -380,7 +380,7 @@ class Committer:
         for i in wanted:
             job = by_id.get(r.ids[i])
             outcome = _outcome(r.codes[i], applied[r.ids[i]])
-            if job is None or outcome is None:
+            if job is None or outcome is None or not self.hooks.registry.wants(job.kind):
                 continue
             ctx = self._context(outcome, r, i, applied[r.ids[i]])
             self.hooks.submit(
@@ -391,6 +391,13 @@ class Committer:
                 next_run_at=ctx.next_run_at,
                 reason=ctx.reason,
             )
+
+    def _may_want(self, kind_index: int) -> bool:
+        """Whether a record's kind has hooks; a record of unknown kind (an attempt lost
+        with its worker, reported by the supervisor, which never knew its kind) may, and
+        is decided on the row read back."""
+        kind = self.registry.kind_at(kind_index)
+        return kind is None or self.hooks.registry.wants(kind)
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:

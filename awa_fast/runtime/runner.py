@@ -44,7 +44,9 @@ QueueSpec = Mapping[str, int] | Sequence[tuple[str, int] | Mapping[str, Any] | s
 class RunnerConfig:
     """Tuning with named defaults, validated once."""
 
-    claim_batch: int = 200
+    # Claims are serial (each waits for its commit's fsync): the batch bounds the claim
+    # rate, and the half-capacity threshold keeps it from outgrowing what runs here.
+    claim_batch: int = 500
     poll_interval: float = 1.0
     promote_interval: float = 0.25
     promote_batch: int = 2000

@@ -353,18 +353,17 @@ class Committer:
         self.stats.stale += len(indices) - len(applied)
         if not applied or not self.hooks.registry.hooks:
             return
-        wanted = [
-            i
-            for i in indices
-            if r.ids[i] in applied
-            and self._may_want(r.kinds[i])
-            and _outcome(r.codes[i], applied[r.ids[i]]) is not None
-        ]
+        wanted: list[tuple[int, tr.Outcome]] = []
+        for i in indices:
+            result = applied.get(r.ids[i])
+            outcome = _outcome(r.codes[i], result) if result is not None else None
+            if outcome is not None and self._may_want(r.kinds[i]):
+                wanted.append((i, outcome))
         if not wanted:
             return
         try:
             cur = self._connection().cursor(row_factory=dict_row)
-            ids = {"ids": [r.ids[i] for i in wanted]}
+            ids = {"ids": [r.ids[i] for i, _ in wanted]}
             rows = cur.execute(Q.job_get_many, ids).fetchall()
             if len(rows) < len(wanted):  # dead-lettered jobs live in the DLQ table
                 rows += cur.execute(Q.dlq_get_many, ids).fetchall()
@@ -377,10 +376,9 @@ class Committer:
             )
             return
         by_id = {row["id"]: JobRow.from_row(row) for row in rows}
-        for i in wanted:
+        for i, outcome in wanted:
             job = by_id.get(r.ids[i])
-            outcome = _outcome(r.codes[i], applied[r.ids[i]])
-            if job is None or outcome is None or not self.hooks.registry.wants(job.kind):
+            if job is None or not self.hooks.registry.wants(job.kind):
                 continue
             ctx = self._context(outcome, r, i, applied[r.ids[i]])
             self.hooks.submit(

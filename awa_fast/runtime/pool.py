@@ -140,7 +140,9 @@ class ForkedWorkers:
     def deliver(self, worker: int, rows: list[tuple[Any, ...]]) -> None:
         proc = self.procs[worker]
         if proc is None or proc.transport is None or proc.transport.is_closing():
-            self._give_back(rows, "its worker process ended before the job was delivered")
+            release_unstarted(
+                self.runner, rows, reason="its worker process ended before the job was delivered"
+            )
             return
         self._send(proc, ("jobs", rows))
 
@@ -148,16 +150,6 @@ class ForkedWorkers:
         assert proc.transport is not None
         payload = self._encoder.encode(message)
         proc.transport.write(_FRAME.pack(len(payload)) + payload)
-
-    def _give_back(self, rows: list[tuple[Any, ...]], reason: str) -> None:
-        """Rows claimed for a worker that is gone: back to available, unstarted."""
-        runner = self.runner
-        payload = orjson.dumps({"reason": reason})
-        for row in rows:
-            *job, slot, _cap = row
-            kind = runner.handlers.registry.index_of(job[KIND])
-            runner.ring.push(job[ID], job[LEASE], int(Target.RELEASED), kind, 0.0, payload)
-            runner.inflight.release_slot(slot)  # frees its capacity unit too
 
     # -- deaths ---------------------------------------------------------------------------
 
@@ -261,6 +253,17 @@ class ForkedWorkers:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), min(remaining, 0.5))
         return True
+
+
+def release_unstarted(runner: Runner, rows: Sequence[Sequence[Any]], *, reason: str) -> None:
+    """Delivered rows whose handler never started: back to available, unstarted (the
+    attempt is not counted), each freeing its slot and capacity unit."""
+    payload = orjson.dumps({"reason": reason})
+    for row in rows:
+        *job, slot, _cap = row
+        kind = runner.handlers.registry.index_of(job[KIND])
+        runner.ring.push(job[ID], job[LEASE], int(Target.RELEASED), kind, 0.0, payload)
+        runner.inflight.release_slot(slot)  # frees its capacity unit too
 
 
 def _close_handles(proc: Proc) -> None:
@@ -423,12 +426,9 @@ class WorkerProcess:
             for cap in self.caps:
                 self.inflight.set_capacity(cap, 0)
         if give_back:
-            reason = orjson.dumps({"reason": "shutting down before the job started"})
-            while self.inline:
-                *job, slot, _cap = self.inline.popleft()
-                kind = self.registry.index_of(job[KIND])
-                self.runner.ring.push(job[ID], job[LEASE], int(Target.RELEASED), kind, 0.0, reason)
-                self.inflight.release_slot(slot)  # frees its capacity unit too
+            unstarted = list(self.inline)
+            self.inline.clear()
+            release_unstarted(self.runner, unstarted, reason="shutting down before the job started")
         self._maybe_exit()
 
     def _maybe_exit(self) -> None:

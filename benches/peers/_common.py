@@ -41,6 +41,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 SCENARIOS = ("drain", "cpu", "io", "latency", "retry", "scheduled")
@@ -62,8 +63,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def run_phase(phases: dict[str, Callable[[argparse.Namespace], Awaitable[None]]]) -> None:
+    """A driver's entry point: run the phase named on the command line."""
+    args = parse_args()
+    asyncio.run(phases[args.phase](args))
+
+
 def burn_iterations(n: int) -> float:
-    """Pure-Python CPU work: n iterations of a loop around time.perf_counter."""
+    """Pure-Python CPU work: n iterations of a loop around time.perf_counter (the loop of
+    awa_fast.bench.handlers._spin, written out here: drivers import the standard library
+    only)."""
     pc = time.perf_counter
     acc = 0.0
     for _ in range(n):

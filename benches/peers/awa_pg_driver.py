@@ -40,7 +40,6 @@ Settings and why:
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime as dt
 import os
@@ -140,9 +139,7 @@ async def work(args) -> None:
 
 
 def main() -> None:
-    args = _common.parse_args()
-    phases = {"setup": setup, "work": work, "produce": produce, "schedule": schedule}
-    asyncio.run(phases[args.phase](args))
+    _common.run_phase({"setup": setup, "work": work, "produce": produce, "schedule": schedule})
 
 
 if __name__ == "__main__":

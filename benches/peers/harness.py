@@ -44,6 +44,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 from awa_fast.bench import percentiles
+from awa_fast.bench.handlers import burn_loops
 
 HERE = Path(__file__).resolve().parent
 BENCH_ROOT = Path(os.environ.get("AWA_FAST_BENCH_DIR", "/var/tmp/awa-fast-bench"))
@@ -227,29 +228,6 @@ def wait_for_listener(url: str, timeout: float = 5.0) -> bool:
                 return True
             time.sleep(0.02)
     return False
-
-
-# ---------------------------------------------------------------- CPU calibration
-
-
-def burn_iterations(n: int) -> float:
-    # Same loop as benches/peers/_common.py (kept identical on purpose).
-    pc = time.perf_counter
-    acc = 0.0
-    for _ in range(n):
-        acc += pc()
-    return acc
-
-
-def calibrate_cpu_iterations(target_ms: float = 1.0) -> int:
-    """Iterations of burn_iterations() that take target_ms of CPU here (best of 5)."""
-    n = 20_000
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.process_time()
-        burn_iterations(n)
-        best = min(best, time.process_time() - t0)
-    return max(1, int(n * (target_ms / 1000.0) / best))
 
 
 # ---------------------------------------------------------------- worker processes
@@ -637,8 +615,9 @@ def main(args) -> int:
     if args.scenario == "cpu":
         # A fixed count shared with `awa-fast bench cpu` makes the work per job identical
         # for every system; calibration alone drifts when the other vCPU is busy.
-        fixed = os.environ.get("AWA_FAST_BENCH_CPU_ITERATIONS")
-        cpu_iterations = int(fixed) if fixed else calibrate_cpu_iterations(args.cpu_ms)
+        # The loop the drivers run (_common.burn_iterations) is awa-fast's own cpu burn,
+        # calibrated (or fixed by AWA_FAST_BENCH_CPU_ITERATIONS) the same way.
+        cpu_iterations = burn_loops(args.cpu_ms)
     if cpu_iterations:
         log(f"cpu scenario: {cpu_iterations} loop iterations ~= {args.cpu_ms} ms CPU per job")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

@@ -28,27 +28,47 @@ def kind_of(args_type: type) -> str:
     return _CAMEL.sub("_", args_type.__name__).lower()
 
 
-def _is_pydantic(value: object) -> bool:
-    return hasattr(value, "model_dump_json") and hasattr(type(value), "model_validate_json")
+Encoder = Callable[[Any], bytes]
+
+
+def _encode_pydantic(args: Any) -> bytes:
+    return args.model_dump_json().encode()  # type: ignore[no-any-return]
+
+
+def _encode_mapping(args: Any) -> bytes:
+    return orjson.dumps(dict(args))
+
+
+def _encoder_for(args_type: type) -> Encoder | None:
+    """How values of ``args_type`` become JSON, or None when they cannot be args."""
+    if issubclass(args_type, msgspec.Struct):
+        return msgspec.json.encode
+    if hasattr(args_type, "model_dump_json") and hasattr(args_type, "model_validate_json"):
+        return _encode_pydantic
+    if dataclasses.is_dataclass(args_type) or args_type is dict:
+        return orjson.dumps
+    if issubclass(args_type, Mapping):
+        return _encode_mapping
+    return None
 
 
 def encode_args(args: object) -> bytes:
-    """JSON bytes for ``args``; raises :class:`ValidationError` naming ``args`` when impossible."""
-    try:
-        if isinstance(args, msgspec.Struct):
-            encoded = msgspec.json.encode(args)
-        elif _is_pydantic(args):
-            encoded = args.model_dump_json().encode()  # type: ignore[attr-defined]
-        elif dataclasses.is_dataclass(args) and not isinstance(args, type):
-            encoded = orjson.dumps(args)
-        elif isinstance(args, Mapping):
-            encoded = orjson.dumps(dict(args))
-        else:
+    """JSON bytes for ``args``; raises :class:`ValidationError` naming ``args`` when impossible.
+
+    The way to encode is looked up once per type: producers encode every job of a batch."""
+    args_type = type(args)
+    encoder = _ENCODERS.get(args_type)
+    if encoder is None:
+        encoder = _encoder_for(args_type)
+        if encoder is None:
             raise ValidationError(
                 "args",
                 f"must be a dataclass, msgspec Struct, pydantic model or dict, "
-                f"got {type(args).__name__}",
+                f"got {args_type.__name__}",
             )
+        _ENCODERS[args_type] = encoder
+    try:
+        encoded = encoder(args)
     except (TypeError, msgspec.EncodeError, orjson.JSONEncodeError) as exc:
         raise ValidationError("args", f"not JSON-serialisable: {exc}") from exc
     if not encoded.startswith(b"{"):
@@ -56,6 +76,9 @@ def encode_args(args: object) -> bytes:
     if b"\\u0000" in encoded:
         raise ValidationError("args", "contains a NUL character, which Postgres cannot store")
     return encoded
+
+
+_ENCODERS: dict[type, Encoder] = {}
 
 
 def encode_json(field: str, value: object) -> bytes:

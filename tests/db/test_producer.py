@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import select
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import msgspec
@@ -106,6 +106,47 @@ def test_insert_many_over_copy(client: awa_fast.Client, dsn: str) -> None:
     assert states(dsn) == {"available": 1000, "scheduled": 1}
     assert job(dsn, ids[0])["priority"] == 3
     assert job(dsn, ids[-1])["queue"] == "other"
+
+
+AWKWARD = 'back\\slash\ttab\nnew\rline "quoted" {braced,comma} \\N é 🚀'
+
+
+@pytest.mark.parametrize("flavour", ["insert", "insert_many"])
+def test_awkward_text_is_stored_as_given(client: awa_fast.Client, dsn: str, flavour: str) -> None:
+    """Every text column survives both insert paths (insert_many writes COPY text itself)."""
+    options: dict[str, Any] = {
+        "kind": AWKWARD,
+        "queue": AWKWARD,
+        "tags": [AWKWARD, "plain", "NULL"],
+        "metadata": {AWKWARD: AWKWARD},
+        "deadline": 1e-05,
+        "run_at": datetime(2001, 2, 3, 4, 5, 6, 789, tzinfo=timezone(timedelta(hours=-5))),
+    }
+    args = {"text": AWKWARD, "nested": {"list": [AWKWARD, None, 1.5]}}
+    if flavour == "insert":
+        job_id = client.insert(args, **options).id
+    else:
+        [job_id] = client.insert_many([args], **options)
+    stored = job(dsn, job_id)
+    assert (stored["kind"], stored["queue"]) == (AWKWARD, AWKWARD)
+    assert stored["args"] == args
+    assert stored["tags"] == [AWKWARD, "plain", "NULL"]
+    assert stored["metadata"] == {AWKWARD: AWKWARD}
+    assert stored["deadline_seconds"] == 1e-05
+    assert stored["run_at"] == options["run_at"]
+    assert stored["state"] == "available"
+
+
+def test_insert_many_validates_shared_options_once_per_call(
+    client: awa_fast.Client, dsn: str
+) -> None:
+    with pytest.raises(ValidationError) as err:
+        client.insert_many([SendEmail("a"), SendEmail("b")], queue="")
+    assert err.value.field == "items[0].queue"
+    ids = client.insert_many([SendEmail("a"), {"x": 1}], kind="explicit", tags=["t"])
+    assert [job(dsn, i)["kind"] for i in ids] == ["explicit", "explicit"]
+    assert [job(dsn, i)["tags"] for i in ids] == [["t"], ["t"]]
+    assert states(dsn) == {"available": 2}
 
 
 def test_bad_item_in_insert_many_names_its_index(client: awa_fast.Client, dsn: str) -> None:

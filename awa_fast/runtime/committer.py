@@ -255,7 +255,12 @@ class Committer:
     def _execute(
         self, conn: psycopg.Connection[Any], r: Records, indices: list[int]
     ) -> dict[int, tuple[Any, ...]]:
-        """Run the group's statement; returns applied id → (id, state, attempt, run_at)."""
+        """Run the group's statement; returns applied id → (id, state, attempt, run_at).
+
+        Rows go in id order, the order every multi-row statement on running attempts uses
+        (the heartbeat too): two such statements then never wait on each other in a
+        cycle, which Postgres would break by failing one of them."""
+        indices = sorted(indices, key=r.ids.__getitem__)
         ids = [r.ids[i] for i in indices]
         leases = [r.leases[i] for i in indices]
         if all(r.codes[i] == _COMPLETED and r.payloads[i] is None for i in indices):

@@ -482,9 +482,11 @@ class Runner:
         if not ids:
             self._flagged.clear()
             return
-        cur = await conn.execute(Q.job_heartbeat_many, {"ids": ids, "leases": leases})
+        attempts = sorted(zip(ids, leases, strict=True))  # id order, as the committer's
+        params = {"ids": [a[0] for a in attempts], "leases": [a[1] for a in attempts]}
+        cur = await conn.execute(Q.job_heartbeat_many, params)
         owned = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
-        running = set(zip(ids, leases, strict=True))
+        running = set(attempts)
         for attempt in running:
             overdue = owned.get(attempt)
             if overdue is None:

@@ -14,6 +14,7 @@ import pytest
 import awa_fast
 from awa_fast._core import Batcher, OutcomeRing
 from awa_fast.db import transitions as tr
+from awa_fast.db.connections import connect_hot
 from awa_fast.runtime.committer import Committer
 from awa_fast.runtime.hooks import Event, EventType, HookDispatcher
 from awa_fast.types import InsertRequest
@@ -43,7 +44,7 @@ class Harness:
             self.hooks = HookDispatcher(handlers.hooks)
             self.hooks.start()
             self._committer = Committer(
-                lambda: psycopg.connect(self.dsn, autocommit=True),
+                lambda: connect_hot(self.dsn),  # as the runner's: key access only
                 OutcomeRing(1024),
                 registry=handlers.registry,
                 followups=handlers.followups,
@@ -97,6 +98,32 @@ def test_completions_are_batched_in_one_statement(
     completed = [e for e in harness.events_delivered() if e.type is EventType.COMPLETED]
     assert sorted(e.job.id for e in completed) == sorted(ids)
     assert all(e.args == Act("x") for e in completed)
+
+
+def test_a_batch_locks_its_rows_in_id_order(
+    harness: Harness, conn: psycopg.Connection[Any], dsn: str
+) -> None:
+    """The race behind a deadlock with the heartbeat: with the lowest row locked elsewhere,
+    a batch given in descending order must wait on that row before it locks any other
+    (id order, as every multi-row statement on running attempts), or two such statements
+    can each hold what the other waits for."""
+    low, high = sorted(_running(conn, 2))
+    # A new version of `low` lands after `high`: an unordered plan would meet `high` first.
+    conn.execute("UPDATE awa_fast.jobs_hot SET metadata = '{}' WHERE id = %s", (low,))
+    with psycopg.connect(dsn) as holder, psycopg.connect(dsn, autocommit=True) as probe:
+        holder.execute("SELECT 1 FROM awa_fast.jobs_hot WHERE id = %s FOR UPDATE", (low,))
+        committing = threading.Thread(
+            target=harness.commit, args=([(high, 1, tr.COMPLETED), (low, 1, tr.COMPLETED)],)
+        )
+        committing.start()
+        waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'"
+        wait_until(lambda: probe.execute(waiting).fetchone() == (1,), what="batch waiting")
+        # The batch waits on `low` and holds nothing else: `high` is free to lock.
+        probe.execute("SELECT 1 FROM awa_fast.jobs_hot WHERE id = %s FOR UPDATE NOWAIT", (high,))
+        holder.rollback()
+        committing.join(30)
+    assert not committing.is_alive()
+    assert states(dsn) == {"completed": 2}
 
 
 def test_stale_attempt_is_dropped_with_no_event_and_no_followup(

@@ -62,12 +62,26 @@ def describe_exit(pid: int, code: int) -> str:
     return f"worker process {pid} exited with code {code}"
 
 
+class _JobPipe(asyncio.Protocol):
+    """The supervisor's end of a worker's job pipe. ``closed`` resolves once the loop has
+    let go of the pipe's descriptor, so its number may safely be handed out again."""
+
+    def __init__(self) -> None:
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
 @dataclass(slots=True)
 class Proc:
     pid: int
-    write_fd: int
+    write_fd: int  # owned by ``transport`` once connected
     transport: asyncio.WriteTransport | None = None
+    pipe: _JobPipe | None = None
     pidfd: int | None = None  # readable once the process exits: how the loop sees a death
+    ended: bool = False  # reaped; a connect still under way must let go of the pipe
 
 
 class ForkedWorkers:
@@ -125,12 +139,16 @@ class ForkedWorkers:
 
     async def _connect(self, proc: Proc) -> None:
         """Watch the process (a pidfd on the loop) and open its job pipe."""
+        if proc.ended:  # reaped before it was watched
+            os.close(proc.write_fd)
+            return
         loop = asyncio.get_running_loop()
         proc.pidfd = os.pidfd_open(proc.pid)
         loop.add_reader(proc.pidfd, self._reap)
-        pipe = os.fdopen(proc.write_fd, "wb", buffering=0, closefd=True)
-        transport, _ = await loop.connect_write_pipe(asyncio.Protocol, pipe)
-        proc.transport = transport
+        file = os.fdopen(proc.write_fd, "wb", buffering=0, closefd=True)
+        proc.transport, proc.pipe = await loop.connect_write_pipe(_JobPipe, file)
+        if proc.ended:
+            proc.transport.abort()
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -177,7 +195,7 @@ class ForkedWorkers:
             if code not in (0, RECYCLED_EXIT):
                 log.error("%s; its unfinished jobs will be retried", ended)
             if not self._stopping:
-                self._replace(worker)
+                self._replace(worker, proc)
         if self._changed is not None:
             self._changed.set()
         self.runner.wake()
@@ -188,20 +206,30 @@ class ForkedWorkers:
         for job_id, lease, _cap in runner.inflight.release_worker(worker):
             runner.ring.push(job_id, lease, int(Target.LOST), 0xFFFF_FFFF, 0.0, payload)
 
-    def _replace(self, worker: int) -> None:
+    def _replace(self, worker: int, ended: Proc) -> None:
         runner = self.runner
         from awa_fast.runtime.runner import shares
 
         for queue_index, concurrency in enumerate(runner.queues.values()):
             share = shares(concurrency, self.count)[worker]
             runner.inflight.set_capacity(runner.capacity_index(queue_index, worker), share)
-        self._fork(worker)
-        proc = self.procs[worker]
-        assert proc is not None
-        task = asyncio.get_running_loop().create_task(self._connect(proc))
+        task = asyncio.get_running_loop().create_task(self._respawn(worker, ended))
         self._connecting.add(task)
         task.add_done_callback(self._connecting.discard)
         task.add_done_callback(lambda _: self.runner.wake())
+
+    async def _respawn(self, worker: int, ended: Proc) -> None:
+        """Fork and connect the replacement once the loop has let go of the ended worker's
+        pipe: forked at once, the new pipe or pidfd could take a descriptor number the loop
+        still tracked for the old transport, and watching it failed."""
+        if ended.pipe is not None:
+            await ended.pipe.closed
+        if self._stopping:
+            return
+        self._fork(worker)
+        proc = self.procs[worker]
+        assert proc is not None
+        await self._connect(proc)
 
     def evict(self, job_id: int, run_lease: int, *, reason: str) -> None:
         """Kill the worker process running this attempt: the only way to stop a handler
@@ -269,16 +297,17 @@ def release_unstarted(runner: Runner, rows: Sequence[Sequence[Any]], *, reason: 
 def _close_handles(proc: Proc) -> None:
     """Stop watching an exited worker and close its pipe. The pipe's transport may have
     closed itself already (asyncio notices the reader's end closing, in the same loop
-    iteration as the pidfd or before it): aborting a closed transport raises on the
-    standard loop, so only an open one is aborted."""
+    iteration as the pidfd or before it): aborting one whose ``connection_lost`` has run
+    raises on the standard loop, so only a transport not yet lost is aborted, closing or
+    not (a uvloop pipe left closing with unsent data never finishes by itself, and its
+    replacement waits for it). A pipe not connected yet is closed by its ``_connect``,
+    which sees ``ended``."""
+    proc.ended = True
     if proc.pidfd is not None:
         asyncio.get_running_loop().remove_reader(proc.pidfd)
         os.close(proc.pidfd)
         proc.pidfd = None
-    if proc.transport is None:
-        with contextlib.suppress(OSError):
-            os.close(proc.write_fd)
-    elif not proc.transport.is_closing():
+    if proc.transport is not None and proc.pipe is not None and not proc.pipe.closed.done():
         proc.transport.abort()
 
 

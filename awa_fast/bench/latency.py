@@ -12,29 +12,12 @@ from typing import Any
 import psycopg
 
 from awa_fast.bench.handlers import Board, Noop, Stamp
-from awa_fast.bench.measure import Progress, Window, percentiles, wait_done
+from awa_fast.bench.measure import Progress, Window, percentiles, wait_done, wait_for_listener
 from awa_fast.bench.producers import in_producer
 from awa_fast.bench.throughput import drain
 from awa_fast.client import AsyncClient
 from awa_fast.runtime.runner import Runner
 from awa_fast.worker import Job
-
-
-async def wait_for_listener(url: str, *, timeout: float = 10.0) -> bool:
-    """Until a session of this database sits in LISTEN: only then are workers idle and
-    waiting for a wake-up, rather than still starting."""
-    deadline = time.monotonic() + timeout
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            cur = await conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND state = 'idle' AND query ILIKE 'LISTEN%%'"
-            )
-            row = await cur.fetchone()
-            if row and row[0]:
-                return True
-            await asyncio.sleep(0.02)
-    return False
 
 
 async def latency(
@@ -57,7 +40,7 @@ async def latency(
     try:
         window = Window(url, "latency", processes)
         runner = await client.start({"default": 100}, processes=processes)
-        await wait_for_listener(url)
+        await asyncio.to_thread(wait_for_listener, url)
         producing = in_producer("produce_one_by_one", url, rate, jobs)
         committed: list[float] = await _with_progress(producing, jobs / rate, progress)
         await wait_done(runner, jobs, timeout=60.0)

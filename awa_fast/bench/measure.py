@@ -264,6 +264,22 @@ def quiesce(url: str, *, timeout: float = 10.0) -> None:
     raise RuntimeError(f"sessions still connected to {url} after {timeout} s")
 
 
+def wait_for_listener(url: str, *, timeout: float = 10.0) -> bool:
+    """Until a session of this database sits idle in LISTEN: only then are workers (any
+    system's that LISTENs) started and waiting for a wake-up."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state = 'idle' AND query ILIKE 'LISTEN%%'"
+            ).fetchone()
+            if row is not None and row[0]:
+                return True
+            time.sleep(0.02)
+    return False
+
+
 def insert_items(url: str, items: list[Any], **options: Any) -> None:
     """COPY ``items`` in on a connection of their own, closed before measuring starts."""
     from awa_fast.producer import insert_many

@@ -45,6 +45,7 @@ import psycopg
 
 from awa_fast.bench import percentiles
 from awa_fast.bench.handlers import burn_loops
+from awa_fast.bench.measure import server_settings, wait_for_listener
 
 HERE = Path(__file__).resolve().parent
 BENCH_ROOT = Path(os.environ.get("AWA_FAST_BENCH_DIR", "/var/tmp/awa-fast-bench"))
@@ -183,19 +184,6 @@ def admin_connect(url: str) -> psycopg.Connection:
     return psycopg.connect(url, autocommit=True)
 
 
-def server_facts(conn: psycopg.Connection) -> dict[str, Any]:
-    def show(name: str) -> str:
-        return conn.execute(f"SHOW {name}").fetchone()[0]
-
-    return {
-        "server_version": show("server_version"),
-        "fsync": show("fsync"),
-        "synchronous_commit": show("synchronous_commit"),
-        "full_page_writes": show("full_page_writes"),
-        "wal_level": show("wal_level"),
-    }
-
-
 def stats_snapshot(conn: psycopg.Connection, dbname: str) -> dict[str, int]:
     major = conn.info.server_version // 10000
     if major >= 15:
@@ -212,25 +200,6 @@ def stats_snapshot(conn: psycopg.Connection, dbname: str) -> dict[str, int]:
 
 def wal_now(conn: psycopg.Connection) -> int:
     return int(conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])
-
-
-def wait_for_listener(url: str, timeout: float = 5.0) -> bool:
-    """Until a session of the bench database sits idle in LISTEN (as awa-fast's
-    ``wait_for_listener``): the workers are started and waiting for a wake-up."""
-    deadline = time.monotonic() + timeout
-    with psycopg.connect(url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND state = 'idle' AND query ILIKE 'LISTEN%%'"
-            ).fetchone()
-            if row and row[0]:
-                return True
-            time.sleep(0.02)
-    return False
-
-
-# ---------------------------------------------------------------- worker processes
 
 
 class Worker:
@@ -377,7 +346,7 @@ def start_idle(workers: list[Worker], url: str, settle: float = 1.0) -> bool:
     peer LISTENs) and ``settle`` s more for their first empty fetches to pass."""
     for w in workers:
         w.send("go")
-    listening = wait_for_listener(url)
+    listening = wait_for_listener(url, timeout=5.0)
     time.sleep(settle)
     return listening
 
@@ -622,8 +591,7 @@ def main(args) -> int:
         log(f"cpu scenario: {cpu_iterations} loop iterations ~= {args.cpu_ms} ms CPU per job")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     out_path = RESULTS_DIR / f"{time.strftime('%Y%m%dT%H%M%S')}-peers-{args.scenario}.jsonl"
-    with admin_connect(args.database_url) as c:
-        facts = server_facts(c)
+    facts = server_settings(args.database_url)
     log(f"server: {facts}; results -> {out_path}")
     rows: list[dict[str, Any]] = []
     with open(out_path, "a") as out:

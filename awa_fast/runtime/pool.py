@@ -78,6 +78,7 @@ class _JobPipe(asyncio.Protocol):
 class Proc:
     pid: int
     write_fd: int  # owned by ``transport`` once connected
+    pipe_id: tuple[int, int]  # (st_dev, st_ino): this pipe, not what later reuses write_fd
     transport: asyncio.WriteTransport | None = None
     pipe: _JobPipe | None = None
     pidfd: int | None = None  # readable once the process exits: how the loop sees a death
@@ -109,16 +110,14 @@ class ForkedWorkers:
     def _fork(self, worker: int) -> None:
         read_fd, write_fd = os.pipe()
         _grow_pipe(write_fd)
-        inherited = [p.write_fd for p in self.procs if p is not None]
+        siblings = [(p.write_fd, p.pipe_id) for p in self.procs if p is not None]
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
                 os.close(write_fd)
-                for fd in inherited:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+                close_sibling_pipes(siblings)
                 _become_worker(parent)
                 code = WorkerProcess(self.runner, worker, read_fd).run()
             except BaseException:
@@ -126,7 +125,7 @@ class ForkedWorkers:
             finally:
                 os._exit(code)
         os.close(read_fd)
-        self.procs[worker] = Proc(pid, write_fd)
+        self.procs[worker] = Proc(pid, write_fd, _file_id(write_fd))
         self.pids.append(pid)
 
     async def start(self) -> None:
@@ -309,6 +308,24 @@ def _close_handles(proc: Proc) -> None:
         proc.pidfd = None
     if proc.transport is not None and proc.pipe is not None and not proc.pipe.closed.done():
         proc.transport.abort()
+
+
+def _file_id(fd: int) -> tuple[int, int]:
+    stat = os.fstat(fd)
+    return stat.st_dev, stat.st_ino
+
+
+def close_sibling_pipes(siblings: Sequence[tuple[int, tuple[int, int]]]) -> None:
+    """In a new worker, close the write ends of the other workers' job pipes, given as
+    (descriptor, file id). A sibling whose worker has ended may have had its pipe closed
+    already and its descriptor number handed to another file since (this worker's own job
+    pipe, say, which closed here would leave the worker deaf, and its loop's epoll
+    descriptor free to take the number and then be asked to watch itself): only a
+    descriptor that still is that sibling's pipe is closed."""
+    for fd, pipe_id in siblings:
+        with contextlib.suppress(OSError):
+            if _file_id(fd) == pipe_id:
+                os.close(fd)
 
 
 def _become_worker(parent: int) -> None:

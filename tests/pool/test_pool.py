@@ -155,3 +155,5 @@ def test_recycling_after_n_jobs_replaces_workers_and_loses_nothing(serve: Any, d
     assert pids >= 600 // (50 + 10)
     server.signal()
     assert server.wait(30) == 0
+    log = server.log()
+    assert "killed by" not in log and " ERROR " not in log, log[-4000:]

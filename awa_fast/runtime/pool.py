@@ -49,6 +49,12 @@ _FRAME = struct.Struct("<I")
 _PIPE_BYTES = 1 << 20
 _F_SETPIPE_SZ = 1031
 _PR_SET_PDEATHSIG = 1
+# Every job leaves a few container objects (its task, coroutine, Job) for the collector to
+# count. At Python's default of 700 a collection runs every hundred-odd jobs, and the older
+# generations' collections walk every handler still in flight: a sixth of a no-op job's
+# cost at 250 rows per delivery (benches/worker_path.py). A worker's allocations are
+# short-lived and seldom cyclic.
+_WORKER_GC_YOUNG = 10_000
 
 
 def _grow_pipe(fd: int) -> None:
@@ -331,7 +337,7 @@ def close_sibling_pipes(siblings: Sequence[tuple[int, tuple[int, int]]]) -> None
 def _become_worker(parent: int) -> None:
     """Make a freshly forked child safe to run its own loop: forget the parent's loop and
     signal handling, die with the parent, and never let the collector finalize the parent's
-    objects (its connections) from here."""
+    objects (its connections) from here, nor collect as often as a short script would."""
     asyncio.events._set_running_loop(None)
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)
@@ -346,6 +352,7 @@ def _become_worker(parent: int) -> None:
     if os.getppid() != parent:
         os._exit(1)
     gc.freeze()
+    gc.set_threshold(_WORKER_GC_YOUNG, *gc.get_threshold()[1:])
 
 
 class _FrameReader(asyncio.Protocol):

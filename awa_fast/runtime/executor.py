@@ -21,7 +21,8 @@ from awa_fast.worker import Handler, Job, Registry
 
 log = logging.getLogger("awa_fast.executor")
 
-# Column order of a claimed row (job_claim_batch RETURNING).
+# Column order of a claimed row (job_claim_batch RETURNING; METADATA and ERRORS are NULL
+# when empty).
 (
     ID,
     LEASE,
@@ -123,8 +124,8 @@ class Executor:
             max_attempts=row[MAX_ATTEMPTS],
             priority=row[PRIORITY],
             tags=row[TAGS],
-            metadata=_json(row[METADATA]),
-            errors=_json(row[ERRORS]),
+            metadata=_json(row[METADATA]) if row[METADATA] is not None else {},
+            errors=_json(row[ERRORS]) if row[ERRORS] is not None else [],
             progress=_json(row[PROGRESS]) if row[PROGRESS] is not None else None,
             run_at=row[RUN_AT],
             created_at=row[CREATED_AT],

@@ -31,8 +31,11 @@ WITH claimed AS (
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ))
+    -- Empty metadata and errors (most jobs' first attempt) come back as NULL: nothing to
+    -- load here, send to a worker or parse there.
     RETURNING j.id, j.run_lease, j.kind, j.queue, j.args, j.attempt, j.max_attempts,
-              j.priority, j.tags, j.metadata, j.errors, j.progress, j.run_at, j.created_at
+              j.priority, j.tags, NULLIF(j.metadata, '{}') AS metadata,
+              NULLIF(j.errors, '[]') AS errors, j.progress, j.run_at, j.created_at
 )
 SELECT * FROM claimed ORDER BY priority, run_at, id;
 

@@ -1,0 +1,62 @@
+"""What a handler is given: the job's metadata, tags and the errors of earlier attempts,
+in forked worker processes and in-process alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+import awa_fast
+from tests.helpers import job, run, run_until, states
+
+
+@dataclass
+class Look:
+    fail_first: bool
+
+
+@pytest.mark.parametrize("processes", [None, 2])
+def test_a_handler_sees_metadata_tags_and_earlier_errors(dsn: str, processes: int | None) -> None:
+    """Each attempt writes what it saw into the job's metadata, which is saved with its
+    outcome (a retry included) wherever the handler ran."""
+
+    async def main() -> tuple[int, int]:
+        client = awa_fast.AsyncClient(dsn)
+
+        @client.task(Look)
+        async def look(job: awa_fast.Job[Look]) -> None:
+            saw = {"metadata": dict(job.metadata), "tags": job.tags}
+            saw["errors"] = [e["error"] for e in job.errors]
+            job.update_metadata({f"attempt {job.attempt} saw": saw})
+            if job.args.fail_first and job.attempt == 1:
+                raise ValueError("first try")
+
+        async with client:
+            plain = await client.insert(Look(fail_first=False))
+            tagged = await client.insert(
+                Look(fail_first=True), metadata={"team": "ops"}, tags=["a", "b"]
+            )
+            await run_until(
+                client,
+                {"default": 4},
+                lambda: states(dsn) == {"completed": 2},
+                processes=processes,
+                backoff=awa_fast.Backoff(base=0.01),
+            )
+        return plain.id, tagged.id
+
+    plain, tagged = run(main())
+    assert job(dsn, plain)["metadata"] == {
+        "attempt 1 saw": {"metadata": {}, "tags": [], "errors": []}
+    }
+    first = {"metadata": {"team": "ops"}, "tags": ["a", "b"], "errors": []}
+    assert job(dsn, tagged)["metadata"] == {
+        "team": "ops",
+        "attempt 1 saw": first,
+        "attempt 2 saw": {
+            "metadata": {"team": "ops", "attempt 1 saw": first},
+            "tags": ["a", "b"],
+            "errors": ["ValueError: first try"],
+        },
+    }

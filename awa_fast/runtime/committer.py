@@ -29,6 +29,7 @@ from psycopg.rows import dict_row
 
 from awa_fast._core import Batch, Batcher, InFlight, OutcomeRing
 from awa_fast.db import transitions as tr
+from awa_fast.db.connections import Int8Array
 from awa_fast.db.queries import Q
 from awa_fast.runtime.followups import FollowupRegistry, OutcomeContext, insert_followups
 from awa_fast.runtime.hooks import EventType, HookDispatcher
@@ -264,7 +265,8 @@ class Committer:
         ids = [r.ids[i] for i in indices]
         leases = [r.leases[i] for i in indices]
         if all(r.codes[i] == _COMPLETED and r.payloads[i] is None for i in indices):
-            rows = conn.execute(Q.job_complete_many, {"ids": ids, "leases": leases}).fetchall()
+            batch = {"ids": Int8Array(ids), "leases": Int8Array(leases)}
+            rows = conn.execute(Q.job_complete_many, batch).fetchall()
             return {row[0]: (row[0], "completed", None, None) for row in rows}
         if r.codes[indices[0]] == _LOST:
             backoff = self._retry_backoff

@@ -44,9 +44,12 @@ QueueSpec = Mapping[str, int] | Sequence[tuple[str, int] | Mapping[str, Any] | s
 class RunnerConfig:
     """Tuning with named defaults, validated once."""
 
-    # Claims are serial (each waits for its commit's fsync): the batch bounds the claim
-    # rate, and the half-capacity threshold keeps it from outgrowing what runs here.
+    # Each claim waits for its commit's fsync, a few milliseconds in which its connection
+    # does nothing: `claimers` claims run at once, each on its own connection, so one
+    # flushes while the next is planned, executed and dispatched. The batch bounds each
+    # claim, and the half-capacity threshold keeps claiming from outgrowing what runs here.
     claim_batch: int = 500
+    claimers: int = 2
     poll_interval: float = 1.0
     promote_interval: float = 0.25
     promote_batch: int = 2000
@@ -97,6 +100,7 @@ class RunnerConfig:
     def __post_init__(self) -> None:
         for name in (
             "claim_batch",
+            "claimers",
             "promote_batch",
             "commit_batch",
             "sync_threads",
@@ -256,7 +260,7 @@ class Runner:
         self._commit_stop = threading.Event()
         self._commit_thread: threading.Thread | None = None
         self._services: list[asyncio.Task[None]] = []
-        self._claim_conn: psycopg.AsyncConnection[Any] | None = None
+        self._claimers: list[asyncio.Task[None]] = []
         self.claimed = 0
 
     def make_executor(self, threads: ThreadPoolExecutor | None = None) -> Executor:
@@ -282,7 +286,7 @@ class Runner:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.workers.start()
-        self._claim_conn = await self._connect()
+        claim_conns = [await self._connect() for _ in range(self.config.claimers)]
         self.hooks.start()
         self._commit_thread = threading.Thread(
             target=self.committer.run,
@@ -291,10 +295,10 @@ class Runner:
             daemon=True,
         )
         self._commit_thread.start()
+        self._claimers = [asyncio.create_task(self._claim_loop(conn)) for conn in claim_conns]
         self._services = [
             asyncio.create_task(coro)
             for coro in (
-                self._claim_loop(),
                 self._listen_loop(),
                 self.maintenance.run(lambda: self._stopping),
                 self._heartbeat_loop(),
@@ -307,18 +311,15 @@ class Runner:
         timeout = self.config.shutdown_timeout if timeout is None else timeout
         self._stopping = True
         self._wake.set()
-        claim_loop, *others = self._services
-        await asyncio.gather(claim_loop, return_exceptions=True)
+        await asyncio.gather(*self._claimers, return_exceptions=True)
         await self.workers.drain(timeout)
-        for task in others:
+        for task in self._services:
             task.cancel()
-        await asyncio.gather(*others, return_exceptions=True)
+        await asyncio.gather(*self._services, return_exceptions=True)
         self._commit_stop.set()
         if self._commit_thread is not None:
             await asyncio.to_thread(self._commit_thread.join)
         self.hooks.stop()
-        if self._claim_conn is not None:
-            await self._claim_conn.close()
 
     def _wake_threadsafe(self) -> None:
         loop = self._loop
@@ -335,25 +336,29 @@ class Runner:
         conn.adapters.register_loader("jsonb", RawJson)
         return conn
 
-    async def _claim_loop(self) -> None:
+    async def _claim_loop(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Claim on ``conn`` until stopping. Every claimer clears the shared wake-up before
+        it claims, so a wake-up taken by one is always followed by a claim."""
         failures = 0
-        while not self._stopping:
-            self._wake.clear()
-            try:
-                claimed = await self._claim_round()
-                failures = 0
-            except psycopg.OperationalError as exc:
-                failures += 1
-                log.warning("claim failed (%s); reconnecting", exc)
-                await asyncio.sleep(min(0.05 * 2**failures, 2.0))
-                with contextlib.suppress(psycopg.Error):
-                    if self._claim_conn is not None:
-                        await self._claim_conn.close()
-                    self._claim_conn = await self._connect()
-                continue
-            if not claimed and not self._stopping:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.config.poll_interval)
+        try:
+            while not self._stopping:
+                self._wake.clear()
+                try:
+                    claimed = await self._claim_round(conn)
+                    failures = 0
+                except psycopg.OperationalError as exc:
+                    failures += 1
+                    log.warning("claim failed (%s); reconnecting", exc)
+                    await asyncio.sleep(min(0.05 * 2**failures, 2.0))
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.close()
+                        conn = await self._connect()
+                    continue
+                if not claimed and not self._stopping:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), self.config.poll_interval)
+        finally:
+            await conn.close()
 
     def _reserve(self, queue_index: int) -> list[tuple[int, int]]:
         """Reserve up to one claim batch of capacity, least-loaded workers first.
@@ -380,8 +385,7 @@ class Runner:
                 remaining -= got
         return reserved
 
-    async def _claim_round(self) -> int:
-        assert self._claim_conn is not None
+    async def _claim_round(self, conn: psycopg.AsyncConnection[Any]) -> int:
         claimed = 0
         for queue_index, queue in enumerate(self.queues):
             reserved = self._reserve(queue_index)
@@ -389,7 +393,7 @@ class Runner:
             if not want:
                 continue
             try:
-                cur = await self._claim_conn.execute(
+                cur = await conn.execute(
                     Q.job_claim_batch,
                     {"queue": queue, "limit": want, "deadline_s": self.config.deadline_for(queue)},
                 )

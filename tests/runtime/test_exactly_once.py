@@ -1,4 +1,5 @@
-"""10,000 jobs, two runner processes claiming concurrently: each job's handler runs once."""
+"""10,000 jobs, two runner processes (each with its concurrent claimers) claiming at once:
+each job's handler runs once."""
 
 from __future__ import annotations
 

@@ -45,9 +45,10 @@ class RunnerConfig:
     """Tuning with named defaults, validated once."""
 
     # Each claim waits for its commit's fsync, a few milliseconds in which its connection
-    # does nothing: `claimers` claims run at once, each on its own connection, so one
-    # flushes while the next is planned, executed and dispatched. The batch bounds each
-    # claim, and the half-capacity threshold keeps claiming from outgrowing what runs here.
+    # does nothing: up to `claimers` claims run at once, each on its own connection, so
+    # one flushes while the next is planned, executed and dispatched (only when there is
+    # news to claim; see Runner._claim_loop). The batch bounds each claim, and the
+    # half-capacity threshold keeps claiming from outgrowing what runs here.
     claim_batch: int = 500
     claimers: int = 2
     poll_interval: float = 1.0
@@ -256,6 +257,8 @@ class Runner:
         # attempts whose cancel flag we set: (when, why), to recycle handlers that ignore it
         self._flagged: dict[tuple[int, int], tuple[float, str]] = {}
         self._wake = asyncio.Event()
+        self._watch = asyncio.Lock()  # held by the one idle claimer waiting for news
+        self._backlog = False  # the last claim came back full: more may be waiting
         self._stopping = False
         self._commit_stop = threading.Event()
         self._commit_thread: threading.Thread | None = None
@@ -295,6 +298,7 @@ class Runner:
             daemon=True,
         )
         self._commit_thread.start()
+        self._wake.set()  # claim what is already waiting at once
         self._claimers = [asyncio.create_task(self._claim_loop(conn)) for conn in claim_conns]
         self._services = [
             asyncio.create_task(coro)
@@ -337,14 +341,25 @@ class Runner:
         return conn
 
     async def _claim_loop(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Claim on ``conn`` until stopping. Every claimer clears the shared wake-up before
-        it claims, so a wake-up taken by one is always followed by a claim."""
+        """Claim on ``conn`` until stopping.
+
+        One idle claimer at a time watches for news (a NOTIFY, capacity given back, a full
+        batch elsewhere) and claims on it, while any others wait their turn to watch: a
+        lone job costs one claim, not one per claimer, and a claim starts alongside one in
+        flight only when there is more to take. Clearing the wake-up just before claiming
+        means news that arrives later wakes the next watcher."""
         failures = 0
         try:
             while not self._stopping:
-                self._wake.clear()
+                async with self._watch:
+                    if not self._backlog and not self._stopping:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._wake.wait(), self.config.poll_interval)
+                    self._wake.clear()
+                if self._stopping:
+                    break
                 try:
-                    claimed = await self._claim_round(conn)
+                    self._backlog = await self._claim_round(conn)
                     failures = 0
                 except psycopg.OperationalError as exc:
                     failures += 1
@@ -354,9 +369,8 @@ class Runner:
                         await conn.close()
                         conn = await self._connect()
                     continue
-                if not claimed and not self._stopping:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), self.config.poll_interval)
+                if self._backlog:
+                    self._wake.set()
         finally:
             await conn.close()
 
@@ -385,8 +399,11 @@ class Runner:
                 remaining -= got
         return reserved
 
-    async def _claim_round(self, conn: psycopg.AsyncConnection[Any]) -> int:
+    async def _claim_round(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Claim what capacity allows in every queue; True when a queue gave all that was
+        asked of it (more may be waiting)."""
         claimed = 0
+        full = False
         for queue_index, queue in enumerate(self.queues):
             reserved = self._reserve(queue_index)
             want = sum(n for _, n in reserved)
@@ -404,8 +421,9 @@ class Runner:
                 raise
             self._dispatch(rows, queue_index, reserved)
             claimed += len(rows)
+            full = full or len(rows) == want
         self.claimed += claimed
-        return claimed
+        return full
 
     def _dispatch(
         self, rows: list[tuple[Any, ...]], queue_index: int, reserved: list[tuple[int, int]]

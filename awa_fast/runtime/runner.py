@@ -336,7 +336,7 @@ class Runner:
     # -- claiming -------------------------------------------------------------------------
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        conn = await connect_hot_async(self.dsn)
+        conn = await connect_hot_async(self.dsn, application_name="awa-fast claimer")
         conn.adapters.register_loader("jsonb", RawJson)
         return conn
 

@@ -117,6 +117,34 @@ def test_cpu_bound_sync_handlers_keep_both_processes_busy(serve: Any, dsn: str) 
     assert min(per_pid.values()) >= 100, per_pid
 
 
+def test_killing_the_claim_connections_loses_nothing(serve: Any, dsn: str) -> None:
+    """Each claimer reconnects on its own; a claim cut off mid-flight rolls back, and its
+    rows are claimed again, once."""
+    _insert(dsn, [Step("record") for _ in range(5000)])
+    server = serve("--processes", "2", "--queue", "default=100")
+
+    def kill_claimers() -> int:
+        row = _query(
+            dsn,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = 'awa-fast claimer' AND datname = current_database()",
+        )[0]
+        return int(row[0])
+
+    for _ in range(3):  # three rounds of kills under load, each after progress again
+        done = states(dsn).get("completed", 0)
+        if done >= 5000:
+            break
+        wait_until(lambda: kill_claimers() >= 1, what="a claim connection to kill")
+        wait_until(lambda d=done: states(dsn).get("completed", 0) > d, what="progress")
+    wait_until(lambda: _completed(dsn, 5000), timeout=60, what="5,000 completions")
+    [(total, distinct)] = _query(dsn, "SELECT count(*), count(DISTINCT job_id) FROM calls")
+    assert (total, distinct) == (5000, 5000)
+    assert "reconnecting" in server.log()
+    server.signal()
+    assert server.wait(30) == 0
+
+
 def test_killing_the_committer_connection_loses_nothing(serve: Any, dsn: str) -> None:
     _insert(dsn, [Step("record") for _ in range(5000)])
     serve("--processes", "2", "--queue", "default=100")

@@ -43,9 +43,12 @@ def _alive(pid: int) -> bool:
 
 
 def test_cpu_loop_ignoring_cancellation_gets_its_worker_replaced(serve: Any, dsn: str) -> None:
+    """The first attempt spins for two minutes past a 3 s deadline; the second, on a fresh
+    worker, records one row and returns (the deadline leaves room for a slow moment of a
+    shared machine: at 1 s a second attempt was once cut off too)."""
     with awa_fast.Client(dsn) as client:
         job_id = client.insert(Spin(seconds=120)).id
-    serve("--processes", "2", "--set", "deadline=1", "--set", "deadline_grace=0.5", *FAST)
+    serve("--processes", "2", "--set", "deadline=3", "--set", "deadline_grace=0.5", *FAST)
     wait_until(lambda: bool(_query(dsn, "SELECT 1 FROM calls WHERE note = 'started'")))
     [(spinner,)] = _query(dsn, "SELECT pid FROM calls WHERE note = 'started'")
     wait_until(lambda: job(dsn, job_id)["state"] == "completed", timeout=30)

@@ -8,6 +8,7 @@ JSON bytes Postgres returned.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -39,8 +40,10 @@ def _encode_mapping(args: Any) -> bytes:
     return orjson.dumps(dict(args))
 
 
+@functools.cache
 def _encoder_for(args_type: type) -> Encoder | None:
-    """How values of ``args_type`` become JSON, or None when they cannot be args."""
+    """How values of ``args_type`` become JSON, or None when they cannot be args; looked
+    up once per type, as producers encode every job of a batch."""
     if issubclass(args_type, msgspec.Struct):
         return msgspec.json.encode
     if hasattr(args_type, "model_dump_json") and hasattr(args_type, "model_validate_json"):
@@ -53,20 +56,15 @@ def _encoder_for(args_type: type) -> Encoder | None:
 
 
 def encode_args(args: object) -> bytes:
-    """JSON bytes for ``args``; raises :class:`ValidationError` naming ``args`` when impossible.
-
-    The way to encode is looked up once per type: producers encode every job of a batch."""
-    args_type = type(args)
-    encoder = _ENCODERS.get(args_type)
+    """JSON bytes for ``args``; raises :class:`ValidationError` naming ``args`` when impossible."""
+    args_type: type = type(args)
+    encoder = _encoder_for(args_type)
     if encoder is None:
-        encoder = _encoder_for(args_type)
-        if encoder is None:
-            raise ValidationError(
-                "args",
-                f"must be a dataclass, msgspec Struct, pydantic model or dict, "
-                f"got {args_type.__name__}",
-            )
-        _ENCODERS[args_type] = encoder
+        raise ValidationError(
+            "args",
+            f"must be a dataclass, msgspec Struct, pydantic model or dict, "
+            f"got {args_type.__name__}",
+        )
     try:
         encoded = encoder(args)
     except (TypeError, msgspec.EncodeError, orjson.JSONEncodeError) as exc:
@@ -76,9 +74,6 @@ def encode_args(args: object) -> bytes:
     if b"\\u0000" in encoded:
         raise ValidationError("args", "contains a NUL character, which Postgres cannot store")
     return encoded
-
-
-_ENCODERS: dict[type, Encoder] = {}
 
 
 def encode_json(field: str, value: object) -> bytes:

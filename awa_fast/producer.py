@@ -8,6 +8,7 @@ call the same functions on their own connections.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -158,17 +159,13 @@ def prepare(request: InsertRequest) -> PreparedJob:
 
 
 def _default_kind(args: object) -> str:
-    """The kind derived from the args' type, remembered per type (asked once per job)."""
-    args_type = type(args)
-    kind = _DEFAULT_KINDS.get(args_type)
-    if kind is None:
-        if issubclass(args_type, Mapping):
-            raise ValidationError("kind", "is required when args is a dict")
-        kind = _DEFAULT_KINDS[args_type] = kind_of(args_type)
-    return kind
+    if isinstance(args, Mapping):
+        raise ValidationError("kind", "is required when args is a dict")
+    args_type: type = type(args)
+    return _kind_of_type(args_type)
 
 
-_DEFAULT_KINDS: dict[type, str] = {}
+_kind_of_type = functools.cache(kind_of)  # asked once per job, derived once per type
 
 
 def request_of(item: object, options: InsertOptions) -> InsertRequest:

@@ -249,35 +249,36 @@ class Window:
         }
 
 
-def quiesce(url: str, *, timeout: float = 10.0) -> None:
-    """Until no other session is connected to ``url``'s database (their stats flushed)."""
+def _await_sessions(
+    url: str, where: str, *, done: Callable[[int], bool], timeout: float, interval: float
+) -> bool:
+    """Poll how many other sessions of ``url``'s database match ``where`` until
+    ``done(count)``; False if ``timeout`` passes first."""
     deadline = time.monotonic() + timeout
+    sql = (
+        "SELECT count(*) FROM pg_stat_activity "
+        f"WHERE datname = current_database() AND pid <> pg_backend_pid() AND {where}"
+    )
     with psycopg.connect(url, autocommit=True) as conn:
         while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            ).fetchone()
-            if row is not None and row[0] == 0:
-                return
-            time.sleep(0.01)
-    raise RuntimeError(f"sessions still connected to {url} after {timeout} s")
+            row = conn.execute(sql).fetchone()
+            if row is not None and done(row[0]):
+                return True
+            time.sleep(interval)
+    return False
+
+
+def quiesce(url: str, *, timeout: float = 10.0) -> None:
+    """Until no other session is connected to ``url``'s database (their stats flushed)."""
+    if not _await_sessions(url, "true", done=lambda n: n == 0, timeout=timeout, interval=0.01):
+        raise RuntimeError(f"sessions still connected to {url} after {timeout} s")
 
 
 def wait_for_listener(url: str, *, timeout: float = 10.0) -> bool:
     """Until a session of this database sits idle in LISTEN: only then are workers (any
     system's that LISTENs) started and waiting for a wake-up."""
-    deadline = time.monotonic() + timeout
-    with psycopg.connect(url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND state = 'idle' AND query ILIKE 'LISTEN%%'"
-            ).fetchone()
-            if row is not None and row[0]:
-                return True
-            time.sleep(0.02)
-    return False
+    listening = "state = 'idle' AND query ILIKE 'LISTEN%%'"
+    return _await_sessions(url, listening, done=bool, timeout=timeout, interval=0.02)
 
 
 def insert_items(url: str, items: list[Any], **options: Any) -> None:

@@ -479,9 +479,9 @@ class WorkerProcess:
             for cap in self.caps:
                 self.inflight.set_capacity(cap, 0)
         if give_back:
-            unstarted = list(self.inline)
+            reason = "shutting down before the job started"
+            release_unstarted(self.runner, self.inline, reason=reason)
             self.inline.clear()
-            release_unstarted(self.runner, unstarted, reason="shutting down before the job started")
         self._maybe_exit()
 
     def _maybe_exit(self) -> None:

@@ -4,7 +4,14 @@ from awa_fast.client import AsyncClient, Client
 from awa_fast.codec import kind_of as derive_kind
 from awa_fast.db.migrate import migrate
 from awa_fast.db.transitions import Backoff
-from awa_fast.errors import AwaError, ConfigError, TerminalError, UniqueConflict, ValidationError
+from awa_fast.errors import (
+    AwaError,
+    ConfigError,
+    LeaseLost,
+    TerminalError,
+    UniqueConflict,
+    ValidationError,
+)
 from awa_fast.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_fast.producer import insert, insert_async, insert_many, insert_many_async
 from awa_fast.runtime.followups import OutcomeContext
@@ -26,6 +33,7 @@ __all__ = [
     "InsertRequest",
     "Job",
     "JobRow",
+    "LeaseLost",
     "OutcomeContext",
     "RetryAfter",
     "RunnerConfig",

@@ -30,3 +30,13 @@ class TerminalError(Exception):
 
 class ConfigError(AwaError, ValueError):
     """Invalid runtime configuration (queues, concurrency, handlers)."""
+
+
+class LeaseLost(AwaError):
+    """The attempt no longer owns its job: it was cancelled, rescued or resolved by its
+    callback while the handler ran. Whatever the handler does next is dropped."""
+
+    def __init__(self, job_id: int, run_lease: int) -> None:
+        super().__init__(f"job {job_id}: attempt with run_lease {run_lease} no longer owns it")
+        self.job_id = job_id
+        self.run_lease = run_lease

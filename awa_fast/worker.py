@@ -8,14 +8,16 @@ small integer index that travels in ring records.
 from __future__ import annotations
 
 import inspect
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from awa_fast.codec import Decoder, decoder_for, kind_of
 from awa_fast.errors import ConfigError
+
+if TYPE_CHECKING:
+    from awa_fast.runtime.callbacks import CallbackRegistrar
 
 T = TypeVar("T")
 UNKNOWN_KIND = 0xFFFF_FFFF
@@ -40,6 +42,7 @@ class Job(Generic[T]):
     """One attempt of a job, as a handler sees it."""
 
     __slots__ = (
+        "_callbacks",
         "_cancelled",
         "_metadata_updates",
         "args",
@@ -78,6 +81,7 @@ class Job(Generic[T]):
         run_at: datetime,
         created_at: datetime,
         cancelled: Callable[[], bool],
+        callbacks: CallbackRegistrar,
     ) -> None:
         self.id = id
         self.run_lease = run_lease
@@ -96,6 +100,7 @@ class Job(Generic[T]):
         self.callback: CallbackToken | None = None
         self.progress_changed = False
         self._cancelled = cancelled
+        self._callbacks = callbacks
         self._metadata_updates: dict[str, Any] = {}
 
     def is_cancelled(self) -> bool:
@@ -121,8 +126,15 @@ class Job(Generic[T]):
         return self._metadata_updates
 
     async def register_callback(self, timeout_seconds: float = 3600.0) -> CallbackToken:
-        """A callback id for an external system; park with ``WaitForCallback(token)``."""
-        self.callback = CallbackToken(str(uuid.uuid4()), float(timeout_seconds))
+        """A callback id for an external system; park with ``WaitForCallback(token)``.
+
+        The id is written onto the job before it is returned, so the external system may
+        answer at once, even before this handler returns: the callback then decides the
+        job and the handler's own result is dropped. Raises :class:`LeaseLost` if this
+        attempt no longer owns the job (cancelled, rescued or resolved meanwhile)."""
+        timeout = float(timeout_seconds)
+        callback_id = await self._callbacks.register(self.id, self.run_lease, timeout)
+        self.callback = CallbackToken(callback_id, timeout)
         return self.callback
 
     def __repr__(self) -> str:

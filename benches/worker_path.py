@@ -23,6 +23,7 @@ import uvloop
 
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db.transitions import Backoff
+from awa_fast.runtime.callbacks import CallbackRegistrar
 from awa_fast.runtime.executor import Executor
 from awa_fast.runtime.local import run_claimed
 from awa_fast.runtime.pool import _WORKER_GC_YOUNG
@@ -66,7 +67,8 @@ def one_run(rows: int, size: int) -> float:
     registry.add(noop, args_type=Noop, kind="Noop", queue="default")
     inflight = InFlight([rows], rows + 64)
     ring = OutcomeRing(1 << 20, 128)
-    executor = Executor(registry, ring, inflight, Backoff())
+    # The registrar connects only when a handler registers a callback; a no-op never does.
+    executor = Executor(registry, ring, inflight, Backoff(), CallbackRegistrar(""))
     batch = delivered_rows(rows, inflight)
     began = time.perf_counter()
     uvloop.run(run_batches(executor, inflight, batch, size))

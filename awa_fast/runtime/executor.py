@@ -1,8 +1,9 @@
 """Runs one claimed job's handler and turns what happened into one outcome record.
 
 The executor never touches the database: it pushes ``(id, run_lease, code, kind, number,
-payload)`` into the outcome ring and returns. The same code runs in the single-process
-runner and in every worker process of the pool.
+payload)`` into the outcome ring and returns. (The one write a handler makes itself, a
+callback registration, goes through ``awa_fast.runtime.callbacks``.) The same code runs in
+the single-process runner and in every worker process of the pool.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 import orjson
 
 from awa_fast.db import transitions as tr
+from awa_fast.runtime.callbacks import CallbackRegistrar
 from awa_fast.worker import Handler, Job, Registry
 
 log = logging.getLogger("awa_fast.executor")
@@ -66,6 +68,7 @@ class Executor:
     sink: OutcomeSink
     flags: CancelFlags
     backoff: tr.Backoff
+    callbacks: CallbackRegistrar
     threads: ThreadPool | None = None
     dlq_queues: frozenset[str] = frozenset()
 
@@ -130,6 +133,7 @@ class Executor:
             run_at=row[RUN_AT],
             created_at=row[CREATED_AT],
             cancelled=lambda: flags.is_cancelled(slot),
+            callbacks=self.callbacks,
         )
 
 

@@ -413,6 +413,7 @@ class WorkerProcess:
         for task in services:
             task.cancel()
         transport.close()
+        await self.executor.callbacks.close()
         return self.exit_code
 
     def on_message(self, message: list[Any]) -> None:

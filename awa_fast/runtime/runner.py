@@ -27,6 +27,7 @@ from awa_fast.db.queries import Q
 from awa_fast.errors import ConfigError
 from awa_fast.maintenance.service import Maintenance
 from awa_fast.producer import MAX_NAME_LENGTH
+from awa_fast.runtime.callbacks import CallbackRegistrar
 from awa_fast.runtime.committer import Committer
 from awa_fast.runtime.executor import Executor
 from awa_fast.runtime.followups import FollowupRegistry
@@ -273,6 +274,7 @@ class Runner:
             self.ring,
             self.inflight,
             self.config.backoff,
+            CallbackRegistrar(self.dsn),
             threads,
             dlq_queues=self.config.dlq_for(list(self.queues)),
         )
@@ -512,7 +514,7 @@ class Runner:
         for attempt in running:
             overdue = owned.get(attempt)
             if overdue is None:
-                self._flag(*attempt, why="no longer owned (cancelled or rescued)")
+                self._flag(*attempt, why="no longer owned (cancelled, rescued or resolved)")
             elif overdue:
                 self._flag(*attempt, why="deadline exceeded")
         assert self._loop is not None

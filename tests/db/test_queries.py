@@ -85,6 +85,15 @@ def _queue(conn: psycopg.Connection[Any], *, table: str) -> None:
         ("job_complete_many", {"ids": [1, 2], "leases": [1, 1]}),
         ("job_heartbeat_many", {"ids": [1, 2], "leases": [1, 1]}),
         (
+            "job_register_callback",
+            {
+                "id": 1,
+                "lease": 1,
+                "callback_id": "7c9e6679-7425-40de-944b-e07fc1f90ae7",
+                "timeout_s": 60.0,
+            },
+        ),
+        (
             "job_transition_many",
             {
                 "ids": [1, 2],

@@ -1,15 +1,18 @@
-"""WaitForCallback end to end: park, then resolve from outside by callback id."""
+"""WaitForCallback end to end: park, then resolve from outside by callback id, even when
+the callback answers before its handler has returned."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import pytest
 
 import awa_fast
-from awa_fast import WaitForCallback
-from tests.helpers import job, run, run_until
+from awa_fast import RetryAfter, WaitForCallback
+from tests.helpers import await_until, job, run, run_until
 
 
 @dataclass
@@ -69,3 +72,127 @@ def test_a_bad_callback_id_is_refused(client: awa_fast.Client) -> None:
     with pytest.raises(awa_fast.ValidationError) as err:
         client.complete_external("not-a-uuid")
     assert err.value.field == "callback_id"
+
+
+async def _holds(conn: psycopg.AsyncConnection[Any], job_id: int, callback_id: str) -> bool:
+    """Whether the job still waits on ``callback_id`` (resolving it clears the id)."""
+    cur = await conn.execute(
+        "SELECT callback_id::text = %s FROM awa_fast.jobs WHERE id = %s", (callback_id, job_id)
+    )
+    row = await cur.fetchone()
+    return row is not None and row[0] is True
+
+
+RESOLUTIONS = {
+    # how: (resolve, state it returns, final state, final attempt)
+    "complete": (lambda c, cb: c.complete_external(cb, {"paid": 1}), "completed", "completed", 1),
+    "fail": (lambda c, cb: c.fail_external(cb, "card declined"), "failed", "failed", 1),
+    "retry": (lambda c, cb: c.retry_external(cb), "available", "completed", 2),
+}
+
+
+@pytest.mark.parametrize("processes", [None, 2])
+@pytest.mark.parametrize("how", sorted(RESOLUTIONS))
+def test_a_callback_may_answer_before_its_handler_returns(
+    dsn: str, how: str, processes: int | None
+) -> None:
+    """The external system answers while the handler that registered the id still runs.
+    The callback decides; the handler's own WaitForCallback, returned later, is dropped."""
+    resolve, resolved_state, final_state, final_attempt = RESOLUTIONS[how]
+    returned: list[int] = []
+
+    async def main() -> int:
+        client = awa_fast.AsyncClient(dsn)
+
+        @client.task(Charge)
+        async def charge(job: awa_fast.Job[Charge]) -> Any:
+            if job.attempt > 1:
+                return None
+            token = await job.register_callback(timeout_seconds=600)
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                while await _holds(conn, job.id, token.id):  # until the callback answers
+                    await asyncio.sleep(0.01)
+            returned.append(job.id)
+            return WaitForCallback(token)
+
+        async with client:
+            row = await client.insert(Charge(5))
+            await client.start({"default": 2}, processes=processes, heartbeat_interval=0.1)
+            try:
+                await await_until(
+                    lambda: job(dsn, row.id)["callback_id"] is not None, what="registration"
+                )
+                running = job(dsn, row.id)
+                assert running["state"] == "running"
+                resolved = await resolve(client, str(running["callback_id"]))
+                assert resolved is not None and resolved.state == resolved_state
+                await await_until(
+                    lambda: job(dsn, row.id)["state"] == final_state, what=final_state
+                )
+            finally:
+                await client.shutdown()  # waits for the handler and commits its outcome
+            return row.id
+
+    job_id = run(main())
+    final = job(dsn, job_id)
+    assert (final["state"], final["attempt"], final["callback_id"]) == (
+        final_state,
+        final_attempt,
+        None,
+    )
+    if how == "complete":
+        assert final["callback_result"] == {"paid": 1}
+    if how == "fail":
+        assert final["errors"][-1]["error"] == "callback failed: card declined"
+    if processes is None:
+        assert returned == [job_id]  # the handler did return, and its outcome was dropped
+
+
+def test_a_callback_id_answers_only_for_the_attempt_that_registered_it(dsn: str) -> None:
+    """An id registered by attempt 1 resolves nothing once attempt 2 runs; a registration
+    by an attempt that no longer owns its job raises LeaseLost; a timeout must be > 0."""
+    client = awa_fast.AsyncClient(dsn)
+    errors: list[Exception] = []
+
+    @client.task(Charge)
+    async def charge(job: awa_fast.Job[Charge]) -> Any:
+        if job.attempt == 1:
+            with pytest.raises(awa_fast.ValidationError) as bad:
+                await job.register_callback(timeout_seconds=0)
+            errors.append(bad.value)
+            token = await job.register_callback(timeout_seconds=600)
+            job.update_metadata({"first_callback": token.id})
+            return RetryAfter(0)
+        while not job.is_cancelled():
+            await asyncio.sleep(0.01)
+        with pytest.raises(awa_fast.LeaseLost) as lost:
+            await job.register_callback()
+        errors.append(lost.value)
+        return None
+
+    async def main() -> int:
+        async with client:
+            row = await client.insert(Charge(7))
+            await client.start({"default": 1}, heartbeat_interval=0.1, promote_interval=0.05)
+            try:
+                await await_until(
+                    lambda: (
+                        (job(dsn, row.id)["attempt"], job(dsn, row.id)["state"]) == (2, "running")
+                    ),
+                    what="attempt 2",
+                )
+                first = job(dsn, row.id)["metadata"]["first_callback"]
+                assert await client.complete_external(first) is None
+                assert job(dsn, row.id)["state"] == "running"
+                cancelled = await client.cancel(row.id)
+                assert cancelled is not None and cancelled.state == "cancelled"
+                await await_until(lambda: len(errors) == 2, what="attempt 2 to try registering")
+            finally:
+                await client.shutdown()
+            return row.id
+
+    job_id = run(main())
+    assert job(dsn, job_id)["state"] == "cancelled"
+    invalid, lost = errors
+    assert isinstance(invalid, awa_fast.ValidationError) and invalid.field == "timeout_seconds"
+    assert isinstance(lost, awa_fast.LeaseLost) and (lost.job_id, lost.run_lease) == (job_id, 2)

@@ -114,10 +114,14 @@ WHERE (%(kind)s::text IS NULL OR kind = %(kind)s)
 RETURNING id;
 
 -- name: callback_resolve
--- Resolve a parked job by its callback id: completed (with the callback's payload),
--- failed (with the error), or back to available for another attempt.
+-- Resolve a job by its callback id: completed (with the callback's payload), failed (with
+-- the error), or back to available for another attempt. The job may still be running: its
+-- handler registered the id and has not returned yet. The callback decides then, and the
+-- attempt's own outcome, guarded by state = 'running', finds no row and is dropped.
 UPDATE awa_fast.jobs_hot
 SET state = %(state)s::awa_fast.job_state,
+    heartbeat_at = NULL,
+    deadline_at = NULL,
     finalized_at = CASE WHEN %(state)s IN ('completed', 'failed') THEN now() END,
     run_at = CASE WHEN %(state)s = 'available' THEN now() ELSE run_at END,
     callback_result = %(payload)s::jsonb,
@@ -126,5 +130,5 @@ SET state = %(state)s::awa_fast.job_state,
     errors = CASE WHEN %(error)s::text IS NULL THEN errors
                   ELSE errors || jsonb_build_array(jsonb_build_object(
                       'error', %(error)s::text, 'attempt', attempt, 'at', now())) END
-WHERE callback_id = %(callback_id)s::uuid AND state = 'waiting_external'
+WHERE callback_id = %(callback_id)s::uuid AND state IN ('waiting_external', 'running')
 RETURNING id;

@@ -20,7 +20,11 @@ WITH claimed AS (
         run_lease = j.run_lease + 1,
         attempted_at = now(),
         heartbeat_at = now(),
-        deadline_at = now() + make_interval(secs => COALESCE(j.deadline_seconds, %(deadline_s)s))
+        deadline_at = now() + make_interval(secs => COALESCE(j.deadline_seconds, %(deadline_s)s)),
+        -- A callback id belongs to the attempt that registered it: one from an earlier
+        -- attempt must not resolve this one.
+        callback_id = NULL,
+        callback_timeout_at = NULL
     WHERE j.id = ANY (ARRAY(
         SELECT id FROM awa_fast.jobs_hot
         WHERE state = 'available' AND queue = %(queue)s
@@ -157,6 +161,16 @@ RETURNING id;
 -- name: job_next_due_in
 -- Seconds until the earliest scheduled/retryable job is due (NULL when none waits).
 SELECT EXTRACT(EPOCH FROM min(run_at) - clock_timestamp())::float8 FROM awa_fast.jobs_deferred;
+
+-- name: job_register_callback
+-- A handler asked for a callback id: it is on the row before the handler can hand it out,
+-- so an external system that answers before the handler returns (and before its attempt
+-- parks) finds the job. No row: the attempt no longer owns it.
+UPDATE awa_fast.jobs_hot
+SET callback_id = %(callback_id)s::uuid,
+    callback_timeout_at = now() + make_interval(secs => %(timeout_s)s)
+WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
+RETURNING id;
 
 -- name: job_heartbeat_many
 -- One heartbeat for every attempt a host runs. It returns the attempts the host still owns

@@ -129,7 +129,8 @@ def test_generic_plans_reach_rows_by_key(
 ) -> None:
     _queue(conn, table=table)
     plan = _generic_plan(conn, getattr(Q, name), params)
-    assert "jobs_hot_pkey" in plan and "Seq Scan" not in plan, plan
+    key = "Tid Scan" if name == "job_claim_batch" else "jobs_hot_pkey"  # the rows it locked
+    assert key in plan and "Seq Scan" not in plan, plan
     # The claim index serves the pick only: the claimed rows are reached by key, never by
     # reading every available row again.
     assert plan.count("jobs_hot_claim") <= 1, plan
@@ -142,6 +143,29 @@ def test_claim_returns_rows_in_claim_order(conn: psycopg.Connection[Any]) -> Non
         Q.job_claim_batch, {"queue": "default", "limit": 10, "deadline_s": 60.0}
     ).fetchall()
     assert [row[7] for row in rows] == [1, 1, 2, 3, 4]
+
+
+def test_concurrent_claims_take_disjoint_rows(conn: psycopg.Connection[Any], dsn: str) -> None:
+    """A claim skips the rows an open claim holds, and once that commits, finds them taken:
+    each row is claimed once, by the claim that locked it, with its lease bumped once."""
+    ids = {insert_job(conn) for _ in range(10)}
+    params = {"queue": "default", "deadline_s": 60.0}
+    no_waiting = "-c lock_timeout=5s"  # a claim skips locked rows; it must never wait
+    with (
+        psycopg.connect(dsn) as first,
+        psycopg.connect(dsn, autocommit=True, options=no_waiting) as second,
+    ):
+        with first.transaction():
+            held = first.execute(Q.job_claim_batch, {**params, "limit": 6}).fetchall()
+            rest = second.execute(Q.job_claim_batch, {**params, "limit": 10}).fetchall()
+        after = second.execute(Q.job_claim_batch, {**params, "limit": 10}).fetchall()
+    assert (len(held), len(rest), after) == (6, 4, [])
+    assert {row[0] for row in held} | {row[0] for row in rest} == ids
+    assert {row[1] for row in held + rest} == {1}
+    running = conn.execute(
+        "SELECT count(*) FROM awa_fast.jobs_hot WHERE state = 'running' AND run_lease = 1"
+    ).fetchone()
+    assert running == (10,)
 
 
 def test_claim_uses_the_claim_index(conn: psycopg.Connection[Any]) -> None:

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from awa_fast.errors import ValidationError
+
+if TYPE_CHECKING:
+    from awa_fast.worker import CallbackToken
 
 
 def _seconds(field: str, value: float) -> float:
@@ -50,10 +54,11 @@ class Cancel:
 class WaitForCallback:
     """Park the job until an external system resolves the callback ``token``.
 
-    The token comes from ``job.register_callback()``; returning any other token fails the job.
+    The token comes from ``job.register_callback()`` (the token or its ``id``); returning
+    any other token fails the job.
     """
 
-    token: str
+    token: CallbackToken | str
 
 
 HandlerResult = RetryAfter | Snooze | Cancel | WaitForCallback | None

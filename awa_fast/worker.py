@@ -132,9 +132,8 @@ class Job(Generic[T]):
         answer at once, even before this handler returns: the callback then decides the
         job and the handler's own result is dropped. Raises :class:`LeaseLost` if this
         attempt no longer owns the job (cancelled, rescued or resolved meanwhile)."""
-        timeout = float(timeout_seconds)
-        callback_id = await self._callbacks.register(self.id, self.run_lease, timeout)
-        self.callback = CallbackToken(callback_id, timeout)
+        callback_id = await self._callbacks.register(self.id, self.run_lease, timeout_seconds)
+        self.callback = CallbackToken(callback_id, float(timeout_seconds))
         return self.callback
 
     def __repr__(self) -> str:

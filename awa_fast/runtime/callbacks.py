@@ -32,8 +32,14 @@ class CallbackRegistrar:
     async def register(self, job_id: int, run_lease: int, timeout_seconds: float) -> str:
         """A new callback id, on the row of attempt (``job_id``, ``run_lease``) before it is
         returned. Raises :class:`LeaseLost` when that attempt no longer owns its job."""
-        if not (math.isfinite(timeout_seconds) and timeout_seconds > 0):
-            raise ValidationError("timeout_seconds", f"must be > 0 seconds, not {timeout_seconds}")
+        if (
+            isinstance(timeout_seconds, bool)
+            or not isinstance(timeout_seconds, int | float)
+            or not 0 < timeout_seconds < math.inf
+        ):
+            raise ValidationError(
+                "timeout_seconds", f"must be a positive number of seconds, got {timeout_seconds!r}"
+            )
         callback_id = str(uuid.uuid4())
         params = {
             "id": job_id,

@@ -4,6 +4,7 @@ the callback answers before its handler has returned."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +84,8 @@ async def _holds(conn: psycopg.AsyncConnection[Any], job_id: int, callback_id: s
     return row is not None and row[0] is True
 
 
-RESOLUTIONS = {
+Resolve = Callable[[awa_fast.AsyncClient, str], Awaitable[awa_fast.JobRow | None]]
+RESOLUTIONS: dict[str, tuple[Resolve, str, str, int]] = {
     # how: (resolve, state it returns, final state, final attempt)
     "complete": (lambda c, cb: c.complete_external(cb, {"paid": 1}), "completed", "completed", 1),
     "fail": (lambda c, cb: c.fail_external(cb, "card declined"), "failed", "failed", 1),
@@ -157,9 +159,10 @@ def test_a_callback_id_answers_only_for_the_attempt_that_registered_it(dsn: str)
     @client.task(Charge)
     async def charge(job: awa_fast.Job[Charge]) -> Any:
         if job.attempt == 1:
-            with pytest.raises(awa_fast.ValidationError) as bad:
-                await job.register_callback(timeout_seconds=0)
-            errors.append(bad.value)
+            for timeout in (0, float("nan"), "soon"):
+                with pytest.raises(awa_fast.ValidationError) as bad:
+                    await job.register_callback(timeout_seconds=timeout)  # type: ignore[arg-type]
+                errors.append(bad.value)
             token = await job.register_callback(timeout_seconds=600)
             job.update_metadata({"first_callback": token.id})
             return RetryAfter(0)
@@ -186,13 +189,15 @@ def test_a_callback_id_answers_only_for_the_attempt_that_registered_it(dsn: str)
                 assert job(dsn, row.id)["state"] == "running"
                 cancelled = await client.cancel(row.id)
                 assert cancelled is not None and cancelled.state == "cancelled"
-                await await_until(lambda: len(errors) == 2, what="attempt 2 to try registering")
+                await await_until(lambda: len(errors) == 4, what="attempt 2 to try registering")
             finally:
                 await client.shutdown()
             return row.id
 
     job_id = run(main())
     assert job(dsn, job_id)["state"] == "cancelled"
-    invalid, lost = errors
-    assert isinstance(invalid, awa_fast.ValidationError) and invalid.field == "timeout_seconds"
+    *invalid, lost = errors
+    assert [(type(e), getattr(e, "field", None)) for e in invalid] == [
+        (awa_fast.ValidationError, "timeout_seconds")
+    ] * 3
     assert isinstance(lost, awa_fast.LeaseLost) and (lost.job_id, lost.run_lease) == (job_id, 2)

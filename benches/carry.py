@@ -1,0 +1,56 @@
+"""What the pool carries beside a producer: drain, then ``sustained`` at each fixed rate, in
+rounds, each run on a fresh database. Prints one line per run: the drain rate, or the
+offered and completed jobs/s with the end-to-end p50/p99.
+
+The sustained scenario offers a share of the drain rate, which is measured with no
+producer; this asks instead up to which rate the pool keeps up while a producer process
+shares the machine with it, measured in the same minutes as the drain it is compared with.
+
+    PYTHONPATH=. python benches/carry.py URL --rates 30000 33000 36000 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import uvloop
+
+from awa_fast.bench.latency import sustained
+from awa_fast.bench.measure import drop_database, fresh_database
+from awa_fast.bench.throughput import drain
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("server_url", help="Postgres server URL (a database per run is made)")
+    parser.add_argument("--rates", type=float, nargs="+", required=True, help="jobs/s offered")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--processes", type=int, default=2, help="worker processes")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per rate")
+    args = parser.parse_args()
+    for _ in range(args.rounds):
+        url = fresh_database(args.server_url)
+        try:
+            drained = uvloop.run(drain(url, jobs=20_000, processes=args.processes))
+        finally:
+            drop_database(args.server_url, url)
+        print(f"drain {drained['jobs_per_s']:,.0f} jobs/s", flush=True)
+        for rate in args.rates:
+            url = fresh_database(args.server_url)
+            try:
+                run = sustained(
+                    url, jobs=20_000, processes=args.processes, rate=rate, duration=args.duration
+                )
+                result = uvloop.run(run)
+            finally:
+                drop_database(args.server_url, url)
+            latency = result["latency_ms"]
+            print(
+                f"offered {rate:,.0f} completed {result['completed_per_s']:,.0f} jobs/s, "
+                f"p50 {latency['p50']:.0f} / p99 {latency['p99']:.0f} ms",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

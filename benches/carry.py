@@ -20,18 +20,20 @@ from awa_fast.bench.measure import drop_database, fresh_database
 from awa_fast.bench.throughput import drain
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("server_url", help="Postgres server URL (a database per run is made)")
     parser.add_argument("--rates", type=float, nargs="+", required=True, help="jobs/s offered")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--processes", type=int, default=2, help="worker processes")
+    parser.add_argument("--processes", type=int, default=2, help="worker processes (0: none)")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per rate")
-    args = parser.parse_args()
+    parser.add_argument("--jobs", type=int, default=20_000, help="jobs per drain")
+    args = parser.parse_args(argv)
+    processes = args.processes or None
     for _ in range(args.rounds):
         url = fresh_database(args.server_url)
         try:
-            drained = uvloop.run(drain(url, jobs=20_000, processes=args.processes))
+            drained = uvloop.run(drain(url, jobs=args.jobs, processes=processes))
         finally:
             drop_database(args.server_url, url)
         print(f"drain {drained['jobs_per_s']:,.0f} jobs/s", flush=True)
@@ -39,7 +41,7 @@ def main() -> None:
             url = fresh_database(args.server_url)
             try:
                 run = sustained(
-                    url, jobs=20_000, processes=args.processes, rate=rate, duration=args.duration
+                    url, jobs=args.jobs, processes=processes, rate=rate, duration=args.duration
                 )
                 result = uvloop.run(run)
             finally:

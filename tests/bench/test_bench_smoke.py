@@ -160,3 +160,18 @@ def test_cli_bench_writes_json_lines_and_a_table(server_url: str, tmp_path: Path
     assert len(lines) == 1
     check_result(json.loads(lines[0]), "drain", None)
     assert "| drain | awa-fast (1 process) |" in (tmp_path / "results.md").read_text()
+
+
+def test_carry_prints_a_drain_and_each_offered_rate(
+    server_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benches import carry
+
+    argv = [server_url, "--rates", "300", "600", "--rounds", "1", "--processes", "0"]
+    carry.main([*argv, "--jobs", "200", "--duration", "1"])
+    drain, *offered = capsys.readouterr().out.splitlines()
+    assert drain.startswith("drain ") and drain.endswith(" jobs/s")
+    assert [line.split()[1] for line in offered] == ["300", "600"]
+    for line in offered:
+        completed = float(line.split()[3].replace(",", ""))
+        assert completed > 0, line

@@ -11,7 +11,6 @@ own after the fork).
 from __future__ import annotations
 
 import asyncio
-import math
 import uuid
 from typing import Any
 
@@ -19,6 +18,8 @@ import psycopg
 
 from awa_fast.db.queries import Q
 from awa_fast.errors import LeaseLost, ValidationError
+
+_MAX_TIMEOUT = 1e9  # about 31 years; the same bound as a job's deadline
 
 
 class CallbackRegistrar:
@@ -35,10 +36,11 @@ class CallbackRegistrar:
         if (
             isinstance(timeout_seconds, bool)
             or not isinstance(timeout_seconds, int | float)
-            or not 0 < timeout_seconds < math.inf
+            or not 0 < timeout_seconds < _MAX_TIMEOUT
         ):
             raise ValidationError(
-                "timeout_seconds", f"must be a positive number of seconds, got {timeout_seconds!r}"
+                "timeout_seconds",
+                f"must be a number of seconds above 0 and below 1e9, got {timeout_seconds!r}",
             )
         callback_id = str(uuid.uuid4())
         params = {
@@ -55,7 +57,7 @@ class CallbackRegistrar:
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         async with self._connecting:
-            if self._conn is None or self._conn.broken:
+            if self._conn is None or self._conn.closed:
                 self._conn = await psycopg.AsyncConnection.connect(
                     self.dsn, autocommit=True, application_name="awa-fast callbacks"
                 )

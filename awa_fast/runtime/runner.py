@@ -291,7 +291,7 @@ class Runner:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.workers.start()
-        claim_conns = [await self._connect() for _ in range(self.config.claimers)]
+        claim_conns = [await self._connect_at_start() for _ in range(self.config.claimers)]
         self.hooks.start()
         self._commit_thread = threading.Thread(
             target=self.committer.run,
@@ -341,6 +341,19 @@ class Runner:
         conn = await connect_hot_async(self.dsn, application_name="awa-fast claimer")
         conn.adapters.register_loader("jsonb", RawJson)
         return conn
+
+    async def _connect_at_start(self, *, attempts: int = 4) -> psycopg.AsyncConnection[Any]:
+        """A claim connection for ``start``, which fails fast when the database cannot be
+        reached, but not on one session cut off while it was being set up (a restart or
+        ``pg_terminate_backend`` at that moment): that is retried a few times, as the claim
+        loop retries it later."""
+        for attempt in range(attempts - 1):
+            try:
+                return await self._connect()
+            except psycopg.OperationalError as exc:
+                log.warning("claim connection failed at start (%s); retrying", exc)
+                await asyncio.sleep(0.05 * 2**attempt)
+        return await self._connect()
 
     async def _claim_loop(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Claim on ``conn`` until stopping.

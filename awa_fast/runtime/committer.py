@@ -262,10 +262,10 @@ class Committer:
         (the heartbeat too): two such statements then never wait on each other in a
         cycle, which Postgres would break by failing one of them."""
         indices = sorted(indices, key=r.ids.__getitem__)
-        ids = [r.ids[i] for i in indices]
-        leases = [r.leases[i] for i in indices]
+        ids = Int8Array([r.ids[i] for i in indices])
+        leases = Int8Array([r.leases[i] for i in indices])
         if all(r.codes[i] == _COMPLETED and r.payloads[i] is None for i in indices):
-            batch = {"ids": Int8Array(ids), "leases": Int8Array(leases)}
+            batch = {"ids": ids, "leases": leases}
             rows = conn.execute(Q.job_complete_many, batch).fetchall()
             return {row[0]: (row[0], "completed", None, None) for row in rows}
         if r.codes[indices[0]] == _LOST:

@@ -127,9 +127,9 @@ class Executor:
             max_attempts=row[MAX_ATTEMPTS],
             priority=row[PRIORITY],
             tags=row[TAGS],
-            metadata=_json(row[METADATA]) if row[METADATA] is not None else {},
-            errors=_json(row[ERRORS]) if row[ERRORS] is not None else [],
-            progress=_json(row[PROGRESS]) if row[PROGRESS] is not None else None,
+            metadata=_json(row[METADATA]) or {},
+            errors=_json(row[ERRORS]) or [],
+            progress=_json(row[PROGRESS]),
             run_at=row[RUN_AT],
             created_at=row[CREATED_AT],
             cancelled=lambda: flags.is_cancelled(slot),
@@ -142,4 +142,5 @@ def _raw(value: Any) -> bytes:
 
 
 def _json(value: Any) -> Any:
+    """A JSON column as loaded (raw bytes on claim connections), parsed; NULL stays None."""
     return orjson.loads(value) if isinstance(value, bytes | memoryview | str) else value

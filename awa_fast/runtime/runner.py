@@ -22,7 +22,7 @@ from psycopg.adapt import Loader
 
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db import transitions as tr
-from awa_fast.db.connections import connect_hot, connect_hot_async
+from awa_fast.db.connections import Int8Array, connect_hot, connect_hot_async
 from awa_fast.db.queries import Q
 from awa_fast.errors import ConfigError
 from awa_fast.maintenance.service import Maintenance
@@ -352,7 +352,7 @@ class Runner:
                 return await self._connect()
             except psycopg.OperationalError as exc:
                 log.warning("claim connection failed at start (%s); retrying", exc)
-                await asyncio.sleep(0.05 * 2**attempt)
+                await asyncio.sleep(_retry_delay(attempt))
         return await self._connect()
 
     async def _claim_loop(self, conn: psycopg.AsyncConnection[Any]) -> None:
@@ -379,7 +379,7 @@ class Runner:
                 except psycopg.OperationalError as exc:
                     failures += 1
                     log.warning("claim failed (%s); reconnecting", exc)
-                    await asyncio.sleep(min(0.05 * 2**failures, 2.0))
+                    await asyncio.sleep(_retry_delay(failures))
                     with contextlib.suppress(psycopg.Error):
                         await conn.close()
                         conn = await self._connect()
@@ -520,7 +520,10 @@ class Runner:
             self._flagged.clear()
             return
         attempts = sorted(zip(ids, leases, strict=True))  # id order, as the committer's
-        params = {"ids": [a[0] for a in attempts], "leases": [a[1] for a in attempts]}
+        params = {
+            "ids": Int8Array([a[0] for a in attempts]),
+            "leases": Int8Array([a[1] for a in attempts]),
+        }
         cur = await conn.execute(Q.job_heartbeat_many, params)
         owned = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
         running = set(attempts)
@@ -541,6 +544,11 @@ class Runner:
                 self.workers.evict(
                     *attempt, reason=f"{why}; its handler ignored cancellation for {grace:g}s"
                 )
+
+
+def _retry_delay(failures: int) -> float:
+    """Seconds before reconnecting a claim connection after ``failures`` failures in a row."""
+    return min(0.05 * 2.0**failures, 2.0)
 
 
 def _started_row(row: tuple[Any, ...]) -> JobRow:

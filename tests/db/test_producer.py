@@ -108,6 +108,36 @@ def test_insert_many_over_copy(client: awa_fast.Client, dsn: str) -> None:
     assert job(dsn, ids[-1])["queue"] == "other"
 
 
+def test_insert_many_stores_options_left_to_defaults_as_given(
+    client: awa_fast.Client, dsn: str
+) -> None:
+    """insert_many sends an option only where it differs from the table's default: a
+    stored job must not show whether an option was left out, given with its default value,
+    or inserted by insert; one batch may mix options (and so COPY column lists)."""
+    defaults = {"priority": 2, "max_attempts": 25, "tags": [], "metadata": {}, "deadline": None}
+    ids = [
+        client.insert(SendEmail("single")).id,
+        *client.insert_many([SendEmail("left out")]),
+        *client.insert_many([SendEmail("given")], **defaults),  # type: ignore[arg-type]
+        *client.insert_many(
+            [
+                SendEmail("plain"),
+                InsertRequest(SendEmail("urgent"), priority=1, tags=["x"], metadata={"m": 1}),
+                InsertRequest(SendEmail("short"), max_attempts=3, deadline=2.5),
+            ]
+        ),
+    ]
+    columns = ("priority", "max_attempts", "tags", "metadata", "deadline_seconds", "state")
+    stored = [job(dsn, job_id) for job_id in ids]
+    rows = [tuple(row[c] for c in columns) for row in stored]
+    plain = (2, 25, [], {}, None, "available")
+    assert rows == [plain] * 4 + [
+        (1, 25, ["x"], {"m": 1}, None, "available"),
+        (2, 3, [], {}, 2.5, "available"),
+    ]
+    assert all(row["run_at"] == row["created_at"] for row in stored)
+
+
 AWKWARD = 'back\\slash\ttab\nnew\rline "quoted" {braced,comma} \\N é 🚀'
 
 

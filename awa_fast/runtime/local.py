@@ -108,7 +108,7 @@ class LocalWorkers:
             if self.evicted.pop(attempt, None) is None:
                 raise  # shutdown: propagate; an evicted attempt's task just ends
         finally:
-            self.runner.wake()
+            self.runner.capacity_freed()
 
     async def drain(self, timeout: float) -> None:
         """Wait for running handlers; past ``timeout`` set their cancel flags, give them a

@@ -38,6 +38,7 @@ from awa_fast.worker import Registry
 log = logging.getLogger("awa_fast.runner")
 
 DEFAULT_CONCURRENCY = 100
+CAPACITY_RECHECK = 0.05  # seconds between looks at capacity while claiming waits for it
 QueueSpec = Mapping[str, int] | Sequence[tuple[str, int] | Mapping[str, Any] | str]
 
 
@@ -248,7 +249,7 @@ class Runner:
             max_delay=config.commit_delay,
             retry_backoff=config.backoff,
             rescue_params=config.dlq_params(),
-            on_drain=self._wake_threadsafe,
+            on_drain=self.capacity_freed,
             inflight=self.inflight,
         )
         self.workers: Workers = (
@@ -260,6 +261,10 @@ class Runner:
         self._wake = asyncio.Event()
         self._watch = asyncio.Lock()  # held by the one idle claimer waiting for news
         self._backlog = False  # the last claim came back full: more may be waiting
+        # A queue's claim found too little capacity free: a handler returning is news.
+        # Otherwise it is not (it cost an empty claim per batch of jobs finished, half of
+        # all claims beside a producer): new jobs announce themselves with a NOTIFY.
+        self._starved = False
         self._stopping = False
         self._commit_stop = threading.Event()
         self._commit_thread: threading.Thread | None = None
@@ -327,6 +332,12 @@ class Runner:
             await asyncio.to_thread(self._commit_thread.join)
         self.hooks.stop()
 
+    def capacity_freed(self) -> None:
+        """Handlers returned (a local one, or outcomes the committer drained): wake claiming
+        if it waits for capacity. Safe from any thread."""
+        if self._starved:
+            self._wake_threadsafe()
+
     def _wake_threadsafe(self) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -368,8 +379,11 @@ class Runner:
             while not self._stopping:
                 async with self._watch:
                     if not self._backlog and not self._stopping:
+                        # A worker pushes an outcome just before it gives the capacity
+                        # back: a wake-up from the committer may come a moment early.
+                        wait = CAPACITY_RECHECK if self._starved else self.config.poll_interval
                         with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self._wake.wait(), self.config.poll_interval)
+                            await asyncio.wait_for(self._wake.wait(), wait)
                     self._wake.clear()
                 if self._stopping:
                     break
@@ -418,11 +432,15 @@ class Runner:
         """Claim what capacity allows in every queue; True when a queue gave all that was
         asked of it (more may be waiting)."""
         claimed = 0
-        full = False
+        full = starved = False
+        # Marked before capacity is read: outcomes drained after the read wake the next
+        # watcher.
+        self._starved = True
         for queue_index, queue in enumerate(self.queues):
             reserved = self._reserve(queue_index)
             want = sum(n for _, n in reserved)
             if not want:
+                starved = True
                 continue
             try:
                 cur = await conn.execute(
@@ -438,6 +456,7 @@ class Runner:
             claimed += len(rows)
             full = full or len(rows) == want
         self.claimed += claimed
+        self._starved = starved
         return full
 
     def _dispatch(

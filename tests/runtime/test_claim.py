@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -35,6 +36,31 @@ def test_claim_order_is_priority_then_run_at_then_id(dsn: str) -> None:
 
     run(main())
     assert seen == ["p1a", "p1b", "p2", "p3", "p4"]
+
+
+@pytest.mark.parametrize("processes", [None, 2])
+def test_freed_capacity_wakes_claiming_without_polling(dsn: str, processes: int | None) -> None:
+    """A claim held back for capacity resumes when handlers return, not at the next poll:
+    with the poll an hour away, 30 jobs still run through one slot per worker. (Claiming
+    listens for returning handlers only while it waits for capacity. Each handler outlasts
+    a claim, so that claiming does wait for it.)"""
+    client = awa_fast.AsyncClient(dsn)
+
+    @client.task(Mark)
+    async def outlast_a_claim(job: awa_fast.Job[Mark]) -> None:
+        await asyncio.sleep(0.02)
+
+    slots = {"default": processes or 1}
+
+    async def main() -> None:
+        async with client:
+            await client.insert_many([Mark(str(n)) for n in range(30)])
+            await run_until(
+                client, slots, lambda: settled(dsn), poll_interval=3600.0, processes=processes
+            )
+
+    run(main())
+    assert states(dsn) == {"completed": 30}
 
 
 def test_paused_queue_is_not_claimed(dsn: str) -> None:

@@ -462,9 +462,9 @@ class WorkerProcess:
             self.retire(0, give_back=True)
 
     def _start(self, row: list[Any]) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(row))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        # Held here until _run's last step drops it (a worker never cancels these, so that
+        # step always runs): a done-callback would cost each job one more loop callback.
+        self.tasks.add(asyncio.get_running_loop().create_task(self._run(row)))
 
     async def _run(self, row: list[Any]) -> None:
         try:

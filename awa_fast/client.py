@@ -102,13 +102,18 @@ class _Handlers:
         return {h.queue: DEFAULT_CONCURRENCY for h in self.handlers.registry.handlers.values()}
 
 
+# The client's own sessions (inserts, admin): autocommit, named in pg_stat_activity as
+# every other part of awa-fast is.
+_SESSION = {"autocommit": True, "application_name": "awa-fast client"}
+
+
 class Client(_Handlers):
     """Synchronous client: insert jobs, administer them, run handlers (``run``)."""
 
     def __init__(self, dsn: str, *, max_connections: int = 10) -> None:
         super().__init__(dsn)
         self._pool = ConnectionPool(
-            dsn, min_size=0, max_size=max_connections, open=False, kwargs={"autocommit": True}
+            dsn, min_size=0, max_size=max_connections, open=False, kwargs=dict(_SESSION)
         )
         self._opened = False
 
@@ -201,7 +206,7 @@ class AsyncClient(_Handlers):
     def __init__(self, dsn: str, *, max_connections: int = 10) -> None:
         super().__init__(dsn)
         self._pool = AsyncConnectionPool(
-            dsn, min_size=0, max_size=max_connections, open=False, kwargs={"autocommit": True}
+            dsn, min_size=0, max_size=max_connections, open=False, kwargs=dict(_SESSION)
         )
         self._opened = False
         self._runner: Runner | None = None

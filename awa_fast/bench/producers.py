@@ -61,7 +61,7 @@ def produce_at_rate(url: str, rate: float, duration: float, tick: float) -> tupl
     from awa_fast.producer import insert_many
 
     inserted = 0
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(url, autocommit=True, application_name="awa-fast bench producer") as conn:
         start = time.perf_counter()
         for step in itertools.count(1):
             now = time.perf_counter() - start

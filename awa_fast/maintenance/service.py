@@ -69,7 +69,9 @@ class Maintenance:
                         await self.leader.check()
                     if self.leader.is_leader:
                         if conn is None or conn.closed:
-                            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+                            conn = await psycopg.AsyncConnection.connect(
+                                self.dsn, autocommit=True, application_name="awa-fast maintenance"
+                            )
                         await self.promote_once(conn)
                         pause = await self.promote_pause(conn)
                         if now >= next_rescue:

@@ -489,7 +489,10 @@ class Runner:
         flags for admin cancels of attempts running here."""
         while not self._stopping:
             try:
-                async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+                listener = psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, application_name="awa-fast listener"
+                )
+                async with await listener as conn:
                     await conn.execute("LISTEN awa_fast_jobs")
                     await conn.execute("LISTEN awa_fast_cancel")
                     self._wake.set()
@@ -509,16 +512,19 @@ class Runner:
             self._flagged.setdefault((job_id, lease), (self._loop.time(), why))
 
     async def _heartbeat_loop(self) -> None:
-        await self._periodic(self.config.heartbeat_interval, self._heartbeat_once)
+        await self._periodic(
+            self.config.heartbeat_interval, self._heartbeat_once, name="awa-fast heartbeat"
+        )
 
-    async def _periodic(self, interval: float, step: Any) -> None:
-        """Run ``step(conn)`` every ``interval`` seconds on a connection of its own."""
+    async def _periodic(self, interval: float, step: Any, *, name: str) -> None:
+        """Run ``step(conn)`` every ``interval`` seconds on a connection of its own, which
+        pg_stat_activity shows as ``name``."""
         conn: psycopg.AsyncConnection[Any] | None = None
         try:
             while not self._stopping:
                 try:
                     if conn is None or conn.closed:
-                        conn = await connect_hot_async(self.dsn)
+                        conn = await connect_hot_async(self.dsn, application_name=name)
                     await step(conn)
                 except psycopg.OperationalError as exc:
                     log.warning("%s failed (%s); retrying", getattr(step, "__name__", step), exc)

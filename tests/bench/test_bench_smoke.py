@@ -175,3 +175,16 @@ def test_carry_prints_a_drain_and_each_offered_rate(
     for line in offered:
         completed = float(line.split()[3].replace(",", ""))
         assert completed > 0, line
+
+
+def test_cpu_split_prints_cpu_per_job_of_each_part(
+    server_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benches import cpu_split
+
+    window = ["--duration", "2", "--skip", "0.5", "--window", "1"]
+    cpu_split.main([server_url, "--rate", "300", "--processes", "0", *window])
+    head, *parts, total = capsys.readouterr().out.splitlines()
+    assert head.startswith("offered 300 completed ") and head.endswith("CPU us per job:")
+    assert "supervisor" in {line.split(None, 1)[1] for line in parts}
+    assert total.endswith(" total") and float(total.split()[0]) > 0

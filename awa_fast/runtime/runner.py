@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import orjson
 import psycopg
 from psycopg.adapt import Loader
+from psycopg.pq import Format
 
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db import transitions as tr
@@ -164,12 +165,21 @@ def parse_queues(
     return parsed
 
 
-class RawJson(Loader):
-    """Load json/jsonb as the raw bytes Postgres sent: decoding happens where the handler
-    runs, into the handler's own type, once."""
+class RawJsonb(Loader):
+    """Load jsonb as the raw JSON bytes Postgres sent: decoding happens where the handler
+    runs, into the handler's own type, once. Claims come back in binary format (the
+    supervisor loads each row's integers and timestamps cheaper so), where jsonb is a
+    version byte and then the JSON text."""
+
+    format = Format.BINARY
 
     def load(self, data: Any) -> bytes:
-        return bytes(data)
+        if data[0] != _JSONB_VERSION:
+            raise psycopg.DataError(f"unknown jsonb binary format version {data[0]}")
+        return bytes(data[1:])
+
+
+_JSONB_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -350,7 +360,7 @@ class Runner:
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         conn = await connect_hot_async(self.dsn, application_name="awa-fast claimer")
-        conn.adapters.register_loader("jsonb", RawJson)
+        conn.adapters.register_loader("jsonb", RawJsonb)
         return conn
 
     async def _connect_at_start(self, *, attempts: int = 4) -> psycopg.AsyncConnection[Any]:
@@ -446,6 +456,7 @@ class Runner:
                 cur = await conn.execute(
                     Q.job_claim_batch,
                     {"queue": queue, "limit": want, "deadline_s": self.config.deadline_for(queue)},
+                    binary=True,
                 )
                 rows = await cur.fetchall()
             except BaseException:

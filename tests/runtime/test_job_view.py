@@ -4,6 +4,7 @@ in forked worker processes and in-process alike."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -59,4 +60,37 @@ def test_a_handler_sees_metadata_tags_and_earlier_errors(dsn: str, processes: in
             "tags": ["a", "b"],
             "errors": ["ValueError: first try"],
         },
+    }
+
+
+@pytest.mark.parametrize("processes", [None, 2])
+def test_a_handler_sees_the_stored_timestamps_and_numbers(dsn: str, processes: int | None) -> None:
+    """A claimed row (loaded in binary format) reaches the handler as stored: timestamps
+    timezone-aware and at the row's instants, small integers exact."""
+
+    async def main() -> int:
+        client = awa_fast.AsyncClient(dsn)
+
+        @client.task(Look)
+        async def look(job: awa_fast.Job[Look]) -> None:
+            aware = job.run_at.utcoffset() is not None and job.created_at.utcoffset() is not None
+            saw = {"run_at": job.run_at.timestamp(), "created_at": job.created_at.timestamp()}
+            saw |= {"aware": aware, "priority": job.priority, "max_attempts": job.max_attempts}
+            job.update_metadata({"saw": saw})
+
+        async with client:
+            earlier = datetime.now(UTC) - timedelta(minutes=5)
+            inserted = await client.insert(Look(False), priority=1, max_attempts=7, run_at=earlier)
+            await run_until(
+                client, {"default": 2}, lambda: states(dsn) == {"completed": 1}, processes=processes
+            )
+        return inserted.id
+
+    stored = job(dsn, run(main()))
+    assert stored["metadata"]["saw"] == {
+        "run_at": stored["run_at"].timestamp(),
+        "created_at": stored["created_at"].timestamp(),
+        "aware": True,
+        "priority": 1,
+        "max_attempts": 7,
     }

@@ -3,6 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import msgspec
+import psycopg
 import pydantic
 import pytest
 
@@ -67,3 +68,13 @@ def test_nul_in_args_is_rejected() -> None:
 def test_args_must_be_an_object() -> None:
     with pytest.raises(ValidationError, match="dataclass, msgspec Struct, pydantic model or dict"):
         encode_args([1, 2])  # type: ignore[arg-type]
+
+
+def test_claimed_jsonb_is_loaded_as_its_json_text_and_a_new_format_is_refused() -> None:
+    """Claims come back in binary format: jsonb is a version byte, then the JSON text."""
+    from awa_fast.runtime.runner import RawJsonb
+
+    loader = RawJsonb(0)
+    assert loader.load(b'\x01{"to": "a"}') == b'{"to": "a"}'
+    with pytest.raises(psycopg.DataError, match="version 2"):
+        loader.load(b"\x02{}")

@@ -92,9 +92,10 @@ class Transition:
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Attempt:
-    """What the table needs to know about the attempt being finished."""
+    """What the table needs to know about the attempt being finished (not frozen: every
+    job makes one, and a frozen dataclass pays a setattr call per field)."""
 
     attempt: int
     max_attempts: int

@@ -500,10 +500,9 @@ class Runner:
         flags for admin cancels of attempts running here."""
         while not self._stopping:
             try:
-                listener = psycopg.AsyncConnection.connect(
+                async with await psycopg.AsyncConnection.connect(
                     self.dsn, autocommit=True, application_name="awa-fast listener"
-                )
-                async with await listener as conn:
+                ) as conn:
                     await conn.execute("LISTEN awa_fast_jobs")
                     await conn.execute("LISTEN awa_fast_cancel")
                     self._wake.set()

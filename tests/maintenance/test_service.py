@@ -84,6 +84,49 @@ def test_overdue_and_callback_timeouts_are_rescued(dsn: str, conn: psycopg.Conne
     assert job(dsn, waiting)["errors"][-1]["error"] == "callback timed out"
 
 
+def test_rescue_sweeps_never_scan_the_whole_table(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """Statistics taken while every row ran make the planner reckon the table all running;
+    once those rows have finished, the sweeps must still reach the few running and parked
+    rows through their indexes, not read every finished row each rescue interval."""
+    conn.execute(
+        "INSERT INTO awa_fast.jobs_hot (kind, queue, state, attempt, run_lease, heartbeat_at)"
+        " SELECT 'k', 'default', 'running', 1, 1, now() FROM generate_series(1, 5000)"
+    )
+    conn.execute("ANALYZE awa_fast.jobs_hot")
+    conn.execute(
+        "UPDATE awa_fast.jobs_hot SET state = 'completed', finalized_at = now(),"
+        " heartbeat_at = NULL"
+    )
+    overdue = insert_job(conn, state="running", attempt=1, run_lease=1)
+    _set(conn, overdue, "deadline_at = now() - interval '1 minute'")
+    stale = insert_job(conn, state="running", attempt=1, run_lease=1)
+    _set(conn, stale, "heartbeat_at = now() - interval '1 hour'")
+    waiting = insert_job(conn, state="waiting_external", attempt=1, run_lease=1)
+    _set(conn, waiting, "callback_timeout_at = now() - interval '1 second'")
+
+    async def rescue_in_one_transaction() -> tuple[dict[str, int], int]:
+        maintenance = _maintenance(dsn, deadline_grace=5.0, heartbeat_staleness=30.0)
+        async with await psycopg.AsyncConnection.connect(dsn) as c:
+            counts = await maintenance.rescue_once(c)
+            cur = await c.execute(
+                "SELECT seq_scan FROM pg_stat_xact_user_tables"
+                " WHERE relid = 'awa_fast.jobs_hot'::regclass"
+            )
+            row = await cur.fetchone()
+            await c.commit()
+        assert row is not None
+        return counts, row[0]
+
+    counts, seq_scans = run(rescue_in_one_transaction())
+    assert counts == {
+        "job_select_stale": 1,
+        "job_select_overdue": 1,
+        "job_select_callback_expired": 1,
+    }
+    assert seq_scans == 0
+    assert [job(dsn, j)["state"] for j in (overdue, stale, waiting)] == ["retryable"] * 3
+
+
 def test_rescue_is_guarded_by_run_lease(dsn: str, conn: psycopg.Connection[Any]) -> None:
     """A stale row re-claimed between the scan and the rescue must not be rescued."""
     stale = insert_job(conn, state="running", attempt=1, run_lease=1)

@@ -422,7 +422,10 @@ class WorkerProcess:
         self.config = runner.config
         self.executor = runner.make_executor()
         self.inline: collections.deque[list[Any]] = collections.deque()
-        self.tasks: set[asyncio.Task[None]] = set()
+        # Running async handlers by slot (a delivered row is ``(*claimed, slot, capacity)``):
+        # the loop holds tasks only weakly. Keyed by slot, _run drops its own entry without
+        # asking asyncio which task it is (a Python-level call on 3.11, about 0.4 us).
+        self.tasks: dict[int, asyncio.Task[None]] = {}
         self.jobs_done = 0
         self.retiring = False
         self.exit_code = 0
@@ -464,15 +467,15 @@ class WorkerProcess:
     def _start(self, row: list[Any]) -> None:
         # Held here until _run's last step drops it (a worker never cancels these, so that
         # step always runs): a done-callback would cost each job one more loop callback.
-        self.tasks.add(asyncio.get_running_loop().create_task(self._run(row)))
+        # A slot is reused only after run_claimed frees it, and _run drops the entry right
+        # then, with no await between.
+        self.tasks[row[-2]] = asyncio.get_running_loop().create_task(self._run(row))
 
     async def _run(self, row: list[Any]) -> None:
         try:
             await run_claimed(self.executor, self.inflight, row)
         finally:
-            task = asyncio.current_task()
-            if task is not None:
-                self.tasks.discard(task)
+            self.tasks.pop(row[-2], None)  # absent for rows the pump runs inline
             self.jobs_done += 1
             limit = self.config.max_jobs_per_worker
             if limit and self.jobs_done >= limit:

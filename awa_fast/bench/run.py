@@ -55,7 +55,7 @@ class Planned:
 
     @property
     def label(self) -> str:
-        extra = " ".join(f"{k}={v}" for k, v in self.options.items() if k != "drain_rate")
+        extra = " ".join(f"{k}={v}" for k, v in self.options.items())
         where = f"p={self.processes}" if self.processes else "in-process"
         return " ".join(x for x in (self.scenario, where, extra) if x)
 
@@ -94,15 +94,12 @@ def run_planned(
     runs: int,
     progress: Callable[[int, float], None] | None = None,
     on_result: Callable[[dict[str, Any]], None] | None = None,
-    drain_rate: float | None = None,
 ) -> list[dict[str, Any]]:
     """``runs`` runs of one configuration, each on a fresh database. ``progress(run, done)``
-    is told how far each run is; ``drain_rate`` spares ``sustained`` its calibration."""
+    is told how far each run is."""
     import uvloop
 
-    options = dict(planned.options)
-    if planned.scenario == "sustained" and drain_rate:
-        options["drain_rate"] = drain_rate
+    options = planned.options
     results = []
     for run in range(runs):
         url = fresh_database(server_url)
@@ -147,27 +144,26 @@ def median_row(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_all(server_url: str, planned: list[Planned], *, runs: int) -> list[dict[str, Any]]:
-    """Every configuration ``runs`` times, with a progress bar; ``sustained`` offers a
-    share of the drain rate measured earlier in this call when there is one."""
+    """Every configuration ``runs`` times, with a progress bar.
+
+    Each ``sustained`` run measures the drain rate it offers a share of just before it
+    offers it (the drain scenario's job count, on the run's own database): on a shared
+    machine whose speed drifts from one minute to the next, a drain measured minutes
+    earlier would set a load that says more about that drift than about the pool."""
     bar = ProgressBar(len(planned) * runs)
-    drain_rates: dict[int | None, float] = {}
     results: list[dict[str, Any]] = []
     for item in planned:
 
         def report(run: int, done: float, label: str = item.label) -> None:
             bar.update(label, done)
 
-        rows = run_planned(
+        results += run_planned(
             server_url,
             item,
             runs=runs,
             progress=report,
             on_result=lambda result: bar.finish(describe(result)),
-            drain_rate=drain_rates.get(item.processes),
         )
-        if item.scenario == "drain":
-            drain_rates[item.processes] = float(median_row(rows)["jobs_per_s"])
-        results += rows
     return results
 
 

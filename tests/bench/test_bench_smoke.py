@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,23 @@ def test_sustained_on_the_capacity_basis_offers_a_share_of_what_was_completed(ds
     assert result["completed"] == result["jobs"]
     with pytest.raises(ValueError, match="basis must be one of"):
         uvloop.run(bench.sustained(dsn, jobs=10, basis="nope"))
+
+
+def test_each_sustained_run_offers_a_share_of_its_own_drain(server_url: str) -> None:
+    """run_all measures the drain scenario first, but a sustained run's load comes from the
+    drain it measures itself just before offering (the machine drifts in between)."""
+    half_of_drain = bench.plan(["sustained"], jobs=200, duration=1.0)[0]
+    assert half_of_drain.options["load"] == 0.5
+    planned = [*bench.plan(["drain"], jobs=200), half_of_drain]
+    results = bench.run_all(server_url, planned, runs=2)
+    drains = [r["jobs_per_s"] for r in results if r["scenario"] == "drain"]
+    runs = [r for r in results if r["scenario"] == "sustained"]
+    assert len(drains) == len(runs) == 2
+    for run in runs:
+        assert _positive(run["basis_per_s"])
+        assert run["offered_per_s"] == pytest.approx(0.5 * run["basis_per_s"], abs=0.1)
+    earlier = {round(rate, 1) for rate in (*drains, statistics.median(drains))}
+    assert earlier.isdisjoint(run["basis_per_s"] for run in runs)
 
 
 def test_plan_expands_cpu_over_processes_and_sustained_over_loads() -> None:

@@ -15,6 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from awa_fast.db import transitions as tr
+from awa_fast.db.connections import APPLY_IN_TRANSACTION
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.leader import Leader
 from awa_fast.runtime.followups import OutcomeContext, insert_followups
@@ -39,16 +40,17 @@ RESCUES = (
 async def _sweep(
     conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any]
 ) -> list[tuple[int, int]]:
-    """The (id, run_lease) pairs a rescue sweep selects, read through the partial indexes
-    of running and parked rows, never by scanning jobs_hot.
+    """The (id, run_lease) pairs a rescue sweep selects, read by an index scan of the
+    partial index of running or parked rows, under the hot connections' planner settings.
 
     Those rows number at most the fleet's concurrency, while jobs_hot holds every job
-    finished within retention. Without statistics (a new table, which autovacuum may take
-    a minute to analyze) the planner reckons most rows running and scanned the whole table
-    for the overdue sweep, with parallel workers, every rescue interval: 40 ms a second
-    beside a 30k jobs/s load, and growing with retention."""
+    finished within retention. Left to itself, the planner read the whole table for the
+    overdue sweep, with parallel workers, every rescue interval while the table had no
+    statistics (a new table: autovacuum may take a minute to analyze it), and with or
+    without them took a bitmap of the index, which visits every dead entry since the last
+    vacuum where an index scan skips those already marked dead (awa_fast.db.connections)."""
     async with conn.transaction():
-        await conn.execute("SET LOCAL enable_seqscan = off")
+        await conn.execute(APPLY_IN_TRANSACTION)
         cur = await conn.execute(query, params)
         return await cur.fetchall()
 

@@ -176,22 +176,28 @@ def test_claim_uses_the_claim_index(conn: psycopg.Connection[Any]) -> None:
     assert "jobs_hot_claim" in plan
 
 
+@pytest.mark.parametrize("table", ["analyzed", "no-stats", "empty"])
 @pytest.mark.parametrize(
-    ("name", "params"),
+    ("name", "index"),
     [
-        ("job_select_stale", {"staleness_s": 30.0, "limit": 100}),
-        ("job_select_overdue", {"grace_s": 5.0, "limit": 100}),
+        ("job_select_stale", "jobs_hot_heartbeat"),
+        ("job_select_overdue", "jobs_hot_heartbeat"),
+        ("job_select_callback_expired", "jobs_hot_waiting"),
     ],
 )
-def test_rescue_sweeps_read_only_running_rows(
-    conn: psycopg.Connection[Any], name: str, params: dict[str, Any]
+def test_rescue_sweeps_scan_only_their_partial_index(
+    conn: psycopg.Connection[Any], name: str, index: str, table: str
 ) -> None:
-    conn.execute(
-        "INSERT INTO awa_fast.jobs_hot (kind, queue, state, finalized_at)"
-        " SELECT 'k', 'default', 'completed', now() FROM generate_series(1, 5000)"
-    )
-    conn.execute("ANALYZE awa_fast.jobs_hot")
-    assert "jobs_hot_heartbeat" in _plan(conn, getattr(Q, name), params)
+    """Under the settings the sweeps run with: an index scan, which skips entries earlier
+    scans marked dead, never a scan of the table, a bitmap of the whole index (every dead
+    entry since the last vacuum visited again) or parallel workers."""
+    _queue(conn, table=table)
+    for cost in ("parallel_setup_cost", "parallel_tuple_cost", "min_parallel_index_scan_size"):
+        conn.execute(f"SET {cost} = 0")  # parallel workers as cheap as they get
+    params = {"staleness_s": 30.0, "grace_s": 5.0, "limit": 1000}
+    plan = _generic_plan(conn, getattr(Q, name), params)
+    assert f'"Index Name": "{index}"' in plan, plan
+    assert not re.search('"Node Type": "(Seq Scan|Bitmap|Gather)|"Parallel Aware": true', plan)
 
 
 def test_completion_uses_the_primary_key(conn: psycopg.Connection[Any]) -> None:

@@ -14,7 +14,7 @@ pick depends on the statistics of the moment, and its usual mistakes here were c
   load each statement got slower than the last;
 * the leader's overdue sweep, once a second, read all of jobs_hot with parallel workers
   (no statistics yet) or went through a bitmap of every heartbeat entry, dead ones
-  included (statistics or not): 16-40 ms a sweep beside a 25-30k jobs/s load, against
+  included (statistics or not): 16-45 ms a sweep beside a 25-30k jobs/s load, against
   0.3 ms for an index scan, which skips the entries earlier scans marked dead.
 
 ``tests/db/test_queries.py`` plans each hot statement and each rescue sweep under these

@@ -361,6 +361,11 @@ class Runner:
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         conn = await connect_hot_async(self.dsn, application_name="awa-fast claimer")
         conn.adapters.register_loader("jsonb", RawJsonb)
+        # Claimed rows' timestamps in UTC, whatever the server's TimeZone: psycopg loads
+        # them with datetime.timezone.utc then, at half the cost of a zoneinfo zone (0.9 ->
+        # 0.4 us a row for run_at and created_at), and handlers see the same in-process as
+        # in worker processes, whose rows cross the pipe as UTC instants.
+        await conn.execute("SET TimeZone = 'UTC'")
         return conn
 
     async def _connect_at_start(self, *, attempts: int = 4) -> psycopg.AsyncConnection[Any]:

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
+from psycopg import sql
 
 import awa_fast
 from tests.helpers import job, run, run_until, states
@@ -66,16 +68,23 @@ def test_a_handler_sees_metadata_tags_and_earlier_errors(dsn: str, processes: in
 @pytest.mark.parametrize("processes", [None, 2])
 def test_a_handler_sees_the_stored_timestamps_and_numbers(dsn: str, processes: int | None) -> None:
     """A claimed row (loaded in binary format) reaches the handler as stored: timestamps
-    timezone-aware and at the row's instants, small integers exact."""
+    at the row's instants, in UTC whatever the server's TimeZone (in-process as in worker
+    processes), small integers exact."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET TimeZone = 'America/New_York'").format(
+                sql.Identifier(conn.info.dbname)
+            )
+        )
 
     async def main() -> int:
         client = awa_fast.AsyncClient(dsn)
 
         @client.task(Look)
         async def look(job: awa_fast.Job[Look]) -> None:
-            aware = job.run_at.utcoffset() is not None and job.created_at.utcoffset() is not None
+            offsets = [str(at.utcoffset()) for at in (job.run_at, job.created_at)]
             saw = {"run_at": job.run_at.timestamp(), "created_at": job.created_at.timestamp()}
-            saw |= {"aware": aware, "priority": job.priority, "max_attempts": job.max_attempts}
+            saw |= {"offsets": offsets, "priority": job.priority, "max_attempts": job.max_attempts}
             job.update_metadata({"saw": saw})
 
         async with client:
@@ -90,7 +99,7 @@ def test_a_handler_sees_the_stored_timestamps_and_numbers(dsn: str, processes: i
     assert stored["metadata"]["saw"] == {
         "run_at": stored["run_at"].timestamp(),
         "created_at": stored["created_at"].timestamp(),
-        "aware": True,
+        "offsets": ["0:00:00", "0:00:00"],
         "priority": 1,
         "max_attempts": 7,
     }

@@ -39,7 +39,8 @@ class CallbackToken:
 
 
 class Job(Generic[T]):
-    """One attempt of a job, as a handler sees it."""
+    """One attempt of a job, as a handler sees it. ``run_at`` and ``created_at`` are
+    timezone-aware datetimes in UTC."""
 
     __slots__ = (
         "_callbacks",

@@ -252,11 +252,11 @@ def _copy_lines(
     the columns shared by a batch rendered once, is most of what keeps a bulk insert cheap
     for the producer."""
     copies: dict[str, list[str]] = {}
-    tails: dict[int, tuple[list[str], list[str], str]] = {}
+    by_options: dict[int, tuple[list[str], list[str], str]] = {}  # hot, deferred, tail
     kinds: dict[str, str] = {}
     for job_id, job in zip(ids, jobs, strict=True):
         options = job.options
-        shared = tails.get(id(options))
+        shared = by_options.get(id(options))
         if shared is None:
             columns, tail = _copy_tail(options)
             hot = copies.setdefault(
@@ -265,7 +265,7 @@ def _copy_lines(
             deferred = copies.setdefault(
                 f"COPY awa_fast.jobs_deferred (id, kind, args, {columns}) FROM STDIN", []
             )
-            shared = tails[id(options)] = (hot, deferred, tail)
+            shared = by_options[id(options)] = (hot, deferred, tail)
         hot, deferred, tail = shared
         kind = kinds.get(job.kind)
         if kind is None:

@@ -165,6 +165,9 @@ def parse_queues(
     return parsed
 
 
+_JSONB_VERSION = 1  # the first byte of jsonb in binary format
+
+
 class RawJsonb(Loader):
     """Load jsonb as the raw JSON bytes Postgres sent: decoding happens where the handler
     runs, into the handler's own type, once. Claims come back in binary format (the
@@ -177,9 +180,6 @@ class RawJsonb(Loader):
         if data[0] != _JSONB_VERSION:
             raise psycopg.DataError(f"unknown jsonb binary format version {data[0]}")
         return bytes(data[1:])
-
-
-_JSONB_VERSION = 1
 
 
 @dataclass(slots=True)

@@ -81,11 +81,11 @@ def cancel(job_id: int, reason: str = "by admin") -> Op[bool]:
 
 def retry(job_id: int) -> Op[bool]:
     """Run a failed or cancelled job again (attempts reset); True if it was queued."""
-    return Op(Q.job_retry, {"id": job_id}, _any)
+    return Op(Q.job_retry, {"id": job_id, "kind": None, "queue": None}, _any)
 
 
 def retry_failed(*, kind: str | None = None, queue: str | None = None) -> Op[int]:
-    return Op(Q.job_retry_failed, {"kind": kind, "queue": queue}, _count)
+    return Op(Q.job_retry, {"id": None, "kind": kind, "queue": queue}, _count)
 
 
 def pause_queue(queue: str) -> Op[None]:

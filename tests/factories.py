@@ -3,10 +3,22 @@ committer and maintenance need states the public API never produces directly."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 import psycopg
+
+TABLE_OF_STATE = {
+    "available": "jobs_hot",
+    "running": "jobs_hot",
+    "waiting_external": "jobs_hot",
+    "scheduled": "jobs_deferred",
+    "retryable": "jobs_deferred",
+    "completed": "jobs_done",
+    "failed": "jobs_done",
+    "cancelled": "jobs_done",
+}
 
 
 def insert_job(
@@ -21,7 +33,7 @@ def insert_job(
     run_lease: int = 0,
     priority: int = 2,
 ) -> int:
-    table = "jobs_deferred" if state in ("scheduled", "retryable") else "jobs_hot"
+    table = TABLE_OF_STATE[state]
     row = conn.execute(
         f"INSERT INTO awa_fast.{table} (kind, queue, args, state, attempt, max_attempts,"
         " run_lease, priority, heartbeat_at)"
@@ -41,3 +53,28 @@ def insert_job(
     ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def finish_jobs(
+    conn: psycopg.Connection[Any],
+    state: str,
+    ids: Sequence[int] | None = None,
+    **columns: object,
+) -> None:
+    """Finish jobs straight in storage, as a transition would: out of jobs_hot into
+    jobs_done in ``state`` with ``columns`` set (every job of jobs_hot when ``ids`` is
+    None)."""
+    conn.execute(
+        "WITH moved AS (DELETE FROM awa_fast.jobs_hot"
+        "  WHERE %(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]) RETURNING *)"
+        " INSERT INTO awa_fast.jobs_done"
+        " SELECT r.* FROM moved, jsonb_populate_record(NULL::awa_fast.jobs_done, to_jsonb(moved)"
+        "  || jsonb_build_object('state', %(state)s::text, 'finalized_at', now(),"
+        "                        'heartbeat_at', NULL, 'deadline_at', NULL)"
+        "  || %(columns)s::jsonb) r",
+        {
+            "ids": None if ids is None else list(ids),
+            "state": state,
+            "columns": orjson.dumps(columns).decode(),
+        },
+    )

@@ -193,7 +193,7 @@ def end_to_end(url: str, *, duration: float) -> dict[str, Any]:
         rows = conn.execute(
             "SELECT extract(epoch FROM finalized_at - created_at) * 1000, "
             "extract(epoch FROM finalized_at), extract(epoch FROM created_at) "
-            "FROM awa_fast.jobs_hot WHERE state = 'completed'"
+            "FROM awa_fast.jobs_done WHERE state = 'completed'"
         ).fetchall()
     since = min((float(created) for _, _, created in rows), default=0.0)
     within = sum(1 for _, done, _ in rows if float(done) <= since + duration)
@@ -205,4 +205,4 @@ def end_to_end(url: str, *, duration: float) -> dict[str, Any]:
 
 def _truncate(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE awa_fast.jobs_hot, awa_fast.jobs_deferred")
+        conn.execute("TRUNCATE awa_fast.jobs_hot, awa_fast.jobs_deferred, awa_fast.jobs_done")

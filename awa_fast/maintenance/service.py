@@ -44,11 +44,12 @@ async def _sweep(
     partial index of running or parked rows, under the hot connections' planner settings.
 
     Those rows number at most the fleet's concurrency, while jobs_hot holds every job
-    finished within retention. Left to itself, the planner read the whole table for the
-    overdue sweep, with parallel workers, every rescue interval while the table had no
-    statistics (a new table: autovacuum may take a minute to analyze it), and with or
-    without them took a bitmap of the index, which visits every dead entry since the last
-    vacuum where an index scan skips those already marked dead (awa_fast.db.connections)."""
+    waiting to run and every row version dead since the last vacuum. Left to itself, the
+    planner read the whole table for the overdue sweep, with parallel workers, every
+    rescue interval while the table had no statistics (a new table: autovacuum may take a
+    minute to analyze it), and with or without them took a bitmap of the index, which
+    visits every dead entry since the last vacuum where an index scan skips those already
+    marked dead (awa_fast.db.connections)."""
     async with conn.transaction():
         await conn.execute(APPLY_IN_TRANSACTION)
         cur = await conn.execute(query, params)

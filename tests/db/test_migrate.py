@@ -3,6 +3,7 @@ from __future__ import annotations
 import threading
 
 import psycopg
+import pytest
 
 import awa_fast
 from awa_fast.db.migrate import current_version, migrations
@@ -53,3 +54,48 @@ def test_concurrent_migrations_apply_each_version_once(server_url: str) -> None:
 def test_client_migrate_reports_nothing_left(dsn: str) -> None:
     with awa_fast.Client(dsn) as client:
         assert client.migrate() == []
+
+
+def _migrated_to(url: str, version: int) -> None:
+    """Apply the bundled migrations up to ``version`` only, as an older release did."""
+    with psycopg.connect(url) as conn:
+        conn.execute("CREATE SCHEMA awa_fast")
+        conn.execute(
+            "CREATE TABLE awa_fast.schema_version (version integer PRIMARY KEY,"
+            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in migrations()[:version]:
+            conn.execute(migration.sql.encode())
+            conn.execute(
+                "INSERT INTO awa_fast.schema_version (version, name) VALUES (%s, %s)",
+                (migration.version, migration.name),
+            )
+
+
+def test_finished_jobs_move_out_of_jobs_hot_on_upgrade(server_url: str) -> None:
+    """Version 6 moves the finished jobs an older schema kept in jobs_hot into jobs_done,
+    every column intact, and leaves the unfinished ones where they can run."""
+    url = _fresh_db(server_url, "awa_fast_migrate_done")
+    _migrated_to(url, 5)
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "INSERT INTO awa_fast.jobs_hot (kind, queue, state, attempt, finalized_at, errors)"
+            " SELECT 'k', 'q', s::awa_fast.job_state, 2,"
+            "  CASE WHEN s IN ('completed', 'failed', 'cancelled') THEN now() END,"
+            '  \'[{"error": "x"}]\''
+            " FROM unnest(ARRAY['available', 'running', 'waiting_external', 'completed',"
+            "  'failed', 'cancelled']) AS s"
+        )
+        before = conn.execute("SELECT * FROM awa_fast.jobs ORDER BY id").fetchall()
+    assert awa_fast.migrate(url)[0] == 6
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT * FROM awa_fast.jobs ORDER BY id").fetchall() == before
+
+        def states_in(table: str) -> list[str]:
+            rows = conn.execute(f"SELECT state::text FROM awa_fast.{table} ORDER BY id")
+            return [r[0] for r in rows]
+
+        assert states_in("jobs_hot") == ["available", "running", "waiting_external"]
+        assert states_in("jobs_done") == ["completed", "failed", "cancelled"]
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("UPDATE awa_fast.jobs_hot SET state = 'completed'")

@@ -12,6 +12,7 @@ import pytest
 
 import awa_fast
 from awa_fast import InsertRequest, UniqueConflict, ValidationError
+from tests.factories import finish_jobs
 from tests.helpers import job, run, states
 
 
@@ -232,7 +233,7 @@ def test_unique_jobs_conflict_while_live(
     assert err.value.job_id == first.id
     assert client.insert(SendEmail("other"), unique={"by_args": True}).id != first.id
     # Once the holder leaves the unique states, the key is free again.
-    conn.execute("UPDATE awa_fast.jobs_hot SET state = 'completed' WHERE id = %s", (first.id,))
+    finish_jobs(conn, "completed", [first.id])
     assert client.insert(SendEmail("u"), unique={"by_args": True}).id != first.id
 
 

@@ -62,7 +62,7 @@ def _queue(conn: psycopg.Connection[Any], *, table: str) -> None:
     if table == "empty":
         return
     conn.execute(
-        "INSERT INTO awa_fast.jobs_hot (kind, queue, state, finalized_at)"
+        "INSERT INTO awa_fast.jobs_done (kind, queue, state, finalized_at)"
         " SELECT 'k', 'default', 'completed', now() FROM generate_series(1, 50000)"
     )
     conn.execute(
@@ -74,7 +74,7 @@ def _queue(conn: psycopg.Connection[Any], *, table: str) -> None:
         " SELECT 'k', 'default', 'running', now() FROM generate_series(1, 2000)"
     )
     if table == "analyzed":
-        conn.execute("ANALYZE awa_fast.jobs_hot")
+        conn.execute("ANALYZE awa_fast.jobs_hot, awa_fast.jobs_done")
 
 
 @pytest.mark.parametrize("table", ["analyzed", "no-stats", "empty"])
@@ -202,7 +202,7 @@ def test_rescue_sweeps_scan_only_their_partial_index(
 
 def test_completion_uses_the_primary_key(conn: psycopg.Connection[Any]) -> None:
     conn.execute(
-        "INSERT INTO awa_fast.jobs_hot (kind, queue, state, finalized_at)"
+        "INSERT INTO awa_fast.jobs_done (kind, queue, state, finalized_at)"
         " SELECT 'k', 'default', 'completed', now() FROM generate_series(1, 5000)"
     )
     conn.execute(

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import awa_fast
+from tests.factories import finish_jobs
 from tests.helpers import await_until, job, run, run_until, settled, states
 
 FAST = {"heartbeat_interval": 0.1, "rescue_interval": 0.1, "promote_interval": 0.05}
@@ -66,7 +67,7 @@ def test_cancel_retry_and_stats_on_idle_jobs(client: awa_fast.Client, dsn: str) 
 
 def test_retry_failed_requeues_failed_jobs(client: awa_fast.Client, dsn: str, conn: Any) -> None:
     ids = [client.insert(Task(str(i)), queue="q").id for i in range(3)]
-    conn.execute("UPDATE awa_fast.jobs_hot SET state = 'failed', attempt = 25")
+    finish_jobs(conn, "failed", attempt=25)
     assert client.retry_failed(queue="other") == 0
     assert client.retry_failed(queue="q") == 3
     assert {job(dsn, i)["state"] for i in ids} == {"available"}

@@ -12,7 +12,7 @@ from awa_fast.maintenance.leader import Leader
 from awa_fast.maintenance.service import MIN_PROMOTE_PAUSE, Maintenance
 from awa_fast.runtime.hooks import HookDispatcher
 from awa_fast.runtime.runner import RunnerConfig
-from tests.factories import insert_job
+from tests.factories import finish_jobs, insert_job
 from tests.helpers import job, run, wait_until
 
 
@@ -24,7 +24,12 @@ def _maintenance(dsn: str, **config: Any) -> Maintenance:
 
 
 def _set(conn: psycopg.Connection[Any], job_id: int, assignments: str) -> None:
-    conn.execute(f"UPDATE awa_fast.jobs_hot SET {assignments} WHERE id = %s", (job_id,))
+    """Set columns of a job in jobs_hot or jobs_done, wherever it is."""
+    updated = sum(
+        conn.execute(f"UPDATE awa_fast.{table} SET {assignments} WHERE id = %s", (job_id,)).rowcount
+        for table in ("jobs_hot", "jobs_done")
+    )
+    assert updated == 1
 
 
 async def _once(dsn: str, step: str, **config: Any) -> Any:
@@ -93,10 +98,7 @@ def test_rescue_sweeps_never_scan_the_whole_table(dsn: str, conn: psycopg.Connec
         " SELECT 'k', 'default', 'running', 1, 1, now() FROM generate_series(1, 5000)"
     )
     conn.execute("ANALYZE awa_fast.jobs_hot")
-    conn.execute(
-        "UPDATE awa_fast.jobs_hot SET state = 'completed', finalized_at = now(),"
-        " heartbeat_at = NULL"
-    )
+    finish_jobs(conn, "completed")
     overdue = insert_job(conn, state="running", attempt=1, run_lease=1)
     _set(conn, overdue, "deadline_at = now() - interval '1 minute'")
     stale = insert_job(conn, state="running", attempt=1, run_lease=1)

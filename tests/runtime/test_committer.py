@@ -194,7 +194,7 @@ def test_every_mixed_outcome_in_one_batch(harness: Harness, conn: psycopg.Connec
 def test_failed_batch_statement_falls_back_to_direct_finalize(
     harness: Harness, conn: psycopg.Connection[Any]
 ) -> None:
-    # A real failure of the batch statement: any UPDATE touching more than one row raises.
+    # A real failure of the batch statement: any finish of more than one row raises.
     conn.execute("""
         CREATE FUNCTION awa_fast.refuse_batches() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
@@ -203,8 +203,8 @@ def test_failed_batch_statement_falls_back_to_direct_finalize(
             END IF;
             RETURN NULL;
         END $$;
-        CREATE TRIGGER refuse_batches AFTER UPDATE ON awa_fast.jobs_hot
-            REFERENCING NEW TABLE AS changed
+        CREATE TRIGGER refuse_batches AFTER DELETE ON awa_fast.jobs_hot
+            REFERENCING OLD TABLE AS changed
             FOR EACH STATEMENT EXECUTE FUNCTION awa_fast.refuse_batches();
     """)
     ids = _running(conn, 20)

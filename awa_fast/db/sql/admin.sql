@@ -1,49 +1,57 @@
 -- Named queries behind the admin operations of Client/AsyncClient and the CLI.
 
 -- name: job_cancel
--- Cancel a job in any unfinished state. A running attempt's host is told over NOTIFY so
--- its handler sees is_cancelled(); that attempt's own outcome is then stale and dropped.
+-- Cancel a job in any unfinished state: it moves to jobs_done from wherever it waits. A
+-- running attempt's host is told over NOTIFY so its handler sees is_cancelled(); that
+-- attempt's own outcome is then stale and dropped.
 WITH hot AS (
-    UPDATE awa_fast.jobs_hot
-    SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL,
-        errors = errors || jsonb_build_array(jsonb_build_object(
-            'error', 'cancelled: ' || %(reason)s, 'attempt', attempt, 'at', now()))
-    WHERE id = %(id)s AND state IN ('available', 'running', 'waiting_external')
-    -- The subquery reads the statement's snapshot: the row as it was before this UPDATE.
-    RETURNING id, (SELECT pg_notify('awa_fast_cancel', o.id || ':' || o.run_lease)
-                   FROM awa_fast.jobs_hot o WHERE o.id = %(id)s AND o.state = 'running')
+    DELETE FROM awa_fast.jobs_hot WHERE id = %(id)s RETURNING *
 ),
 deferred AS (
     DELETE FROM awa_fast.jobs_deferred WHERE id = %(id)s RETURNING *
 ),
-moved AS (
-    INSERT INTO awa_fast.jobs_hot (
+unfinished AS (
+    SELECT * FROM hot UNION ALL SELECT * FROM deferred
+),
+cancelled AS (
+    INSERT INTO awa_fast.jobs_done (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-        deadline_seconds)
+        callback_id, callback_result, deadline_seconds)
     SELECT id, kind, queue, args, 'cancelled', priority, attempt, max_attempts, run_at,
            created_at, attempted_at, now(), run_lease,
            errors || jsonb_build_array(jsonb_build_object(
                'error', 'cancelled: ' || %(reason)s, 'attempt', attempt, 'at', now())),
-           metadata, tags, progress, unique_key, deadline_seconds
-    FROM deferred
+           metadata, tags, progress, unique_key, callback_id, callback_result,
+           deadline_seconds
+    FROM unfinished
     RETURNING id
 )
-SELECT id FROM hot UNION ALL SELECT id FROM moved;
+SELECT id, (SELECT pg_notify('awa_fast_cancel', h.id || ':' || h.run_lease)
+            FROM hot h WHERE h.state = 'running')
+FROM cancelled;
 
 -- name: job_retry
--- Run a failed or cancelled job again, with its attempts reset.
-UPDATE awa_fast.jobs_hot
-SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL
-WHERE id = %(id)s AND state IN ('failed', 'cancelled')
-RETURNING id;
-
--- name: job_retry_failed
-UPDATE awa_fast.jobs_hot
-SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL
-WHERE state = 'failed'
-  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+-- Run failed (or, given by id, cancelled) jobs again, with their attempts reset: by id
+-- when `id` is given, else every failed job of `kind` and `queue` (each NULL for any).
+WITH revived AS (
+    DELETE FROM awa_fast.jobs_done
+    WHERE id = ANY(CASE WHEN %(id)s::bigint IS NOT NULL THEN ARRAY[%(id)s::bigint]
+                        ELSE ARRAY(SELECT id FROM awa_fast.jobs_done
+                                   WHERE state = 'failed'
+                                     AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+                                     AND (%(queue)s::text IS NULL OR queue = %(queue)s)) END)
+      AND state IN ('failed', 'cancelled')
+    RETURNING *
+)
+INSERT INTO awa_fast.jobs_hot (
+    id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+    attempted_at, run_lease, errors, metadata, tags, progress, unique_key, callback_result,
+    deadline_seconds)
+SELECT id, kind, queue, args, 'available', priority, 0, max_attempts, now(), created_at,
+       attempted_at, run_lease, errors, metadata, tags, progress, unique_key, callback_result,
+       deadline_seconds
+FROM revived
 RETURNING id;
 
 -- name: job_list
@@ -114,21 +122,44 @@ WHERE (%(kind)s::text IS NULL OR kind = %(kind)s)
 RETURNING id;
 
 -- name: callback_resolve
--- Resolve a job by its callback id: completed (with the callback's payload), failed (with
--- the error), or back to available for another attempt. The job may still be running: its
--- handler registered the id and has not returned yet. The callback decides then, and the
--- attempt's own outcome, guarded by state = 'running', finds no row and is dropped.
-UPDATE awa_fast.jobs_hot
-SET state = %(state)s::awa_fast.job_state,
-    heartbeat_at = NULL,
-    deadline_at = NULL,
-    finalized_at = CASE WHEN %(state)s IN ('completed', 'failed') THEN now() END,
-    run_at = CASE WHEN %(state)s = 'available' THEN now() ELSE run_at END,
-    callback_result = %(payload)s::jsonb,
-    callback_id = NULL,
-    callback_timeout_at = NULL,
-    errors = CASE WHEN %(error)s::text IS NULL THEN errors
-                  ELSE errors || jsonb_build_array(jsonb_build_object(
-                      'error', %(error)s::text, 'attempt', attempt, 'at', now())) END
-WHERE callback_id = %(callback_id)s::uuid AND state IN ('waiting_external', 'running')
-RETURNING id;
+-- Resolve a job by its callback id: completed (with the callback's payload) or failed (with
+-- the error), moving it to jobs_done, or back to available for another attempt. The job
+-- may still be running: its handler registered the id and has not returned yet. The
+-- callback decides then, and the attempt's own outcome, guarded by state = 'running',
+-- finds no row and is dropped.
+WITH resolved AS (
+    DELETE FROM awa_fast.jobs_hot
+    WHERE callback_id = %(callback_id)s::uuid AND state IN ('waiting_external', 'running')
+    RETURNING *
+),
+resolved_with AS (
+    SELECT r.*, %(payload)s::jsonb AS payload,
+           CASE WHEN %(error)s::text IS NULL THEN r.errors
+                ELSE r.errors || jsonb_build_array(jsonb_build_object(
+                    'error', %(error)s::text, 'attempt', r.attempt, 'at', now())) END
+               AS new_errors
+    FROM resolved r
+),
+finished AS (
+    INSERT INTO awa_fast.jobs_done (
+        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+        attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
+        callback_result, deadline_seconds)
+    SELECT id, kind, queue, args, %(state)s::awa_fast.job_state, priority, attempt,
+           max_attempts, run_at, created_at, attempted_at, now(), run_lease, new_errors,
+           metadata, tags, progress, unique_key, payload, deadline_seconds
+    FROM resolved_with WHERE %(state)s IN ('completed', 'failed')
+    RETURNING id
+),
+again AS (
+    INSERT INTO awa_fast.jobs_hot (
+        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+        attempted_at, run_lease, errors, metadata, tags, progress, unique_key,
+        callback_result, deadline_seconds)
+    SELECT id, kind, queue, args, 'available', priority, attempt, max_attempts, now(),
+           created_at, attempted_at, run_lease, new_errors, metadata, tags, progress,
+           unique_key, payload, deadline_seconds
+    FROM resolved_with WHERE %(state)s = 'available'
+    RETURNING id
+)
+SELECT id FROM finished UNION ALL SELECT id FROM again;

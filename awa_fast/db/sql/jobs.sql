@@ -47,17 +47,29 @@ WITH claimed AS (
 SELECT * FROM claimed ORDER BY priority, run_at, id;
 
 -- name: job_complete_many
--- The hot path: every plain completion of a batch in one statement.
-UPDATE awa_fast.jobs_hot j
-SET state = 'completed', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL
-FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS d(id, lease)
-WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
-RETURNING j.id;
+-- The hot path: every plain completion of a batch in one statement, moving each row from
+-- jobs_hot to jobs_done.
+WITH finished AS (
+    DELETE FROM awa_fast.jobs_hot j
+    USING unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS d(id, lease)
+    WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+    RETURNING j.*
+)
+INSERT INTO awa_fast.jobs_done (
+    id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+    attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
+    callback_id, callback_result, deadline_seconds)
+SELECT id, kind, queue, args, 'completed', priority, attempt, max_attempts, run_at,
+       created_at, attempted_at, now(), run_lease, errors, metadata, tags, progress,
+       unique_key, callback_id, callback_result, deadline_seconds
+FROM finished
+RETURNING id;
 
 -- name: job_transition_many
--- Every other outcome, mixed in one batch. Rows that stay in jobs_hot (completed, failed,
--- cancelled, waiting_external, and available for a claim given back unstarted) are updated
--- in place; rows that wait for a later run (retryable, scheduled) move to jobs_deferred.
+-- Every other outcome, mixed in one batch. Rows that can still run here (waiting_external,
+-- and available for a claim given back unstarted) are updated in place in jobs_hot; the
+-- others move: finished ones (completed, failed, cancelled) to jobs_done, those that wait
+-- for a later run (retryable, scheduled) to jobs_deferred, dead ones to the dlq.
 -- Snooze and a given-back claim return their attempt.
 WITH d AS (
     SELECT * FROM unnest(
@@ -69,8 +81,6 @@ WITH d AS (
 stay AS (
     UPDATE awa_fast.jobs_hot j
     SET state = d.state,
-        finalized_at = CASE WHEN d.state IN ('completed', 'failed', 'cancelled')
-            THEN now() END,
         attempt = CASE WHEN d.state = 'available' THEN j.attempt - 1 ELSE j.attempt END,
         heartbeat_at = NULL,
         deadline_at = NULL,
@@ -81,40 +91,49 @@ stay AS (
         callback_timeout_at = CASE WHEN d.state = 'waiting_external'
             THEN now() + make_interval(secs => d.delay_s) ELSE j.callback_timeout_at END
     FROM d
-    WHERE d.state NOT IN ('retryable', 'scheduled') AND NOT d.dead
+    WHERE d.state IN ('waiting_external', 'available') AND NOT d.dead
       AND j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
     RETURNING j.id, j.state, j.attempt, j.run_at
 ),
 moved AS (
     DELETE FROM awa_fast.jobs_hot j
     USING d
-    WHERE d.state IN ('retryable', 'scheduled')
+    WHERE (d.state NOT IN ('waiting_external', 'available') OR d.dead)
       AND j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
-    RETURNING j.*, d.state AS next_state, d.delay_s, d.error AS new_error,
-              d.progress AS new_progress, d.metadata AS new_metadata
+    RETURNING j.id, j.kind, j.queue, j.args, j.priority, j.attempt, j.max_attempts, j.run_at,
+              j.created_at, j.attempted_at, j.run_lease, j.tags, j.unique_key, j.callback_id,
+              j.callback_timeout_at, j.callback_result, j.deadline_seconds,
+              d.state, d.delay_s, d.dead,
+              CASE WHEN d.error IS NULL THEN j.errors
+                   ELSE j.errors || jsonb_build_array(d.error) END AS errors,
+              CASE WHEN d.metadata IS NULL THEN j.metadata
+                   ELSE j.metadata || d.metadata END AS metadata,
+              COALESCE(d.progress, j.progress) AS progress,
+              d.error AS new_error
+),
+finished AS (
+    INSERT INTO awa_fast.jobs_done (
+        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+        attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
+        callback_id, callback_result, deadline_seconds)
+    SELECT id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+           attempted_at, now(), run_lease, errors, metadata, tags, progress, unique_key,
+           callback_id, callback_result, deadline_seconds
+    FROM moved WHERE state IN ('completed', 'failed', 'cancelled') AND NOT dead
+    RETURNING id, state, attempt, run_at
 ),
 deferred AS (
     INSERT INTO awa_fast.jobs_deferred (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-        attempted_at, finalized_at, heartbeat_at, deadline_at, run_lease, errors, metadata,
-        tags, progress, unique_key, callback_id, callback_timeout_at, callback_result,
-        deadline_seconds)
-    SELECT id, kind, queue, args, next_state, priority,
-           CASE WHEN next_state = 'scheduled' THEN attempt - 1 ELSE attempt END,
+        attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
+        callback_id, callback_timeout_at, callback_result, deadline_seconds)
+    SELECT id, kind, queue, args, state, priority,
+           CASE WHEN state = 'scheduled' THEN attempt - 1 ELSE attempt END,
            max_attempts, now() + make_interval(secs => delay_s), created_at,
-           attempted_at, now(), NULL, NULL, run_lease,
-           CASE WHEN new_error IS NULL THEN errors ELSE errors || jsonb_build_array(new_error) END,
-           CASE WHEN new_metadata IS NULL THEN metadata ELSE metadata || new_metadata END,
-           tags, COALESCE(new_progress, progress), unique_key, callback_id,
-           callback_timeout_at, callback_result, deadline_seconds
-    FROM moved
+           attempted_at, now(), run_lease, errors, metadata, tags, progress, unique_key,
+           callback_id, callback_timeout_at, callback_result, deadline_seconds
+    FROM moved WHERE state IN ('retryable', 'scheduled')
     RETURNING id, state, attempt, run_at
-),
-dead AS (
-    DELETE FROM awa_fast.jobs_hot j
-    USING d
-    WHERE d.dead AND j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
-    RETURNING j.*, d.error AS new_error, d.progress AS new_progress
 ),
 buried AS (
     INSERT INTO awa_fast.dlq (
@@ -122,14 +141,14 @@ buried AS (
         attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
         deadline_seconds, dlq_reason)
     SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at,
-           created_at, attempted_at, now(), run_lease,
-           CASE WHEN new_error IS NULL THEN errors ELSE errors || jsonb_build_array(new_error) END,
-           metadata, tags, COALESCE(new_progress, progress), unique_key, deadline_seconds,
-           COALESCE(new_error->>'error', 'failed')
-    FROM dead
+           created_at, attempted_at, now(), run_lease, errors, metadata, tags, progress,
+           unique_key, deadline_seconds, COALESCE(new_error->>'error', 'failed')
+    FROM moved WHERE dead
     RETURNING id, state, attempt, run_at
 )
 SELECT id, state::text AS state, attempt, run_at FROM stay
+UNION ALL
+SELECT id, state::text AS state, attempt, run_at FROM finished
 UNION ALL
 SELECT id, state::text AS state, attempt, run_at FROM deferred
 UNION ALL
@@ -269,38 +288,36 @@ target AS (
     WHERE j.state = %(from_state)s::awa_fast.job_state
     FOR UPDATE OF j
 ),
-exhausted AS (
-    UPDATE awa_fast.jobs_hot j
-    SET state = 'failed',
-        finalized_at = now(),
-        heartbeat_at = NULL,
-        deadline_at = NULL,
-        errors = j.errors || jsonb_build_array(jsonb_build_object(
-            'error', t.message, 'attempt', j.attempt, 'at', now()))
-    FROM target t
-    WHERE j.id = t.id AND t.exhausted AND NOT t.to_dlq
-    RETURNING j.id, j.state, j.attempt, j.run_at
-),
 moved AS (
     DELETE FROM awa_fast.jobs_hot j
     USING target t
-    WHERE j.id = t.id AND (NOT t.exhausted OR t.to_dlq)
-    RETURNING j.*, t.message, t.exhausted
+    WHERE j.id = t.id
+    RETURNING j.*, t.exhausted, t.to_dlq,
+              j.errors || jsonb_build_array(jsonb_build_object(
+                  'error', t.message, 'attempt', j.attempt, 'at', now())) AS new_errors,
+              t.message
+),
+failed AS (
+    INSERT INTO awa_fast.jobs_done (
+        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+        attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
+        callback_id, callback_result, deadline_seconds)
+    SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at,
+           created_at, attempted_at, now(), run_lease, new_errors, metadata, tags, progress,
+           unique_key, callback_id, callback_result, deadline_seconds
+    FROM moved WHERE exhausted AND NOT to_dlq
+    RETURNING id, state, attempt, run_at
 ),
 deferred AS (
     INSERT INTO awa_fast.jobs_deferred (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-        attempted_at, finalized_at, heartbeat_at, deadline_at, run_lease, errors, metadata,
-        tags, progress, unique_key, callback_id, callback_timeout_at, callback_result,
-        deadline_seconds)
+        attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
+        callback_id, callback_timeout_at, callback_result, deadline_seconds)
     SELECT id, kind, queue, args, 'retryable', priority, attempt, max_attempts,
            now() + make_interval(secs => least(%(base)s * power(2, attempt - 1), %(max)s)
                                          * (1 + random() * %(jitter)s)),
-           created_at, attempted_at, now(), NULL, NULL, run_lease,
-           errors || jsonb_build_array(jsonb_build_object(
-               'error', message, 'attempt', attempt, 'at', now())),
-           metadata, tags, progress, unique_key, callback_id, callback_timeout_at,
-           callback_result, deadline_seconds
+           created_at, attempted_at, now(), run_lease, new_errors, metadata, tags, progress,
+           unique_key, callback_id, callback_timeout_at, callback_result, deadline_seconds
     FROM moved WHERE NOT exhausted
     RETURNING id, state, attempt, run_at
 ),
@@ -310,14 +327,12 @@ buried AS (
         attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
         deadline_seconds, dlq_reason)
     SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at,
-           created_at, attempted_at, now(), run_lease,
-           errors || jsonb_build_array(jsonb_build_object(
-               'error', message, 'attempt', attempt, 'at', now())),
-           metadata, tags, progress, unique_key, deadline_seconds, message
-    FROM moved WHERE exhausted
+           created_at, attempted_at, now(), run_lease, new_errors, metadata, tags, progress,
+           unique_key, deadline_seconds, message
+    FROM moved WHERE exhausted AND to_dlq
     RETURNING id, state, attempt, run_at
 )
-SELECT id, state::text AS state, attempt, run_at FROM exhausted
+SELECT id, state::text AS state, attempt, run_at FROM failed
 UNION ALL
 SELECT id, state::text AS state, attempt, run_at FROM deferred
 UNION ALL

@@ -29,7 +29,7 @@ LIMIT %(limit)s;
 -- Retention: finished jobs past their retention, in bounded batches, for one queue (`queue`)
 -- or for every queue without its own retention (`queue` NULL, `excluded` the others).
 WITH doomed AS (
-    SELECT id FROM awa_fast.jobs_hot
+    SELECT id FROM awa_fast.jobs_done
     WHERE ((state = 'completed'
             AND finalized_at < now() - make_interval(secs => %(completed_s)s))
         OR (state IN ('failed', 'cancelled')
@@ -39,7 +39,7 @@ WITH doomed AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-DELETE FROM awa_fast.jobs_hot j USING doomed WHERE j.id = doomed.id;
+DELETE FROM awa_fast.jobs_done j USING doomed WHERE j.id = doomed.id;
 
 -- name: job_tables_dead_tuples
 -- Dead tuples of the job tables: the claim scan walks every dead entry of the claim index

@@ -6,13 +6,14 @@ import asyncio
 from typing import Any
 
 import psycopg
+import pytest
 
 import awa_fast
 from awa_fast.maintenance.leader import Leader
 from awa_fast.maintenance.service import MIN_PROMOTE_PAUSE, Maintenance
 from awa_fast.runtime.hooks import HookDispatcher
 from awa_fast.runtime.runner import RunnerConfig
-from tests.factories import finish_jobs, insert_job
+from tests.factories import TABLE_OF_STATE, finish_jobs, insert_job
 from tests.helpers import job, run, wait_until
 
 
@@ -279,3 +280,27 @@ def test_vacuum_runs_once_dead_tuples_pass_the_threshold(
     wait_until(lambda: dead_tuples() >= 30, what="the deletes to reach the statistics")
     assert run(_once(dsn, "vacuum_once", vacuum_dead_tuples=10)) == ["jobs_hot"]
     assert run(_once(dsn, "vacuum_once", vacuum_dead_tuples=10)) == []
+
+
+@pytest.mark.parametrize("state", ["available", "scheduled", "completed"])
+def test_vacuum_never_truncates_a_job_table(state: str, conn: psycopg.Connection[Any]) -> None:
+    """Truncating a table's empty tail takes an ACCESS EXCLUSIVE lock that stops every
+    claim, completion and insert of it; a queue refills the pages it empties, so a VACUUM
+    (the leader's or autovacuum's) keeps them."""
+    table = TABLE_OF_STATE[state]
+    conn.execute(
+        f"INSERT INTO awa_fast.{table} (kind, queue, state)"
+        " SELECT 'k', 'q', %s FROM generate_series(1, 5000)",
+        (state,),
+    )
+
+    def pages() -> int:
+        row = conn.execute(f"SELECT pg_relation_size('awa_fast.{table}') / 8192").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    before = pages()
+    conn.execute(f"DELETE FROM awa_fast.{table}")
+    conn.execute(f"VACUUM awa_fast.{table}")
+    assert before > 50
+    assert pages() == before

@@ -212,3 +212,23 @@ def test_completion_uses_the_primary_key(conn: psycopg.Connection[Any]) -> None:
     conn.execute("ANALYZE awa_fast.jobs_hot")
     plan = _plan(conn, Q.job_complete_many, {"ids": [1, 2], "leases": [1, 1]})
     assert "jobs_hot_pkey" in plan
+
+
+def test_retry_by_id_reads_one_finished_row(conn: psycopg.Connection[Any]) -> None:
+    """retry(job_id) shares its statement with retry_failed (which scans for failed jobs);
+    by id, even in the generic plan a client may cache, it must reach the row by the
+    primary key of jobs_done, however many finished jobs that holds."""
+    conn.execute(
+        "INSERT INTO awa_fast.jobs_done (kind, queue, state, finalized_at)"
+        " SELECT 'k', 'default', 'failed', now() FROM generate_series(1, 20000)"
+    )
+    conn.execute("ANALYZE awa_fast.jobs_done")
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    conn.execute(f"PREPARE retry AS {_positional(Q.job_retry)}")
+    with conn.transaction(force_rollback=True):
+        rows = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE retry(42, NULL, NULL)")
+        [[plan]] = rows.fetchall()
+    delete = plan[0]["Plan"]["Plans"][0]  # the CTE that takes the row out of jobs_done
+    assert delete["Node Type"] == "ModifyTable", delete
+    scan = next(p for p in delete["Plans"] if p["Parent Relationship"] == "Outer")
+    assert (scan["Index Name"], scan["Actual Rows"]) == ("jobs_done_pkey", 1), scan

@@ -24,7 +24,8 @@ from awa_fast.worker import Handler, Job, Registry
 log = logging.getLogger("awa_fast.executor")
 
 # Column order of a claimed row (job_claim_batch RETURNING; METADATA and ERRORS are NULL
-# when empty).
+# when empty). Its jsonb columns hold jsonb's binary payload, a version byte and then the
+# JSON text (claim connections load them whole, see awa_fast.runtime.runner).
 (
     ID,
     LEASE,
@@ -81,7 +82,7 @@ class Executor:
             transition = tr.failed_terminal(f"unknown job kind: {row[KIND]!r}", attempt)
         else:
             try:
-                args = handler.decode(_raw(row[ARGS]))
+                args = handler.decode(json_text(row[ARGS]))
             except Exception as exc:
                 transition = tr.failed_terminal(
                     f"undecodable args for kind {row[KIND]!r}: {type(exc).__name__}: {exc}", attempt
@@ -137,10 +138,15 @@ class Executor:
         )
 
 
-def _raw(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else bytes(value)
+JSONB_BINARY_VERSION = 1
 
 
-def _json(value: Any) -> Any:
-    """A JSON column as loaded (raw bytes on claim connections), parsed; NULL stays None."""
-    return orjson.loads(value) if isinstance(value, bytes | memoryview | str) else value
+def json_text(payload: bytes) -> bytes:
+    """The JSON text of a claimed jsonb column: its binary payload but the version byte,
+    which claim connections check once (awa_fast.runtime.runner)."""
+    return payload[1:]
+
+
+def _json(payload: bytes | None) -> Any:
+    """A claimed jsonb column, parsed; NULL stays None."""
+    return None if payload is None else orjson.loads(json_text(payload))

@@ -18,8 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 import psycopg
-from psycopg.adapt import Loader
-from psycopg.pq import Format
+from psycopg.types.string import ByteaBinaryLoader
 
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db import transitions as tr
@@ -30,7 +29,7 @@ from awa_fast.maintenance.service import Maintenance
 from awa_fast.producer import MAX_NAME_LENGTH
 from awa_fast.runtime.callbacks import CallbackRegistrar
 from awa_fast.runtime.committer import Committer
-from awa_fast.runtime.executor import Executor
+from awa_fast.runtime.executor import JSONB_BINARY_VERSION, Executor
 from awa_fast.runtime.followups import FollowupRegistry
 from awa_fast.runtime.hooks import EventType, HookDispatcher, HookRegistry
 from awa_fast.types import JobRow
@@ -163,23 +162,6 @@ def parse_queues(
     if not parsed:
         raise ConfigError("at least one queue is required")
     return parsed
-
-
-_JSONB_VERSION = 1  # the first byte of jsonb in binary format
-
-
-class RawJsonb(Loader):
-    """Load jsonb as the raw JSON bytes Postgres sent: decoding happens where the handler
-    runs, into the handler's own type, once. Claims come back in binary format (the
-    supervisor loads each row's integers and timestamps cheaper so), where jsonb is a
-    version byte and then the JSON text."""
-
-    format = Format.BINARY
-
-    def load(self, data: Any) -> bytes:
-        if data[0] != _JSONB_VERSION:
-            raise psycopg.DataError(f"unknown jsonb binary format version {data[0]}")
-        return bytes(data[1:])
 
 
 @dataclass(slots=True)
@@ -360,7 +342,7 @@ class Runner:
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         conn = await connect_hot_async(self.dsn, application_name="awa-fast claimer")
-        conn.adapters.register_loader("jsonb", RawJsonb)
+        await load_jsonb_payloads(conn)
         # Claimed rows' timestamps in UTC, whatever the server's TimeZone: psycopg loads
         # them with datetime.timezone.utc then, at half the cost of a zoneinfo zone (0.9 ->
         # 0.4 us a row for run_at and created_at), and handlers see the same in-process as
@@ -586,6 +568,28 @@ class Runner:
                 )
 
 
+async def load_jsonb_payloads(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Have this claim connection load jsonb whole, as its binary payload (a version byte,
+    then the JSON text), with psycopg's C bytea loader: decoding happens once, where the
+    handler runs, into the handler's own type. A Python loader that cut the version byte
+    took 0.43 us of the 0.80 a claimed row costs the supervisor to load; this one takes
+    0.05, and the byte is cut where the payload is decoded (executor.json_text)."""
+    conn.adapters.register_loader("jsonb", ByteaBinaryLoader)
+    cur = await conn.execute("SELECT '{}'::jsonb", binary=True)
+    row = await cur.fetchone()
+    check_jsonb_payload(row[0] if row else b"")
+
+
+def check_jsonb_payload(payload: bytes) -> None:
+    """Refuse a server whose jsonb binary payload has another version: claiming stops
+    there, once a connection, instead of every job failing later as undecodable."""
+    version = payload[0] if payload else None
+    if version != JSONB_BINARY_VERSION:
+        raise psycopg.NotSupportedError(
+            f"jsonb binary format version {version}; awa-fast reads {JSONB_BINARY_VERSION}"
+        )
+
+
 def _retry_delay(failures: int) -> float:
     """Seconds before reconnecting a claim connection after ``failures`` failures in a row."""
     return min(0.05 * 2.0**failures, 2.0)
@@ -604,13 +608,14 @@ def _started_row(row: tuple[Any, ...]) -> JobRow:
         QUEUE,
         RUN_AT,
         TAGS,
+        json_text,
     )
 
     return JobRow(
         id=row[ID],
         kind=row[KIND],
         queue=row[QUEUE],
-        args=orjson.loads(row[ARGS]),
+        args=orjson.loads(json_text(row[ARGS])),
         state="running",
         priority=row[PRIORITY],
         attempt=row[ATTEMPT],

@@ -70,11 +70,13 @@ def test_args_must_be_an_object() -> None:
         encode_args([1, 2])  # type: ignore[arg-type]
 
 
-def test_claimed_jsonb_is_loaded_as_its_json_text_and_a_new_format_is_refused() -> None:
-    """Claims come back in binary format: jsonb is a version byte, then the JSON text."""
-    from awa_fast.runtime.runner import RawJsonb
+def test_claimed_jsonb_is_decoded_from_its_payload_and_a_new_format_is_refused() -> None:
+    """Claims load jsonb as its binary payload, a version byte and then the JSON text; a
+    server whose payload has another version is refused before anything is claimed."""
+    from awa_fast.runtime.executor import json_text
+    from awa_fast.runtime.runner import check_jsonb_payload
 
-    loader = RawJsonb(0)
-    assert loader.load(b'\x01{"to": "a"}') == b'{"to": "a"}'
-    with pytest.raises(psycopg.DataError, match="version 2"):
-        loader.load(b"\x02{}")
+    assert json_text(b'\x01{"to": "a"}') == b'{"to": "a"}'
+    check_jsonb_payload(b"\x01{}")
+    with pytest.raises(psycopg.NotSupportedError, match="version 2"):
+        check_jsonb_payload(b"\x02{}")

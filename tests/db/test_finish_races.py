@@ -9,6 +9,7 @@ commits.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +26,11 @@ Finisher = tuple[str, Callable[[int], dict[str, Any]], str]
 
 FINISHERS: dict[str, Finisher] = {
     # name: (statement, its parameters for a job id, the state it leaves the job in)
-    "complete": (Q.job_complete_many, lambda i: {"ids": [i], "leases": [LEASE]}, "completed"),
+    "complete": (
+        Q.job_complete_many,
+        lambda i: {"ids": [i], "leases": json.dumps({str(i): LEASE})},
+        "completed",
+    ),
     "cancel": (Q.job_cancel, lambda i: {"id": i, "reason": "race"}, "cancelled"),
     "rescue": (
         Q.job_rescue_many,

@@ -48,11 +48,15 @@ SELECT * FROM claimed ORDER BY priority, run_at, id;
 
 -- name: job_complete_many
 -- The hot path: every plain completion of a batch in one statement, moving each row from
--- jobs_hot to jobs_done.
+-- jobs_hot to jobs_done. The rows are reached by the primary key alone (`id = ANY`, in id
+-- order) and each lease is looked up in a jsonb map of id -> lease, with no join: joined
+-- to unnest(ids, leases), the generic plan put all of jobs_hot outside the batch whenever
+-- the table's statistics were taken while it was empty, as they often are between
+-- bursts, and a 1,000-row completion took 464 ms instead of 5-9.
 WITH finished AS (
     DELETE FROM awa_fast.jobs_hot j
-    USING unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS d(id, lease)
-    WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running'
+      AND j.run_lease = (%(leases)s::jsonb ->> j.id::text)::bigint
     RETURNING j.*
 )
 INSERT INTO awa_fast.jobs_done (

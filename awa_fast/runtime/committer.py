@@ -265,11 +265,11 @@ class Committer:
         ids = Int8Array([r.ids[i] for i in indices])
         leases = Int8Array([r.leases[i] for i in indices])
         if all(r.codes[i] == _COMPLETED and r.payloads[i] is None for i in indices):
-            lease_of = {str(r.ids[i]): r.leases[i] for i in indices}
+            lease_of = {r.ids[i]: r.leases[i] for i in indices}  # job_complete_many's map
             if len(lease_of) < len(indices):  # one job's attempts twice: one statement each
                 return {k: v for i in indices for k, v in self._execute(conn, r, [i]).items()}
-            batch = {"ids": ids, "leases": orjson.dumps(lease_of).decode()}
-            rows = conn.execute(Q.job_complete_many, batch).fetchall()
+            lease_map = orjson.dumps(lease_of, option=orjson.OPT_NON_STR_KEYS).decode()
+            rows = conn.execute(Q.job_complete_many, {"ids": ids, "leases": lease_map}).fetchall()
             return {row[0]: (row[0], "completed", None, None) for row in rows}
         if r.codes[indices[0]] == _LOST:
             backoff = self._retry_backoff

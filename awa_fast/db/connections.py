@@ -17,16 +17,22 @@ pick depends on the statistics of the moment, and its usual mistakes here were c
   included (statistics or not): 16-45 ms a sweep beside a 25-30k jobs/s load, against
   0.3 ms for an index scan, which skips the entries earlier scans marked dead.
 
+A planner setting cannot stop a nested loop from putting the table outside a batch joined
+as a table, which it did on the statistics of an emptied jobs_hot; so the statements on a
+batch of attempts join nothing (:class:`IdMap`).
+
 ``tests/db/test_queries.py`` plans each hot statement and each rescue sweep under these
-settings on an empty, an unanalyzed and an analyzed table and holds it to key access.
+settings on an empty, an emptied, an unanalyzed and an analyzed table and holds it to key
+access.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import psycopg
 from psycopg.adapt import Dumper
 from psycopg.postgres import types as pg_types
@@ -70,9 +76,30 @@ class _Int8ArrayDumper(Dumper):
         return ("{" + ",".join(map(str, obj.values)) + "}").encode()
 
 
+@dataclass(frozen=True, slots=True)
+class IdMap:
+    """A ``jsonb`` parameter mapping job ids to values (a batch's leases, outcomes or
+    rescue reasons). The statements on a batch of attempts reach their rows by id alone and
+    look each row's values up here rather than join the batch as a table, whose plan can
+    flip (awa_fast/db/sql/jobs.sql, job_complete_many)."""
+
+    values: Mapping[int, Any]
+
+
+class _IdMapDumper(Dumper):
+    oid = pg_types["jsonb"].oid
+
+    def dump(self, obj: IdMap) -> bytes:
+        return orjson.dumps(obj.values, option=orjson.OPT_NON_STR_KEYS)
+
+
+# Process-wide: the leader's connections pass these parameters too.
+psycopg.adapters.register_dumper(Int8Array, _Int8ArrayDumper)
+psycopg.adapters.register_dumper(IdMap, _IdMapDumper)
+
+
 def connect_hot(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
     conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=0, **kwargs)
-    conn.adapters.register_dumper(Int8Array, _Int8ArrayDumper)
     conn.execute(_APPLY)
     return conn
 
@@ -81,6 +108,5 @@ async def connect_hot_async(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[
     conn = await psycopg.AsyncConnection.connect(
         dsn, autocommit=True, prepare_threshold=0, **kwargs
     )
-    conn.adapters.register_dumper(Int8Array, _Int8ArrayDumper)
     await conn.execute(_APPLY)
     return conn

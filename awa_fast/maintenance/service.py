@@ -15,7 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from awa_fast.db import transitions as tr
-from awa_fast.db.connections import APPLY_IN_TRANSACTION
+from awa_fast.db.connections import APPLY_IN_TRANSACTION, IdMap, Int8Array
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.leader import Leader
 from awa_fast.runtime.followups import OutcomeContext, insert_followups
@@ -151,9 +151,9 @@ class Maintenance:
             cur = await conn.execute(
                 Q.job_rescue_many,
                 {
-                    "ids": [r[0] for r in found],
-                    "leases": [r[1] for r in found],
-                    "messages": [reason] * len(found),
+                    "ids": Int8Array([r[0] for r in found]),
+                    "leases": IdMap({r[0]: r[1] for r in found}),
+                    "messages": IdMap(dict.fromkeys((r[0] for r in found), reason)),
                     "base": backoff.base,
                     "max": backoff.max,
                     "jitter": backoff.jitter,

@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 
 from awa_fast._core import Batch, Batcher, InFlight, OutcomeRing
 from awa_fast.db import transitions as tr
-from awa_fast.db.connections import Int8Array
+from awa_fast.db.connections import IdMap, Int8Array
 from awa_fast.db.queries import Q
 from awa_fast.runtime.followups import FollowupRegistry, OutcomeContext, insert_followups
 from awa_fast.runtime.hooks import EventType, HookDispatcher
@@ -258,25 +258,24 @@ class Committer:
     ) -> dict[int, tuple[Any, ...]]:
         """Run the group's statement; returns applied id → (id, state, attempt, run_at).
 
-        Rows go in id order, the order every multi-row statement on running attempts uses
-        (the heartbeat too): two such statements then never wait on each other in a
-        cycle, which Postgres would break by failing one of them."""
-        indices = sorted(indices, key=r.ids.__getitem__)
-        ids = Int8Array([r.ids[i] for i in indices])
-        leases = Int8Array([r.leases[i] for i in indices])
+        The statements look each row's lease up by job id, so a group holding two attempts
+        of one job (an attempt rescued and claimed again while its first run still ends)
+        runs one statement for each."""
+        ids = [r.ids[i] for i in indices]
+        lease_of = {r.ids[i]: r.leases[i] for i in indices}
+        if len(lease_of) < len(indices):
+            return {k: v for i in indices for k, v in self._execute(conn, r, [i]).items()}
+        attempts = {"ids": Int8Array(ids), "leases": IdMap(lease_of)}
         if all(r.codes[i] == _COMPLETED and r.payloads[i] is None for i in indices):
-            lease_of = {r.ids[i]: r.leases[i] for i in indices}  # job_complete_many's map
-            if len(lease_of) < len(indices):  # one job's attempts twice: one statement each
-                return {k: v for i in indices for k, v in self._execute(conn, r, [i]).items()}
-            lease_map = orjson.dumps(lease_of, option=orjson.OPT_NON_STR_KEYS).decode()
-            rows = conn.execute(Q.job_complete_many, {"ids": ids, "leases": lease_map}).fetchall()
+            rows = conn.execute(Q.job_complete_many, attempts).fetchall()
             return {row[0]: (row[0], "completed", None, None) for row in rows}
         if r.codes[indices[0]] == _LOST:
             backoff = self._retry_backoff
             params = {
-                "ids": ids,
-                "leases": leases,
-                "messages": [r.extra(i).get("reason", "attempt lost") for i in indices],
+                **attempts,
+                "messages": IdMap(
+                    {r.ids[i]: r.extra(i).get("reason", "attempt lost") for i in indices}
+                ),
                 "base": backoff.base,
                 "max": backoff.max,
                 "jitter": backoff.jitter,
@@ -285,18 +284,8 @@ class Committer:
             }
             rows = conn.execute(Q.job_rescue_many, params).fetchall()
             return {row[0]: tuple(row) for row in rows}
-        extras = [r.extra(i) for i in indices]
-        params = {
-            "ids": ids,
-            "leases": leases,
-            "states": [tr.STATE_OF_CODE[r.codes[i]] for i in indices],
-            "delays": [r.numbers[i] for i in indices],
-            "errors": [_json_or_none(e.get("error")) for e in extras],
-            "progress": [_json_or_none(e.get("progress")) for e in extras],
-            "metadata": [_json_or_none(e.get("metadata") or None) for e in extras],
-            "callback_ids": [e.get("callback_id") for e in extras],
-            "dead": [r.codes[i] == _DEAD for i in indices],
-        }
+        outcomes = {r.ids[i]: _outcome_object(r, i) for i in indices}
+        params = {**attempts, "outcomes": IdMap(outcomes)}
         rows = conn.execute(Q.job_transition_many, params).fetchall()
         return {row[0]: tuple(row) for row in rows}
 
@@ -435,5 +424,14 @@ def _outcome(code: int, result: tuple[Any, ...]) -> tr.Outcome | None:
     return tr.OUTCOME_OF_CODE[code]
 
 
-def _json_or_none(value: object) -> str | None:
-    return None if value is None else orjson.dumps(value).decode()
+def _outcome_object(r: Records, i: int) -> dict[str, Any]:
+    """Record ``i`` as job_transition_many's outcome object: its target state, whether it
+    goes to the dlq, its delay, and the error, progress, metadata and callback id it
+    carries (keys absent when unset)."""
+    code = r.codes[i]
+    return {
+        **r.extra(i),
+        "state": tr.STATE_OF_CODE[code],
+        "dead": code == _DEAD,
+        "delay": r.numbers[i],
+    }

@@ -22,7 +22,7 @@ from psycopg.types.string import ByteaBinaryLoader
 
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db import transitions as tr
-from awa_fast.db.connections import Int8Array, connect_hot, connect_hot_async
+from awa_fast.db.connections import IdMap, Int8Array, connect_hot, connect_hot_async
 from awa_fast.db.queries import Q
 from awa_fast.errors import ConfigError
 from awa_fast.maintenance.service import Maintenance
@@ -541,14 +541,13 @@ class Runner:
         if not ids:
             self._flagged.clear()
             return
-        attempts = sorted(zip(ids, leases, strict=True))  # id order, as the committer's
-        params = {
-            "ids": Int8Array([a[0] for a in attempts]),
-            "leases": Int8Array([a[1] for a in attempts]),
-        }
+        running = set(zip(ids, leases, strict=True))
+        newest: dict[int, int] = {}  # an older attempt of a job cannot own its row
+        for job_id, lease in running:
+            newest[job_id] = max(lease, newest.get(job_id, lease))
+        params = {"ids": Int8Array(list(newest)), "leases": IdMap(newest)}
         cur = await conn.execute(Q.job_heartbeat_many, params)
         owned = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
-        running = set(attempts)
         for attempt in running:
             overdue = owned.get(attempt)
             if overdue is None:

@@ -9,7 +9,6 @@ commits.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from awa_fast.db.connections import IdMap
 from awa_fast.db.queries import Q
 from tests.factories import insert_job
 from tests.helpers import wait_until
@@ -28,7 +28,7 @@ FINISHERS: dict[str, Finisher] = {
     # name: (statement, its parameters for a job id, the state it leaves the job in)
     "complete": (
         Q.job_complete_many,
-        lambda i: {"ids": [i], "leases": json.dumps({str(i): LEASE})},
+        lambda i: {"ids": [i], "leases": IdMap({i: LEASE})},
         "completed",
     ),
     "cancel": (Q.job_cancel, lambda i: {"id": i, "reason": "race"}, "cancelled"),
@@ -36,8 +36,8 @@ FINISHERS: dict[str, Finisher] = {
         Q.job_rescue_many,
         lambda i: {
             "ids": [i],
-            "leases": [LEASE],
-            "messages": ["lost"],
+            "leases": IdMap({i: LEASE}),
+            "messages": IdMap({i: "lost"}),
             "from_state": "running",
             "dlq_all": False,
             "no_dlq": [],

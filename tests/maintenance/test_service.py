@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 import awa_fast
+from awa_fast.db.connections import IdMap
 from awa_fast.maintenance.leader import Leader
 from awa_fast.maintenance.service import MIN_PROMOTE_PAUSE, Maintenance
 from awa_fast.runtime.hooks import HookDispatcher
@@ -142,8 +143,8 @@ def test_rescue_is_guarded_by_run_lease(dsn: str, conn: psycopg.Connection[Any])
                 awa_fast.db.queries.Q.job_rescue_many,
                 {
                     "ids": [stale],
-                    "leases": [0],
-                    "messages": ["x"],
+                    "leases": IdMap({stale: 0}),
+                    "messages": IdMap({stale: "x"}),
                     "base": 1.0,
                     "max": 1.0,
                     "jitter": 0.0,

@@ -100,8 +100,18 @@ def test_completions_are_batched_in_one_statement(
     assert all(e.args == Act("x") for e in completed)
 
 
+# One of each batch statement: job_complete_many, job_transition_many, job_rescue_many.
+BATCHED = {
+    "completed": tr.COMPLETED,
+    "retried": tr.Transition(tr.Target.RETRYABLE, delay=30, error=tr.error_entry("x", 1)),
+    "lost": tr.Transition(tr.Target.LOST, reason="worker died"),
+}
+STATE_AFTER = {"completed": "completed", "retried": "retryable", "lost": "retryable"}
+
+
+@pytest.mark.parametrize("outcome", BATCHED)
 def test_a_batch_locks_its_rows_in_id_order(
-    harness: Harness, conn: psycopg.Connection[Any], dsn: str
+    harness: Harness, conn: psycopg.Connection[Any], dsn: str, outcome: str
 ) -> None:
     """The race behind a deadlock with the heartbeat: with the lowest row locked elsewhere,
     a batch given in descending order must wait on that row before it locks any other
@@ -110,10 +120,11 @@ def test_a_batch_locks_its_rows_in_id_order(
     low, high = sorted(_running(conn, 2))
     # A new version of `low` lands after `high`: an unordered plan would meet `high` first.
     conn.execute("UPDATE awa_fast.jobs_hot SET metadata = '{}' WHERE id = %s", (low,))
+    transition = BATCHED[outcome]
     with psycopg.connect(dsn) as holder, psycopg.connect(dsn, autocommit=True) as probe:
         holder.execute("SELECT 1 FROM awa_fast.jobs_hot WHERE id = %s FOR UPDATE", (low,))
         committing = threading.Thread(
-            target=harness.commit, args=([(high, 1, tr.COMPLETED), (low, 1, tr.COMPLETED)],)
+            target=harness.commit, args=([(high, 1, transition), (low, 1, transition)],)
         )
         committing.start()
         waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'"
@@ -123,7 +134,25 @@ def test_a_batch_locks_its_rows_in_id_order(
         holder.rollback()
         committing.join(30)
     assert not committing.is_alive()
-    assert states(dsn) == {"completed": 2}
+    assert states(dsn) == {STATE_AFTER[outcome]: 2}
+
+
+@pytest.mark.parametrize("outcome", BATCHED)
+def test_two_attempts_of_one_job_in_a_batch_settle_apart(
+    harness: Harness, conn: psycopg.Connection[Any], outcome: str
+) -> None:
+    """A batch can hold an attempt that was rescued and the job's next attempt, claimed by
+    this host while the first still ran. The statements look leases up by job id, one per
+    id: the newer attempt must be applied and the older found stale, never the reverse."""
+    [reclaimed] = _running(conn, 1, lease=2)
+    [other] = _running(conn, 1)
+    transition = BATCHED[outcome]
+    harness.commit([(reclaimed, 2, transition), (reclaimed, 1, transition), (other, 1, transition)])
+    stats = harness.committer.stats
+    assert (stats.applied, stats.stale) == (2, 1)
+    assert job(harness.dsn, reclaimed)["state"] == STATE_AFTER[outcome]
+    assert job(harness.dsn, reclaimed)["run_lease"] == 2
+    assert job(harness.dsn, other)["state"] == STATE_AFTER[outcome]
 
 
 def test_stale_attempt_is_dropped_with_no_event_and_no_followup(
@@ -144,7 +173,7 @@ def test_stale_attempt_is_dropped_with_no_event_and_no_followup(
 
 
 def test_every_mixed_outcome_in_one_batch(harness: Harness, conn: psycopg.Connection[Any]) -> None:
-    ids = _running(conn, 5)
+    ids = _running(conn, 7)
     error = tr.error_entry("ValueError: x", 1)
     harness.commit(
         [
@@ -169,16 +198,24 @@ def test_every_mixed_outcome_in_one_batch(harness: Harness, conn: psycopg.Connec
                     tr.Target.WAITING, delay=60, callback_id="5b0c0a56-7d3e-4c1e-9f51-1b2b3c4d5e6f"
                 ),
             ),
+            (ids[5], 1, tr.Transition(tr.Target.RELEASED)),
+            (ids[6], 1, tr.Transition(tr.Target.DEAD, error=tr.error_entry("d", 1, terminal=True))),
         ]
     )
-    got = [job(harness.dsn, i) for i in ids]
+    got = [job(harness.dsn, i) for i in ids[:6]]
     assert [j["state"] for j in got] == [
         "retryable",
         "scheduled",
         "cancelled",
         "failed",
         "waiting_external",
+        "available",
     ]
+    assert (got[5]["attempt"], got[5]["heartbeat_at"], got[5]["errors"]) == (0, None, [])
+    dead = conn.execute(
+        "SELECT dlq_reason, errors -> -1 ->> 'error' FROM awa_fast.dlq WHERE id = %s", (ids[6],)
+    ).fetchone()
+    assert dead == ("d", "d")
     assert got[0]["errors"] == [error] and got[0]["attempt"] == 1
     assert got[1]["attempt"] == 0
     assert str(got[4]["callback_id"]) == "5b0c0a56-7d3e-4c1e-9f51-1b2b3c4d5e6f"

@@ -48,11 +48,13 @@ SELECT * FROM claimed ORDER BY priority, run_at, id;
 
 -- name: job_complete_many
 -- The hot path: every plain completion of a batch in one statement, moving each row from
--- jobs_hot to jobs_done. The rows are reached by the primary key alone (`id = ANY`, in id
--- order) and each lease is looked up in a jsonb map of id -> lease, with no join: joined
--- to unnest(ids, leases), the generic plan put all of jobs_hot outside the batch whenever
--- the table's statistics were taken while it was empty, as they often are between
--- bursts, and a 1,000-row completion took 464 ms instead of 5-9.
+-- jobs_hot to jobs_done. Like every statement on a batch of attempts, it reaches the rows
+-- by the primary key alone (`id = ANY`, which visits and locks them in id order) and looks
+-- each attempt's lease up in a jsonb map of id -> lease: there is no join for the generic
+-- plan to turn inside out. Joined to unnest(ids, leases), the plan put all of jobs_hot
+-- outside the batch whenever the table's statistics were taken while it was empty, as they
+-- often are between bursts, and a 1,000-row completion took 464 ms instead of 5-9. A map
+-- holds one lease per id: a batch with two attempts of one job runs one statement each.
 WITH finished AS (
     DELETE FROM awa_fast.jobs_hot j
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running'
@@ -70,50 +72,62 @@ FROM finished
 RETURNING id;
 
 -- name: job_transition_many
--- Every other outcome, mixed in one batch. Rows that can still run here (waiting_external,
--- and available for a claim given back unstarted) are updated in place in jobs_hot; the
--- others move: finished ones (completed, failed, cancelled) to jobs_done, those that wait
--- for a later run (retryable, scheduled) to jobs_deferred, dead ones to the dlq.
--- Snooze and a given-back claim return their attempt.
-WITH d AS (
-    SELECT * FROM unnest(
-        %(ids)s::bigint[], %(leases)s::bigint[], %(states)s::awa_fast.job_state[],
-        %(delays)s::float8[], %(errors)s::jsonb[], %(progress)s::jsonb[], %(metadata)s::jsonb[],
-        %(callback_ids)s::uuid[], %(dead)s::boolean[]
-    ) AS d(id, lease, state, delay_s, error, progress, metadata, callback_id, dead)
-),
-stay AS (
+-- Every other outcome, mixed in one batch, its rows reached as job_complete_many reaches
+-- them. Each attempt's outcome is an object in the `outcomes` map: id -> {state, dead,
+-- delay, and error, progress, metadata, callback_id when set}. Rows that can still run here
+-- (waiting_external, and available for a claim given back unstarted) are updated in place,
+-- so a callback answered meanwhile follows the row's update; the others move: finished
+-- ones (completed, failed, cancelled) to jobs_done, those that wait for a later run
+-- (retryable, scheduled) to jobs_deferred, dead ones to the dlq. Snooze and a given-back
+-- claim return their attempt.
+WITH stay AS (
     UPDATE awa_fast.jobs_hot j
-    SET state = d.state,
-        attempt = CASE WHEN d.state = 'available' THEN j.attempt - 1 ELSE j.attempt END,
-        heartbeat_at = NULL,
-        deadline_at = NULL,
-        errors = CASE WHEN d.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(d.error) END,
-        progress = COALESCE(d.progress, j.progress),
-        metadata = CASE WHEN d.metadata IS NULL THEN j.metadata ELSE j.metadata || d.metadata END,
-        callback_id = COALESCE(d.callback_id, j.callback_id),
-        callback_timeout_at = CASE WHEN d.state = 'waiting_external'
-            THEN now() + make_interval(secs => d.delay_s) ELSE j.callback_timeout_at END
-    FROM d
-    WHERE d.state IN ('waiting_external', 'available') AND NOT d.dead
-      AND j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+    SET (state, attempt, heartbeat_at, deadline_at, errors, progress, metadata, callback_id,
+         callback_timeout_at) = (
+        SELECT (o ->> 'state')::awa_fast.job_state,
+               CASE WHEN o ->> 'state' = 'available' THEN j.attempt - 1 ELSE j.attempt END,
+               NULL::timestamptz, NULL::timestamptz,
+               CASE WHEN o ? 'error' THEN j.errors || jsonb_build_array(o -> 'error')
+                    ELSE j.errors END,
+               COALESCE(o -> 'progress', j.progress),
+               j.metadata || COALESCE(o -> 'metadata', '{}'),
+               COALESCE((o ->> 'callback_id')::uuid, j.callback_id),
+               CASE WHEN o ->> 'state' = 'waiting_external'
+                    THEN now() + make_interval(secs => (o ->> 'delay')::float8)
+                    ELSE j.callback_timeout_at END
+        FROM (SELECT %(outcomes)s::jsonb -> j.id::text AS o) AS outcome
+    )
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running'
+      AND j.run_lease = (%(leases)s::jsonb ->> j.id::text)::bigint
+      AND %(outcomes)s::jsonb -> j.id::text @> ANY(ARRAY[
+          '{"state": "waiting_external", "dead": false}',
+          '{"state": "available", "dead": false}']::jsonb[])
     RETURNING j.id, j.state, j.attempt, j.run_at
 ),
 moved AS (
     DELETE FROM awa_fast.jobs_hot j
-    USING d
-    WHERE (d.state NOT IN ('waiting_external', 'available') OR d.dead)
-      AND j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
-    RETURNING j.id, j.kind, j.queue, j.args, j.priority, j.attempt, j.max_attempts, j.run_at,
-              j.created_at, j.attempted_at, j.run_lease, j.tags, j.unique_key, j.callback_id,
-              j.callback_timeout_at, j.callback_result, j.deadline_seconds,
-              d.state, d.delay_s, d.dead,
-              CASE WHEN d.error IS NULL THEN j.errors
-                   ELSE j.errors || jsonb_build_array(d.error) END AS errors,
-              CASE WHEN d.metadata IS NULL THEN j.metadata
-                   ELSE j.metadata || d.metadata END AS metadata,
-              COALESCE(d.progress, j.progress) AS progress,
-              d.error AS new_error
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running'
+      AND j.run_lease = (%(leases)s::jsonb ->> j.id::text)::bigint
+      AND NOT %(outcomes)s::jsonb -> j.id::text @> ANY(ARRAY[
+          '{"state": "waiting_external", "dead": false}',
+          '{"state": "available", "dead": false}']::jsonb[])
+    RETURNING j.*, %(outcomes)s::jsonb -> j.id::text AS outcome
+),
+settled AS (
+    SELECT id, kind, queue, args, priority, max_attempts, run_at, created_at, attempted_at,
+           run_lease, tags, unique_key, callback_id, callback_timeout_at, callback_result,
+           deadline_seconds,
+           (outcome ->> 'state')::awa_fast.job_state AS state,
+           (outcome ->> 'dead')::boolean AS dead,
+           (outcome ->> 'delay')::float8 AS delay_s,
+           CASE WHEN outcome ->> 'state' = 'scheduled' THEN attempt - 1 ELSE attempt END
+               AS attempt,
+           CASE WHEN outcome ? 'error' THEN errors || jsonb_build_array(outcome -> 'error')
+                ELSE errors END AS errors,
+           COALESCE(outcome -> 'progress', progress) AS progress,
+           metadata || COALESCE(outcome -> 'metadata', '{}') AS metadata,
+           COALESCE(outcome -> 'error' ->> 'error', 'failed') AS dlq_reason
+    FROM moved
 ),
 finished AS (
     INSERT INTO awa_fast.jobs_done (
@@ -123,7 +137,7 @@ finished AS (
     SELECT id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
            attempted_at, now(), run_lease, errors, metadata, tags, progress, unique_key,
            callback_id, callback_result, deadline_seconds
-    FROM moved WHERE state IN ('completed', 'failed', 'cancelled') AND NOT dead
+    FROM settled WHERE state IN ('completed', 'failed', 'cancelled') AND NOT dead
     RETURNING id, state, attempt, run_at
 ),
 deferred AS (
@@ -131,12 +145,11 @@ deferred AS (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
         callback_id, callback_timeout_at, callback_result, deadline_seconds)
-    SELECT id, kind, queue, args, state, priority,
-           CASE WHEN state = 'scheduled' THEN attempt - 1 ELSE attempt END,
-           max_attempts, now() + make_interval(secs => delay_s), created_at,
-           attempted_at, now(), run_lease, errors, metadata, tags, progress, unique_key,
-           callback_id, callback_timeout_at, callback_result, deadline_seconds
-    FROM moved WHERE state IN ('retryable', 'scheduled')
+    SELECT id, kind, queue, args, state, priority, attempt, max_attempts,
+           now() + make_interval(secs => delay_s), created_at, attempted_at, now(), run_lease,
+           errors, metadata, tags, progress, unique_key, callback_id, callback_timeout_at,
+           callback_result, deadline_seconds
+    FROM settled WHERE state IN ('retryable', 'scheduled')
     RETURNING id, state, attempt, run_at
 ),
 buried AS (
@@ -146,8 +159,8 @@ buried AS (
         deadline_seconds, dlq_reason)
     SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at,
            created_at, attempted_at, now(), run_lease, errors, metadata, tags, progress,
-           unique_key, deadline_seconds, COALESCE(new_error->>'error', 'failed')
-    FROM moved WHERE dead
+           unique_key, deadline_seconds, dlq_reason
+    FROM settled WHERE dead
     RETURNING id, state, attempt, run_at
 )
 SELECT id, state::text AS state, attempt, run_at FROM stay
@@ -199,13 +212,15 @@ WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
 RETURNING id;
 
 -- name: job_heartbeat_many
--- One heartbeat for every attempt a host runs. It returns the attempts the host still owns
--- (a slot missing from the result was cancelled or rescued) and whether each is past its
--- deadline (so the host can set its cancel flag).
+-- One heartbeat for every attempt a host runs, its rows reached as job_complete_many
+-- reaches them (the map holds each job's newest lease the host runs: an older one cannot
+-- own the row). It returns the attempts the host still owns (a slot missing from the result
+-- was cancelled or rescued) and whether each is past its deadline (so the host can set its
+-- cancel flag).
 UPDATE awa_fast.jobs_hot j
 SET heartbeat_at = now()
-FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS d(id, lease)
-WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running'
+  AND j.run_lease = (%(leases)s::jsonb ->> j.id::text)::bigint
 RETURNING j.id, j.run_lease, j.deadline_at < now() AS overdue;
 
 -- name: job_insert_many
@@ -278,28 +293,19 @@ SELECT job_id FROM awa_fast.unique_claims WHERE unique_key = %(key)s;
 -- heartbeating, their deadline passed, their callback timed out — leave `from_state`:
 -- retryable with exponential backoff computed here, or, when the attempt was the last one,
 -- failed (or dead-lettered, for queues with a DLQ): a rescue never grants an extra run. The
--- error entry records the lost attempt.
-WITH d AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(messages)s::text[])
-        AS d(id, lease, message)
-),
-target AS (
-    SELECT j.id, d.message,
-           j.attempt >= j.max_attempts AS exhausted,
-           (%(dlq_all)s AND j.queue <> ALL(%(no_dlq)s::text[]))
-               OR j.queue = ANY(%(dlq)s::text[]) AS to_dlq
-    FROM awa_fast.jobs_hot j JOIN d ON j.id = d.id AND j.run_lease = d.lease
-    WHERE j.state = %(from_state)s::awa_fast.job_state
-    FOR UPDATE OF j
-),
-moved AS (
+-- error entry records the lost attempt, with the reason from the `messages` map (id ->
+-- text). The rows are reached as job_complete_many reaches them.
+WITH moved AS (
     DELETE FROM awa_fast.jobs_hot j
-    USING target t
-    WHERE j.id = t.id
-    RETURNING j.*, t.exhausted, t.to_dlq,
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = %(from_state)s::awa_fast.job_state
+      AND j.run_lease = (%(leases)s::jsonb ->> j.id::text)::bigint
+    RETURNING j.*,
+              j.attempt >= j.max_attempts AS exhausted,
+              (%(dlq_all)s AND j.queue <> ALL(%(no_dlq)s::text[]))
+                  OR j.queue = ANY(%(dlq)s::text[]) AS to_dlq,
               j.errors || jsonb_build_array(jsonb_build_object(
-                  'error', t.message, 'attempt', j.attempt, 'at', now())) AS new_errors,
-              t.message
+                  'error', %(messages)s::jsonb -> j.id::text, 'attempt', j.attempt,
+                  'at', now())) AS new_errors
 ),
 failed AS (
     INSERT INTO awa_fast.jobs_done (
@@ -332,7 +338,7 @@ buried AS (
         deadline_seconds, dlq_reason)
     SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at,
            created_at, attempted_at, now(), run_lease, new_errors, metadata, tags, progress,
-           unique_key, deadline_seconds, message
+           unique_key, deadline_seconds, new_errors -> -1 ->> 'error'
     FROM moved WHERE exhausted AND to_dlq
     RETURNING id, state, attempt, run_at
 )

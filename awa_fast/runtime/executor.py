@@ -25,7 +25,8 @@ log = logging.getLogger("awa_fast.executor")
 
 # Column order of a claimed row (job_claim_batch RETURNING; METADATA and ERRORS are NULL
 # when empty). Its jsonb columns hold jsonb's binary payload, a version byte and then the
-# JSON text (claim connections load them whole, see awa_fast.runtime.runner).
+# JSON text, and its timestamps microseconds since 2000-01-01 UTC (claim connections load
+# both as Postgres sends them, see awa_fast.runtime.runner).
 (
     ID,
     LEASE,
@@ -131,8 +132,8 @@ class Executor:
             metadata=_json(row[METADATA]) or {},
             errors=_json(row[ERRORS]) or [],
             progress=_json(row[PROGRESS]),
-            run_at=row[RUN_AT],
-            created_at=row[CREATED_AT],
+            run_at_us=row[RUN_AT],
+            created_at_us=row[CREATED_AT],
             cancelled=lambda: flags.is_cancelled(slot),
             callbacks=self.callbacks,
         )

@@ -79,7 +79,10 @@ RETURNING id;
 -- so a callback answered meanwhile follows the row's update; the others move: finished
 -- ones (completed, failed, cancelled) to jobs_done, those that wait for a later run
 -- (retryable, scheduled) to jobs_deferred, dead ones to the dlq. Snooze and a given-back
--- claim return their attempt.
+-- claim return their attempt. The rows that stay are locked before those that move, each
+-- in id order: against another statement over some of the same rows (a heartbeat, a
+-- rescue), Postgres may fail one of the two as a deadlock, and then the committer
+-- finalizes each job directly (a heartbeat or a rescue runs again at its next interval).
 WITH stay AS (
     UPDATE awa_fast.jobs_hot j
     SET (state, attempt, heartbeat_at, deadline_at, errors, progress, metadata, callback_id,

@@ -169,6 +169,18 @@ def test_report_takes_medians_and_marks_unsupported(tmp_path: Path) -> None:
     assert "pgqueuer" in table
 
 
+def test_sustained_rows_show_the_run_with_the_median_p99(tmp_path: Path) -> None:
+    """A sustained row is the run whose end-to-end p99 (the scenario's target) is the
+    median, whatever the runs' jobs/s: the fastest run may be the one that fell behind."""
+    runs = [
+        _row("awa-fast", rate, scenario="sustained", latency_ms={"p50": 1.0, "p99": p99})
+        for rate, p99 in ((45_000, 1_556.0), (37_000, 86.0), (50_000, 520.0))
+    ]
+    bench.save_results(tmp_path / "awa-fast.jsonl", runs)
+    [row] = report.summarize(report.load_results([tmp_path / "awa-fast.jsonl"]))
+    assert (row["latency_ms"]["p99"], row["median_of"]) == (520.0, 3)
+
+
 def test_cli_bench_writes_json_lines_and_a_table(server_url: str, tmp_path: Path) -> None:
     from awa_fast.cli import main
 

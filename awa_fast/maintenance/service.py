@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,29 +29,35 @@ log = logging.getLogger("awa_fast.maintenance")
 
 MIN_PROMOTE_PAUSE = 0.002  # a due job that a concurrent promoter holds: do not spin on it
 
-# (selecting query, the state rescued attempts leave, the error each records)
+STALE = "heartbeat stale: the host running it stopped reporting"
+# (selecting query, the state rescued attempts leave, the error each records, whether it is
+# a backstop: a read of all of jobs_hot, run every backstop_interval only)
 RESCUES = (
-    ("job_select_stale", "running", "heartbeat stale: the host running it stopped reporting"),
-    ("job_select_overdue", "running", "deadline exceeded"),
-    ("job_select_callback_expired", "waiting_external", "callback timed out"),
+    ("job_select_callback_expired", "waiting_external", "callback timed out", False),
+    ("job_select_stale", "running", STALE, True),
+    ("job_select_overdue", "running", "deadline exceeded", True),
 )
 
 
 async def _sweep(
-    conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any]
+    conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any], *, by_index: bool
 ) -> list[tuple[int, int]]:
-    """The (id, run_lease) pairs a rescue sweep selects, read by an index scan of the
-    partial index of running or parked rows, under the hot connections' planner settings.
+    """The (id, run_lease) pairs a rescue sweep selects. ``by_index``: read by an index
+    scan of a partial index (the callback sweep's, of parked rows), under the hot
+    connections' planner settings; otherwise a backstop's read of the whole table, left
+    to the planner (under those settings its sequential scan would cost enough to be
+    JIT-compiled each time).
 
-    Those rows number at most the fleet's concurrency, while jobs_hot holds every job
+    Parked rows number at most the fleet's concurrency, while jobs_hot holds every job
     waiting to run and every row version dead since the last vacuum. Left to itself, the
-    planner read the whole table for the overdue sweep, with parallel workers, every
-    rescue interval while the table had no statistics (a new table: autovacuum may take a
+    planner read the whole table for such a sweep, with parallel workers, every rescue
+    interval while the table had no statistics (a new table: autovacuum may take a
     minute to analyze it), and with or without them took a bitmap of the index, which
     visits every dead entry since the last vacuum where an index scan skips those already
     marked dead (awa_fast.db.connections)."""
     async with conn.transaction():
-        await conn.execute(APPLY_IN_TRANSACTION)
+        if by_index:
+            await conn.execute(APPLY_IN_TRANSACTION)
         cur = await conn.execute(query, params)
         return await cur.fetchall()
 
@@ -78,7 +84,7 @@ class Maintenance:
     async def run(self, stopping: Callable[[], bool]) -> None:
         conn: psycopg.AsyncConnection[Any] | None = None
         loop = asyncio.get_running_loop()
-        next_election = next_rescue = next_cleanup = next_vacuum = 0.0
+        next_election = next_rescue = next_backstop = next_cleanup = next_vacuum = 0.0
         try:
             while not stopping():
                 now = loop.time()
@@ -96,7 +102,10 @@ class Maintenance:
                         pause = await self.promote_pause(conn)
                         if now >= next_rescue:
                             next_rescue = now + self.config.rescue_interval
-                            await self.rescue_once(conn)
+                            backstop = now >= next_backstop
+                            if backstop:
+                                next_backstop = now + self.config.backstop_interval
+                            await self.rescue_once(conn, backstop=backstop)
                         if now >= next_cleanup:
                             next_cleanup = now + self.config.cleanup_interval
                             await self.clean_once(conn)
@@ -134,41 +143,71 @@ class Maintenance:
             return self.config.promote_interval
         return min(self.config.promote_interval, max(MIN_PROMOTE_PAUSE, float(row[0])))
 
-    async def rescue_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
-        """Rescue stale, overdue and callback-expired attempts (each guarded by run_lease,
-        each respecting max_attempts); then events and rescue follow-ups, best effort."""
-        backoff = self.config.backoff
+    async def rescue_once(
+        self, conn: psycopg.AsyncConnection[Any], *, backstop: bool = True
+    ) -> dict[str, int]:
+        """Rescue the attempts of dead hosts, callback-expired attempts and, with
+        ``backstop``, stale and overdue attempts no dead host accounts for (each guarded by
+        run_lease, each respecting max_attempts); then events and rescue follow-ups, best
+        effort."""
         limits = {
             "staleness_s": self.config.heartbeat_staleness,
             "grace_s": self.config.deadline_grace,
             "limit": self.config.rescue_batch,
         }
         counts: dict[str, int] = {}
-        for select, from_state, reason in RESCUES:
-            found = await _sweep(conn, getattr(Q, select), limits)
+        async with conn.transaction():
+            cur = await conn.execute(Q.host_take_dead, limits)
+            dead = [row[0] for row in await cur.fetchall()]
+            if dead:
+                cur = await conn.execute(Q.job_select_of_hosts, {"hosts": dead})
+                found = await cur.fetchall()
+                counts["host_take_dead"] = len(found)
+                rescued = await self._rescue(conn, found, "running", STALE)
+        if dead:
+            log.warning("hosts %s stopped heartbeating: %d attempts rescued", dead, len(rescued))
+            await self._after_rescue(rescued, STALE)
+        for select, from_state, reason, is_backstop in RESCUES:
+            if is_backstop and not backstop:
+                continue
+            found = await _sweep(conn, getattr(Q, select), limits, by_index=not is_backstop)
             if not found:
                 continue
-            cur = await conn.execute(
-                Q.job_rescue_many,
-                {
-                    "ids": Int8Array([r[0] for r in found]),
-                    "leases": IdMap({r[0]: r[1] for r in found}),
-                    "messages": IdMap(dict.fromkeys((r[0] for r in found), reason)),
-                    "base": backoff.base,
-                    "max": backoff.max,
-                    "jitter": backoff.jitter,
-                    "from_state": from_state,
-                    **self.config.dlq_params(),
-                },
-            )
-            rescued = await cur.fetchall()
+            rescued = await self._rescue(conn, found, from_state, reason)
             counts[select] = len(rescued)
             if rescued:
                 log.warning("rescued %d attempts: %s", len(rescued), reason)
-                await self._after_rescue([r[0] for r in rescued], reason)
+                await self._after_rescue(rescued, reason)
         for key, value in counts.items():
             self.stats.rescued[key] = self.stats.rescued.get(key, 0) + value
         return counts
+
+    async def _rescue(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        found: Sequence[tuple[int, int]],
+        from_state: str,
+        reason: str,
+    ) -> list[int]:
+        """Rescue the (id, run_lease) attempts ``found`` in ``from_state``; returns the ids
+        rescued (an attempt that finished or moved on meanwhile is left alone)."""
+        if not found:
+            return []
+        backoff = self.config.backoff
+        cur = await conn.execute(
+            Q.job_rescue_many,
+            {
+                "ids": Int8Array([r[0] for r in found]),
+                "leases": IdMap({r[0]: r[1] for r in found}),
+                "messages": IdMap(dict.fromkeys((r[0] for r in found), reason)),
+                "base": backoff.base,
+                "max": backoff.max,
+                "jitter": backoff.jitter,
+                "from_state": from_state,
+                **self.config.dlq_params(),
+            },
+        )
+        return [row[0] for row in await cur.fetchall()]
 
     async def _after_rescue(self, ids: list[int], reason: str) -> None:
         """Rescued events and on_rescued_enqueue follow-ups, after the rescue committed.

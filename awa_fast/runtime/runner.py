@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 import psycopg
@@ -37,6 +39,8 @@ from awa_fast.types import JobRow
 from awa_fast.worker import Registry, instant
 
 log = logging.getLogger("awa_fast.runner")
+
+T = TypeVar("T")
 
 DEFAULT_CONCURRENCY = 100
 CAPACITY_RECHECK = 0.05  # seconds between looks at capacity while claiming waits for it
@@ -70,6 +74,9 @@ class RunnerConfig:
     max_worker_memory_mb: float | None = None
     election_interval: float = 1.0
     rescue_interval: float = 1.0
+    # The per-row sweeps read all of jobs_hot: the attempts no dead host accounts for
+    # (awa_fast/db/sql/maintenance.sql, job_select_stale) wait for them this long at most.
+    backstop_interval: float = 60.0
     rescue_batch: int = 1000
     heartbeat_staleness: float = 30.0
     deadline_grace: float = 5.0
@@ -122,6 +129,7 @@ class RunnerConfig:
             "shutdown_timeout",
             "election_interval",
             "rescue_interval",
+            "backstop_interval",
             "heartbeat_staleness",
             "deadline_grace",
             "cleanup_interval",
@@ -264,6 +272,7 @@ class Runner:
         self._services: list[asyncio.Task[None]] = []
         self._claimers: list[asyncio.Task[None]] = []
         self.claimed = 0
+        self.host_id: int | None = None  # this host's row in awa_fast.hosts, once started
 
     def make_executor(self, threads: ThreadPoolExecutor | None = None) -> Executor:
         """The executor every worker (local or forked) runs handlers with."""
@@ -289,7 +298,11 @@ class Runner:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.workers.start()
-        claim_conns = [await self._connect_at_start() for _ in range(self.config.claimers)]
+        await self._at_start(self._register_new_host, what="host registration")
+        claim_conns = [
+            await self._at_start(self._connect, what="claim connection")
+            for _ in range(self.config.claimers)
+        ]
         self.hooks.start()
         self._commit_thread = threading.Thread(
             target=self.committer.run,
@@ -323,7 +336,32 @@ class Runner:
         self._commit_stop.set()
         if self._commit_thread is not None:
             await asyncio.to_thread(self._commit_thread.join)
+        await self._forget_host()
         self.hooks.stop()
+
+    async def _register_new_host(self) -> None:
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            await self._register_host(conn)
+
+    async def _register_host(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """A row in awa_fast.hosts before the first claim: claims stamp their rows with
+        its id, and the leader rescues them if the row's heartbeat goes stale."""
+        name = f"{socket.gethostname()}:{os.getpid()}"
+        cur = await conn.execute(Q.host_register, {"name": name})
+        row = await cur.fetchone()
+        assert row is not None
+        self.host_id = int(row[0])
+
+    async def _forget_host(self) -> None:
+        """Remove this host's row once nothing runs here; an attempt still running (its
+        handler ignored the shutdown) leaves the row to go stale, and the leader to rescue
+        it."""
+        ids, _ = self.inflight.running()
+        if ids or self.host_id is None:
+            return
+        with contextlib.suppress(psycopg.Error):
+            async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+                await conn.execute(Q.host_forget, {"id": self.host_id})
 
     def capacity_freed(self) -> None:
         """Handlers returned (a local one, or outcomes the committer drained): wake claiming
@@ -351,18 +389,20 @@ class Runner:
         conn.adapters.register_loader("timestamptz", Int8BinaryLoader)
         return conn
 
-    async def _connect_at_start(self, *, attempts: int = 4) -> psycopg.AsyncConnection[Any]:
-        """A claim connection for ``start``, which fails fast when the database cannot be
-        reached, but not on one session cut off while it was being set up (a restart or
-        ``pg_terminate_backend`` at that moment): that is retried a few times, as the claim
-        loop retries it later."""
+    async def _at_start(
+        self, step: Callable[[], Awaitable[T]], *, what: str, attempts: int = 4
+    ) -> T:
+        """``step()`` (a connection or the host's registration) for ``start``, which fails
+        fast when the database cannot be reached, but not on one session cut off while it
+        was being set up (a restart or ``pg_terminate_backend`` at that moment): that is
+        retried a few times, as the claim loop retries it later."""
         for attempt in range(attempts - 1):
             try:
-                return await self._connect()
+                return await step()
             except psycopg.OperationalError as exc:
-                log.warning("claim connection failed at start (%s); retrying", exc)
+                log.warning("%s failed at start (%s); retrying", what, exc)
                 await asyncio.sleep(_retry_delay(attempt))
-        return await self._connect()
+        return await step()
 
     async def _claim_loop(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Claim on ``conn`` until stopping.
@@ -443,7 +483,12 @@ class Runner:
             try:
                 cur = await conn.execute(
                     Q.job_claim_batch,
-                    {"queue": queue, "limit": want, "deadline_s": self.config.deadline_for(queue)},
+                    {
+                        "queue": queue,
+                        "limit": want,
+                        "deadline_s": self.config.deadline_for(queue),
+                        "host_id": self.host_id,
+                    },
                     binary=True,
                 )
                 rows = await cur.fetchall()
@@ -535,9 +580,17 @@ class Runner:
                 await conn.close()
 
     async def _heartbeat_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """One UPDATE for every attempt running on this host. Attempts it no longer owns
-        (cancelled, rescued) or that are past their deadline get their cancel flag; a
-        handler still running ``deadline_grace`` after that has its worker recycled."""
+        """This host's heartbeat, then one UPDATE for every attempt running here. Attempts
+        it no longer owns (cancelled, rescued) or that are past their deadline get their
+        cancel flag; a handler still running ``deadline_grace`` after that has its worker
+        recycled."""
+        cur = await conn.execute(Q.host_heartbeat, {"id": self.host_id})
+        if await cur.fetchone() is None:
+            log.warning(
+                "host %s was taken for dead and its attempts rescued; registering again",
+                self.host_id,
+            )
+            await self._register_host(conn)
         ids, leases = self.inflight.running()
         if not ids:
             self._flagged.clear()
@@ -546,7 +599,7 @@ class Runner:
         newest: dict[int, int] = {}  # an older attempt of a job cannot own its row
         for job_id, lease in running:
             newest[job_id] = max(lease, newest.get(job_id, lease))
-        params = {"ids": Int8Array(list(newest)), "leases": IdMap(newest)}
+        params = {"ids": Int8Array(list(newest)), "leases": IdMap(newest), "host_id": self.host_id}
         cur = await conn.execute(Q.job_heartbeat_many, params)
         owned = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
         for attempt in running:

@@ -98,14 +98,15 @@ _RUNNING_ROWS = (
 
 
 @pytest.mark.parametrize("statistics", ["all running", "emptied"])
-def test_rescue_sweeps_never_scan_the_whole_table(
+def test_rescue_between_backstops_never_scans_the_whole_table(
     dsn: str, conn: psycopg.Connection[Any], statistics: str
 ) -> None:
     """Statistics taken while every row ran make the planner reckon the table all running;
-    once those rows have finished, the sweeps must still reach the few running and parked
-    rows through their indexes, not read every finished row each rescue interval. Taken
-    while the table was empty (the leader's VACUUM between bursts), they make a table of
-    thousands of running rows look empty: the rescue must still reach its rows by key."""
+    once those rows have finished, the callback sweep must still reach the few parked rows
+    through its index, not read every finished row each rescue interval. Taken while the
+    table was empty (the leader's VACUUM between bursts), they make a table of thousands
+    of running rows look empty: the rescue must still reach its rows by key. Stale and
+    overdue rows wait for the backstop, which reads the whole table, and rescues them."""
     conn.execute(_RUNNING_ROWS)
     if statistics == "all running":
         conn.execute("ANALYZE awa_fast.jobs_hot")
@@ -120,11 +121,11 @@ def test_rescue_sweeps_never_scan_the_whole_table(
     _set(conn, stale, "heartbeat_at = now() - interval '1 hour'")
     waiting = insert_job(conn, state="waiting_external", attempt=1, run_lease=1)
     _set(conn, waiting, "callback_timeout_at = now() - interval '1 second'")
+    maintenance = _maintenance(dsn, deadline_grace=5.0, heartbeat_staleness=30.0)
 
-    async def rescue_in_one_transaction() -> tuple[dict[str, int], int]:
-        maintenance = _maintenance(dsn, deadline_grace=5.0, heartbeat_staleness=30.0)
+    async def rescue_in_one_transaction(*, backstop: bool) -> tuple[dict[str, int], int]:
         async with await psycopg.AsyncConnection.connect(dsn) as c:
-            counts = await maintenance.rescue_once(c)
+            counts = await maintenance.rescue_once(c, backstop=backstop)
             cur = await c.execute(
                 "SELECT seq_scan FROM pg_stat_xact_user_tables"
                 " WHERE relid = 'awa_fast.jobs_hot'::regclass"
@@ -134,14 +135,40 @@ def test_rescue_sweeps_never_scan_the_whole_table(
         assert row is not None
         return counts, row[0]
 
-    counts, seq_scans = run(rescue_in_one_transaction())
-    assert counts == {
-        "job_select_stale": 1,
-        "job_select_overdue": 1,
-        "job_select_callback_expired": 1,
-    }
-    assert seq_scans == 0
+    assert run(rescue_in_one_transaction(backstop=False)) == (
+        {"job_select_callback_expired": 1},
+        0,
+    )
+    assert [job(dsn, j)["state"] for j in (overdue, stale)] == ["running"] * 2
+    counts, _ = run(rescue_in_one_transaction(backstop=True))
+    assert counts == {"job_select_stale": 1, "job_select_overdue": 1}
     assert [job(dsn, j)["state"] for j in (overdue, stale, waiting)] == ["retryable"] * 3
+
+
+def test_a_dead_hosts_attempts_are_rescued_at_once(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """A host whose row stopped heartbeating is removed and its running attempts rescued
+    at the next rescue interval, though each attempt's own heartbeat is fresh; a live
+    host's attempts stay. The row goes in the rescue's transaction."""
+    dead_host, live_host = (
+        conn.execute(
+            "INSERT INTO awa_fast.hosts (name, heartbeat_at) VALUES (%s, now() - %s::interval)"
+            " RETURNING id",
+            (name, age),
+        ).fetchone()[0]  # type: ignore[index]
+        for name, age in (("dead", "1 hour"), ("live", "0 seconds"))
+    )
+    lost = insert_job(conn, state="running", attempt=1, run_lease=1)
+    _set(conn, lost, f"host_id = {dead_host}")
+    kept = insert_job(conn, state="running", attempt=1, run_lease=1)
+    _set(conn, kept, f"host_id = {live_host}")
+
+    counts = run(_once(dsn, "rescue_once", heartbeat_staleness=30.0))
+    assert counts == {"host_take_dead": 1}
+    assert job(dsn, lost)["state"] == "retryable"
+    assert job(dsn, lost)["errors"][-1]["error"].startswith("heartbeat stale")
+    assert job(dsn, kept)["state"] == "running"
+    hosts = conn.execute("SELECT id FROM awa_fast.hosts").fetchall()
+    assert hosts == [(live_host,)]
 
 
 def test_rescue_is_guarded_by_run_lease(dsn: str, conn: psycopg.Connection[Any]) -> None:

@@ -141,12 +141,13 @@ def test_deadline_per_queue_and_per_job(dsn: str) -> None:
     assert seen == {"queue": 50.0, "job": 7.0, "default": 100.0}
 
 
-def test_start_retries_a_claim_connection_then_fails_fast(
+def test_start_retries_a_cut_session_then_fails_fast(
     dsn: str, server_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A claim connection cut off while the runner starts (a restart, an admin's
-    pg_terminate_backend) is retried a few times; a database that stays unreachable still
-    fails start() within a second, with the database's own error."""
+    """A session cut off while the runner starts (its host registration or a claim
+    connection: a restart, an admin's pg_terminate_backend) is retried a few times; a
+    database that stays unreachable still fails start() within a second, with the
+    database's own error."""
     client = awa_fast.AsyncClient(dsn)
     client.task(Mark)(lambda job: None)
     name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
@@ -165,5 +166,5 @@ def test_start_retries_a_claim_connection_then_fails_fast(
 
     with caplog.at_level(logging.WARNING, logger="awa_fast.runner"):
         run(main())
-    retries = [r for r in caplog.records if "claim connection failed at start" in r.message]
+    retries = [r for r in caplog.records if "registration failed at start" in r.message]
     assert len(retries) == 3

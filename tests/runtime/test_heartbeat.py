@@ -4,6 +4,7 @@ attempt it no longer owns or that is past its deadline."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -12,7 +13,7 @@ import awa_fast
 from awa_fast.db.connections import connect_hot_async
 from awa_fast.runtime.runner import Runner, RunnerConfig
 from tests.factories import insert_job
-from tests.helpers import run
+from tests.helpers import run, run_until, settled
 
 
 def _heartbeat_at(conn: psycopg.Connection[Any], job_id: int) -> Any:
@@ -61,3 +62,65 @@ def test_heartbeat_keeps_owned_attempts_and_flags_the_rest(
         (overdue, 1): True,
     }
     assert all(_heartbeat_at(conn, j) > before[j] for j in (owned, reclaimed, overdue))
+
+
+@dataclass
+class Look:
+    n: int
+
+
+def test_a_host_stamps_its_claims_and_leaves_no_row_behind(dsn: str) -> None:
+    """A running host has a row in awa_fast.hosts; its claims carry that row's id (what
+    the leader rescues a dead host's attempts by); a clean stop removes the row."""
+    client = awa_fast.AsyncClient(dsn)
+    seen: dict[str, Any] = {}
+
+    @client.task(Look)
+    async def look(job: awa_fast.Job[Look]) -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as c:
+            cur = await c.execute(
+                "SELECT j.host_id, h.id FROM awa_fast.jobs_hot j"
+                " LEFT JOIN awa_fast.hosts h ON h.id = j.host_id WHERE j.id = %s",
+                (job.id,),
+            )
+            seen["row"] = await cur.fetchone()
+
+    async def main() -> None:
+        async with client:
+            await client.insert(Look(1))
+            await run_until(client, {"default": 2}, lambda: settled(dsn))
+
+    run(main())
+    host_id, registered = seen["row"]
+    assert host_id is not None and registered == host_id
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM awa_fast.hosts").fetchone() == (0,)
+
+
+def test_a_host_taken_for_dead_registers_again_and_restamps_its_attempts(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """The leader removed this host's row (its heartbeat was late) while an attempt still
+    ran here: the next heartbeat registers a new row and moves the attempt to it, so the
+    attempt is not an orphan that only the backstop would find."""
+    job_id = insert_job(conn, state="running", attempt=1, run_lease=1)
+    with awa_fast.Client(dsn) as client:
+        runner = Runner(dsn, client.handlers, {"default": 8}, RunnerConfig())
+
+    async def beat_twice() -> tuple[int | None, int | None]:
+        runner._loop = asyncio.get_running_loop()
+        runner.inflight.acquire_slot(job_id, 1, 0, 0)
+        async with await connect_hot_async(dsn) as hot:
+            await runner._register_host(hot)
+            first = runner.host_id
+            await hot.execute("DELETE FROM awa_fast.hosts WHERE id = %s", (first,))
+            await runner._heartbeat_once(hot)
+        return first, runner.host_id
+
+    first, second = run(beat_twice())
+    assert first is not None and second is not None and second != first
+    stamped = conn.execute(
+        "SELECT host_id FROM awa_fast.jobs_hot WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert stamped == (second,)
+    assert conn.execute("SELECT id FROM awa_fast.hosts").fetchall() == [(second,)]

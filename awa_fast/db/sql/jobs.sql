@@ -23,6 +23,7 @@ WITH claimed AS (
         run_lease = j.run_lease + 1,
         attempted_at = now(),
         heartbeat_at = now(),
+        host_id = %(host_id)s,
         deadline_at = now() + make_interval(secs => COALESCE(j.deadline_seconds, %(deadline_s)s)),
         -- A callback id belongs to the attempt that registered it: one from an earlier
         -- attempt must not resolve this one.
@@ -220,11 +221,23 @@ RETURNING id;
 -- own the row). It returns the attempts the host still owns (a slot missing from the result
 -- was cancelled or rescued) and whether each is past its deadline (so the host can set its
 -- cancel flag).
+-- It stamps them with the host's current id too: a host the leader took for dead, and
+-- that registered again, moves its attempts to its new row here.
 UPDATE awa_fast.jobs_hot j
-SET heartbeat_at = now()
+SET heartbeat_at = now(), host_id = %(host_id)s
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running'
   AND j.run_lease = (%(leases)s::jsonb ->> j.id::text)::bigint
 RETURNING j.id, j.run_lease, j.deadline_at < now() AS overdue;
+
+-- name: host_register
+INSERT INTO awa_fast.hosts (name) VALUES (%(name)s) RETURNING id;
+
+-- name: host_heartbeat
+-- No row: the leader took this host for dead and rescued its attempts.
+UPDATE awa_fast.hosts SET heartbeat_at = now() WHERE id = %(id)s RETURNING id;
+
+-- name: host_forget
+DELETE FROM awa_fast.hosts WHERE id = %(id)s;
 
 -- name: job_insert_many
 -- Insert rows given as parallel arrays; rows due now go to jobs_hot, future rows to

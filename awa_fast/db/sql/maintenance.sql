@@ -3,19 +3,33 @@
 -- name: leader_try_acquire
 SELECT pg_try_advisory_lock(%(key)s);
 
+-- name: host_take_dead
+-- Hosts that stopped heartbeating, removed; the same transaction rescues their attempts
+-- (job_select_of_hosts), so a failed rescue leaves them to the next sweep.
+DELETE FROM awa_fast.hosts
+WHERE heartbeat_at < now() - make_interval(secs => %(staleness_s)s)
+RETURNING id;
+
+-- name: job_select_of_hosts
+-- The running attempts of dead hosts: a read of all of jobs_hot, only when a host died.
+SELECT id, run_lease FROM awa_fast.jobs_hot
+WHERE state = 'running' AND host_id = ANY(%(hosts)s::bigint[]);
+
 -- name: job_select_stale
--- Running attempts whose host stopped heartbeating.
+-- The backstop, a read of all of jobs_hot every backstop interval: running attempts whose
+-- own heartbeat went stale although no dead host was found for them (a claim whose rows
+-- its host never received, an attempt whose finalize failed, a host that died between
+-- being taken for dead and stamping its attempts with its new id).
 SELECT id, run_lease FROM awa_fast.jobs_hot
 WHERE state = 'running' AND heartbeat_at < now() - make_interval(secs => %(staleness_s)s)
 ORDER BY heartbeat_at
 LIMIT %(limit)s;
 
 -- name: job_select_overdue
--- Running attempts past their hard deadline plus the grace their handler had to stop
--- (`heartbeat_at IS NOT NULL` lets the scan read only running rows: jobs_hot_heartbeat).
+-- The backstop for deadlines, which each live host enforces itself: running attempts past
+-- their hard deadline plus the grace their handler had to stop.
 SELECT id, run_lease FROM awa_fast.jobs_hot
-WHERE state = 'running' AND heartbeat_at IS NOT NULL
-  AND deadline_at < now() - make_interval(secs => %(grace_s)s)
+WHERE state = 'running' AND deadline_at < now() - make_interval(secs => %(grace_s)s)
 ORDER BY deadline_at
 LIMIT %(limit)s;
 

@@ -12,10 +12,11 @@ pick depends on the statistics of the moment, and its usual mistakes here were c
 * a custom plan joined a batch of ids against a bitmap scan of every row of a state,
   which visits every dead version left since the last vacuum and marks none, so under
   load each statement got slower than the last;
-* the leader's overdue sweep, once a second, read all of jobs_hot with parallel workers
-  (no statistics yet) or went through a bitmap of every heartbeat entry, dead ones
-  included (statistics or not): 16-45 ms a sweep beside a 25-30k jobs/s load, against
-  0.3 ms for an index scan, which skips the entries earlier scans marked dead.
+* a rescue sweep of the leader, once a second, read all of jobs_hot with parallel
+  workers (no statistics yet) or went through a bitmap of every entry of its partial
+  index, dead ones included (statistics or not): 16-45 ms a sweep beside a 25-30k jobs/s
+  load, against 0.3 ms for an index scan, which skips the entries earlier scans marked
+  dead.
 
 A planner setting cannot stop a nested loop from putting the table outside a batch joined
 as a table, which it did on the statistics of an emptied jobs_hot; so the statements on a

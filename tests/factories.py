@@ -78,3 +78,21 @@ def finish_jobs(
             "columns": orjson.dumps(columns).decode(),
         },
     )
+
+
+def insert_running(conn: psycopg.Connection[Any], count: int) -> None:
+    """``count`` running attempts (lease 1, a fresh heartbeat) in jobs_hot."""
+    conn.execute(
+        "INSERT INTO awa_fast.jobs_hot (kind, queue, state, attempt, run_lease, heartbeat_at)"
+        " SELECT 'k', 'default', 'running', 1, 1, now() FROM generate_series(1, %s)",
+        (count,),
+    )
+
+
+def record_emptied_statistics(conn: psycopg.Connection[Any], *, running: int) -> None:
+    """jobs_hot with ``running`` running attempts and statistics that say it is empty: what
+    the leader's VACUUM records between bursts, when the table holds dead versions only."""
+    insert_running(conn, running)
+    conn.execute("DELETE FROM awa_fast.jobs_hot")
+    conn.execute("VACUUM ANALYZE awa_fast.jobs_hot")
+    insert_running(conn, running)

@@ -15,7 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from awa_fast.db import transitions as tr
-from awa_fast.db.connections import APPLY_IN_TRANSACTION, IdMap, Int8Array
+from awa_fast.db.connections import APPLY_IN_TRANSACTION, rescue_params
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.leader import Leader
 from awa_fast.runtime.followups import OutcomeContext, insert_followups
@@ -193,20 +193,14 @@ class Maintenance:
         rescued (an attempt that finished or moved on meanwhile is left alone)."""
         if not found:
             return []
-        backoff = self.config.backoff
-        cur = await conn.execute(
-            Q.job_rescue_many,
-            {
-                "ids": Int8Array([r[0] for r in found]),
-                "leases": IdMap({r[0]: r[1] for r in found}),
-                "messages": IdMap(dict.fromkeys((r[0] for r in found), reason)),
-                "base": backoff.base,
-                "max": backoff.max,
-                "jitter": backoff.jitter,
-                "from_state": from_state,
-                **self.config.dlq_params(),
-            },
+        params = rescue_params(
+            dict(found),
+            dict.fromkeys((job_id for job_id, _ in found), reason),
+            from_state=from_state,
+            backoff=self.config.backoff,
+            dlq=self.config.dlq_params(),
         )
+        cur = await conn.execute(Q.job_rescue_many, params)
         return [row[0] for row in await cur.fetchall()]
 
     async def _after_rescue(self, ids: list[int], reason: str) -> None:

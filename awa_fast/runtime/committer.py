@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 
 from awa_fast._core import Batch, Batcher, InFlight, OutcomeRing
 from awa_fast.db import transitions as tr
-from awa_fast.db.connections import IdMap, Int8Array
+from awa_fast.db.connections import IdMap, attempts_params, rescue_params
 from awa_fast.db.queries import Q
 from awa_fast.runtime.followups import FollowupRegistry, OutcomeContext, insert_followups
 from awa_fast.runtime.hooks import EventType, HookDispatcher
@@ -261,27 +261,21 @@ class Committer:
         The statements look each row's lease up by job id, so a group holding two attempts
         of one job (an attempt rescued and claimed again while its first run still ends)
         runs one statement for each."""
-        ids = [r.ids[i] for i in indices]
         lease_of = {r.ids[i]: r.leases[i] for i in indices}
         if len(lease_of) < len(indices):
             return {k: v for i in indices for k, v in self._execute(conn, r, [i]).items()}
-        attempts = {"ids": Int8Array(ids), "leases": IdMap(lease_of)}
+        attempts = attempts_params(lease_of)
         if all(r.codes[i] == _COMPLETED and r.payloads[i] is None for i in indices):
             rows = conn.execute(Q.job_complete_many, attempts).fetchall()
             return {row[0]: (row[0], "completed", None, None) for row in rows}
         if r.codes[indices[0]] == _LOST:
-            backoff = self._retry_backoff
-            params = {
-                **attempts,
-                "messages": IdMap(
-                    {r.ids[i]: r.extra(i).get("reason", "attempt lost") for i in indices}
-                ),
-                "base": backoff.base,
-                "max": backoff.max,
-                "jitter": backoff.jitter,
-                "from_state": "running",
-                **self._rescue_params,
-            }
+            params = rescue_params(
+                lease_of,
+                {r.ids[i]: r.extra(i).get("reason", "attempt lost") for i in indices},
+                from_state="running",
+                backoff=self._retry_backoff,
+                dlq=self._rescue_params,
+            )
             rows = conn.execute(Q.job_rescue_many, params).fetchall()
             return {row[0]: tuple(row) for row in rows}
         outcomes = {r.ids[i]: _outcome_object(r, i) for i in indices}

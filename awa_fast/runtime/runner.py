@@ -25,7 +25,7 @@ from psycopg.types.string import ByteaBinaryLoader
 
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db import transitions as tr
-from awa_fast.db.connections import IdMap, Int8Array, connect_hot, connect_hot_async
+from awa_fast.db.connections import attempts_params, connect_hot, connect_hot_async
 from awa_fast.db.queries import Q
 from awa_fast.errors import ConfigError
 from awa_fast.maintenance.service import Maintenance
@@ -599,7 +599,7 @@ class Runner:
         newest: dict[int, int] = {}  # an older attempt of a job cannot own its row
         for job_id, lease in running:
             newest[job_id] = max(lease, newest.get(job_id, lease))
-        params = {"ids": Int8Array(list(newest)), "leases": IdMap(newest), "host_id": self.host_id}
+        params = {**attempts_params(newest), "host_id": self.host_id}
         cur = await conn.execute(Q.job_heartbeat_many, params)
         owned = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
         for attempt in running:

@@ -13,7 +13,7 @@ from psycopg import sql
 
 from awa_fast.db.connections import PLANNER_SETTINGS
 from awa_fast.db.queries import Q
-from tests.factories import insert_job
+from tests.factories import insert_job, record_emptied_statistics
 
 _PARAM = re.compile(r"%\((\w+)\)s")
 
@@ -65,16 +65,7 @@ def _queue(conn: psycopg.Connection[Any], *, table: str) -> None:
     if table == "empty":
         return
     if table == "emptied":
-        conn.execute(
-            "INSERT INTO awa_fast.jobs_hot (kind, queue, state, heartbeat_at, run_lease)"
-            " SELECT 'k', 'default', 'running', now(), 1 FROM generate_series(1, 3000)"
-        )
-        conn.execute("DELETE FROM awa_fast.jobs_hot")
-        conn.execute("VACUUM ANALYZE awa_fast.jobs_hot")
-        conn.execute(
-            "INSERT INTO awa_fast.jobs_hot (kind, queue, state, heartbeat_at, run_lease)"
-            " SELECT 'k', 'default', 'running', now(), 1 FROM generate_series(1, 3000)"
-        )
+        record_emptied_statistics(conn, running=3000)
         return
     conn.execute(
         "INSERT INTO awa_fast.jobs_done (kind, queue, state, finalized_at)"

@@ -14,7 +14,13 @@ from awa_fast.maintenance.leader import Leader
 from awa_fast.maintenance.service import MIN_PROMOTE_PAUSE, Maintenance
 from awa_fast.runtime.hooks import HookDispatcher
 from awa_fast.runtime.runner import RunnerConfig
-from tests.factories import TABLE_OF_STATE, finish_jobs, insert_job
+from tests.factories import (
+    TABLE_OF_STATE,
+    finish_jobs,
+    insert_job,
+    insert_running,
+    record_emptied_statistics,
+)
 from tests.helpers import job, run, wait_until
 
 
@@ -91,12 +97,6 @@ def test_overdue_and_callback_timeouts_are_rescued(dsn: str, conn: psycopg.Conne
     assert job(dsn, waiting)["errors"][-1]["error"] == "callback timed out"
 
 
-_RUNNING_ROWS = (
-    "INSERT INTO awa_fast.jobs_hot (kind, queue, state, attempt, run_lease, heartbeat_at)"
-    " SELECT 'k', 'default', 'running', 1, 1, now() FROM generate_series(1, 5000)"
-)
-
-
 @pytest.mark.parametrize("statistics", ["all running", "emptied"])
 def test_rescue_between_backstops_never_scans_the_whole_table(
     dsn: str, conn: psycopg.Connection[Any], statistics: str
@@ -107,14 +107,12 @@ def test_rescue_between_backstops_never_scans_the_whole_table(
     table was empty (the leader's VACUUM between bursts), they make a table of thousands
     of running rows look empty: the rescue must still reach its rows by key. Stale and
     overdue rows wait for the backstop, which reads the whole table, and rescues them."""
-    conn.execute(_RUNNING_ROWS)
     if statistics == "all running":
+        insert_running(conn, 5000)
         conn.execute("ANALYZE awa_fast.jobs_hot")
         finish_jobs(conn, "completed")
     else:
-        conn.execute("DELETE FROM awa_fast.jobs_hot")
-        conn.execute("VACUUM ANALYZE awa_fast.jobs_hot")
-        conn.execute(_RUNNING_ROWS)
+        record_emptied_statistics(conn, running=5000)
     overdue = insert_job(conn, state="running", attempt=1, run_lease=1)
     _set(conn, overdue, "deadline_at = now() - interval '1 minute'")
     stale = insert_job(conn, state="running", attempt=1, run_lease=1)

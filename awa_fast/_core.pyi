@@ -43,7 +43,8 @@ class OutcomeRing:
         self, batcher: Batcher, timeout: float, inflight: InFlight | None = None
     ) -> bool:
         """Move records into ``batcher`` until it is ready or ``timeout``; ``batcher.ready()``.
-        With ``inflight``, a non-empty batch is ready once nothing is in flight there."""
+        With ``inflight``, a non-empty batch is ready once nothing is in flight there. A
+        ready batch takes along the records already waiting, up to ``batcher.limit``."""
 
     def __len__(self) -> int:
         """Approximate pending records (pending slots; exact when payloads fit one slot)."""
@@ -64,9 +65,13 @@ class OutcomeRing:
 
 @final
 class Batcher:
-    """In-process collector of outcome records; ready at ``max_size`` or after ``max_delay``."""
+    """In-process collector of outcome records; ready at ``max_size`` or after ``max_delay``.
+    ``OutcomeRing.drain_into`` tops a ready batch up with records already waiting, up to
+    ``limit`` (default ``max_size``; ValueError below it)."""
 
-    def __new__(cls, max_size: int = 256, max_delay: float = 0.002) -> Batcher: ...
+    def __new__(
+        cls, max_size: int = 256, max_delay: float = 0.002, *, limit: int | None = None
+    ) -> Batcher: ...
     def push(
         self,
         job_id: int,
@@ -85,6 +90,8 @@ class Batcher:
     def __len__(self) -> int: ...
     @property
     def max_size(self) -> int: ...
+    @property
+    def limit(self) -> int: ...
     @property
     def max_delay(self) -> float: ...
 

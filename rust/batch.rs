@@ -99,18 +99,26 @@ impl Columns {
 }
 
 /// Collects records until a batch is due (size or age trigger).
+///
+/// `max_size` is the size trigger; `limit` (at least `max_size`) is the largest batch. The
+/// gap between them is for a backlog: records already waiting when a batch falls due join
+/// it, so a committer that falls behind commits larger batches, fewer commits for the same
+/// records, instead of letting the backlog grow.
 #[derive(Debug)]
 pub struct Batcher {
     max_size: usize,
+    limit: usize,
     max_delay: Duration,
     cols: Columns,
     oldest: Option<Instant>,
 }
 
 impl Batcher {
-    pub fn new(max_size: usize, max_delay: Duration) -> Self {
+    pub fn new(max_size: usize, max_delay: Duration, limit: usize) -> Self {
+        let max_size = max_size.max(1);
         Self {
-            max_size: max_size.max(1),
+            max_size,
+            limit: limit.max(max_size),
             max_delay,
             cols: Columns::default(),
             oldest: None,
@@ -119,6 +127,10 @@ impl Batcher {
 
     pub fn max_size(&self) -> usize {
         self.max_size
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
     }
 
     pub fn max_delay(&self) -> Duration {
@@ -149,6 +161,11 @@ impl Batcher {
         self.max_size.saturating_sub(self.len())
     }
 
+    /// Room left before the batch is as large as it may grow.
+    pub fn headroom(&self) -> usize {
+        self.limit.saturating_sub(self.len())
+    }
+
     /// When the age trigger fires (None while empty).
     pub fn due_at(&self) -> Option<Instant> {
         self.oldest.map(|t| t + self.max_delay)
@@ -169,7 +186,7 @@ impl Batcher {
         if self.cols.is_empty() {
             return None;
         }
-        let cap = self.max_size.min(4096);
+        let cap = self.limit.min(4096);
         let mut next = Columns::default();
         next.ids.reserve(cap);
         next.leases.reserve(cap);
@@ -197,14 +214,15 @@ mod tests {
 
     #[test]
     fn size_trigger() {
-        let mut b = Batcher::new(3, Duration::from_secs(3600));
+        let mut b = Batcher::new(3, Duration::from_secs(3600), 5);
         assert!(!b.ready());
         b.push(&rec(1, 0), b"");
         b.push(&rec(2, 0), b"x");
         assert!(!b.ready());
-        assert_eq!(b.room(), 1);
+        assert_eq!((b.room(), b.headroom()), (1, 3));
         b.push(&rec(3, 0), b"yz");
         assert!(b.ready());
+        assert_eq!((b.room(), b.headroom()), (0, 2));
         let cols = b.take().unwrap();
         assert_eq!(cols.ids, vec![1, 2, 3]);
         assert_eq!(cols.leases, vec![101, 102, 103]);
@@ -216,8 +234,14 @@ mod tests {
     }
 
     #[test]
+    fn limit_is_at_least_the_size_trigger() {
+        let b = Batcher::new(8, Duration::from_secs(1), 2);
+        assert_eq!((b.max_size(), b.limit()), (8, 8));
+    }
+
+    #[test]
     fn delay_trigger() {
-        let mut b = Batcher::new(100, Duration::from_millis(5));
+        let mut b = Batcher::new(100, Duration::from_millis(5), 100);
         assert!(b.due_at().is_none());
         b.push(&rec(1, 0), b"");
         let due = b.due_at().unwrap();

@@ -17,7 +17,7 @@ use pyo3::types::{PyBytes, PyList};
 
 use crate::batch::{Batcher, Columns};
 use crate::inflight::{InFlight, InFlightError, SlotInfo};
-use crate::ring::{Outcome, OutcomeRing, RingError};
+use crate::ring::{Consumer, Outcome, OutcomeRing, RingError};
 
 /// Longest stretch spent without the GIL before checking for signals.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
@@ -73,6 +73,14 @@ fn duration_arg(name: &str, secs: f64) -> PyResult<Duration> {
         )));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// Moves up to `max` ready records from the ring into the batcher.
+fn move_into(consumer: &mut Consumer<'_>, batcher: &mut Batcher, max: usize) {
+    let _ = consumer.pop_ready::<Infallible>(max, |r| {
+        batcher.push_with(&r.outcome(), |buf| r.append_payload(buf));
+        Ok(())
+    });
 }
 
 fn usize_arg(name: &'static str, v: i64) -> PyResult<usize> {
@@ -204,7 +212,9 @@ impl PyOutcomeRing {
     /// in that table and the ring is empty: no further outcome is coming to share its
     /// commit, so waiting out the age trigger would only delay durability.
     ///
-    /// Never overfills: at most ``max_size - len(batcher)`` records are moved.
+    /// Once the batch is ready, records already waiting in the ring join it, up to the
+    /// batcher's ``limit``: behind a backlog, batches grow instead of the backlog. Never
+    /// overfills: the batch holds at most ``limit`` records.
     #[pyo3(signature = (batcher, timeout, inflight = None))]
     fn drain_into(
         &self,
@@ -224,12 +234,11 @@ impl PyOutcomeRing {
                     let mut c = self.ring.consumer()?;
                     loop {
                         let room = b2.room();
-                        let _ = c.pop_ready::<Infallible>(room, |r| {
-                            b2.push_with(&r.outcome(), |buf| r.append_payload(buf));
-                            Ok(())
-                        });
+                        move_into(&mut c, b2, room);
                         let now = Instant::now();
                         if b2.ready_at(now) {
+                            let headroom = b2.headroom();
+                            move_into(&mut c, b2, headroom);
                             return Ok(true);
                         }
                         let idle = table.is_some_and(|t| t.total_in_flight() == 0);
@@ -313,16 +322,22 @@ pub struct PyBatcher {
 #[pymethods]
 impl PyBatcher {
     #[new]
-    #[pyo3(signature = (max_size = 256, max_delay = 0.002))]
-    fn new(max_size: i64, max_delay: f64) -> PyResult<Self> {
+    #[pyo3(signature = (max_size = 256, max_delay = 0.002, *, limit = None))]
+    fn new(max_size: i64, max_delay: f64, limit: Option<i64>) -> PyResult<Self> {
         if max_size < 1 {
             return Err(PyValueError::new_err(format!(
                 "max_size: must be >= 1, got {max_size}"
             )));
         }
+        let limit = limit.unwrap_or(max_size);
+        if limit < max_size {
+            return Err(PyValueError::new_err(format!(
+                "limit: must be >= max_size ({max_size}), got {limit}"
+            )));
+        }
         let delay = duration_arg("max_delay", max_delay)?;
         Ok(Self {
-            inner: Batcher::new(max_size as usize, delay),
+            inner: Batcher::new(max_size as usize, delay, limit as usize),
         })
     }
 
@@ -364,6 +379,11 @@ impl PyBatcher {
     #[getter]
     fn max_size(&self) -> usize {
         self.inner.max_size()
+    }
+
+    #[getter]
+    fn limit(&self) -> usize {
+        self.inner.limit()
     }
 
     #[getter]

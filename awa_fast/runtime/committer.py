@@ -102,6 +102,7 @@ class Committer:
         followups: FollowupRegistry,
         hooks: HookDispatcher,
         batch_size: int = 256,
+        batch_limit: int | None = None,
         max_delay: float = 0.002,
         reconnect_backoff: tr.Backoff | None = None,
         retry_backoff: tr.Backoff | None = None,
@@ -115,7 +116,7 @@ class Committer:
         self.registry = registry
         self.followups = followups
         self.hooks = hooks
-        self.batcher = Batcher(batch_size, max_delay)
+        self.batcher = Batcher(batch_size, max_delay, limit=batch_limit)
         self.stats = CommitStats()
         self._reconnect_backoff = reconnect_backoff or tr.Backoff(base=0.05, max=2.0)
         self._retry_backoff = retry_backoff or tr.Backoff()

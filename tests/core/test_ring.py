@@ -236,6 +236,32 @@ def test_drain_into_fills_batcher_by_size_and_by_age() -> None:
     assert len(empty) == 0
 
 
+def test_a_ready_batch_takes_along_the_backlog_up_to_its_limit() -> None:
+    ring = OutcomeRing(64, 64)
+    for i in range(12):
+        ring.push(i, i, 0, 0, 0.0, b"p" if i % 3 else b"")
+    batcher = Batcher(max_size=4, max_delay=600.0, limit=10)
+    assert ring.drain_into(batcher, 1.0) is True
+    batch = batcher.take()
+    assert batch is not None
+    assert batch.ids == list(range(10))  # the size trigger fired at 4; 6 more were waiting
+    assert batch.payloads == [None if i % 3 == 0 else b"p" for i in range(10)]
+    assert len(ring) == 2
+    # With no backlog a batch is ready at its size trigger and does not wait to grow.
+    assert ring.drain_into(batcher, 0.05) is False
+    ring.push(12, 12, 0, 0, 0.0)
+    ring.push(13, 13, 0, 0, 0.0)
+    assert ring.drain_into(batcher, 1.0) is True
+    rest = batcher.take()
+    assert rest is not None and rest.ids == [10, 11, 12, 13]
+
+
+def test_a_batch_limit_below_its_size_trigger_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"limit: must be >= max_size \(8\), got 7"):
+        Batcher(max_size=8, limit=7)
+    assert Batcher(max_size=8).limit == 8
+
+
 def test_drain_into_flushes_once_nothing_is_in_flight() -> None:
     ring = OutcomeRing(64, 64)
     table = InFlight([4], 8)

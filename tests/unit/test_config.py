@@ -14,6 +14,7 @@ from awa_fast.runtime.runner import RunnerConfig
         ("claimers", 0, "claimers must be >= 1"),
         ("claim_batch", 0, "claim_batch must be >= 1"),
         ("commit_delay", 0.0, "commit_delay must be > 0 seconds"),
+        ("commit_batch_max", 255, r"commit_batch_max must be >= commit_batch \(256\), got 255"),
     ],
 )
 def test_bad_tuning_names_the_field(field: str, value: float, message: str) -> None:

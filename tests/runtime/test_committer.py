@@ -351,6 +351,31 @@ def test_committer_thread_drains_the_ring(harness: Harness, conn: psycopg.Connec
     assert states(harness.dsn) == {"completed": 500}
 
 
+def test_a_backlog_commits_in_batches_as_large_as_the_limit(
+    harness: Harness, conn: psycopg.Connection[Any]
+) -> None:
+    """Outcomes already waiting when a batch falls due join it, up to the limit: a committer
+    behind its workers commits fewer, larger batches rather than let the backlog grow."""
+    ids = _running(conn, 12)
+    handlers = harness.client.handlers
+    committer = Committer(
+        lambda: connect_hot(harness.dsn),
+        OutcomeRing(1024),
+        registry=handlers.registry,
+        followups=handlers.followups,
+        hooks=HookDispatcher(handlers.hooks),
+        batch_size=4,
+        batch_limit=10,
+    )
+    for i in ids:
+        committer.ring.push(i, 1, int(tr.Target.COMPLETED), 0, 0.0, b"")
+    stop = threading.Event()
+    stop.set()  # commit what the ring holds, then return
+    committer.run(stop)
+    assert states(harness.dsn) == {"completed": 12}
+    assert (committer.stats.batches, committer.stats.applied) == (2, 12)  # 10, then 2
+
+
 def test_committer_thread_survives_a_batch_it_cannot_commit(
     harness: Harness, conn: psycopg.Connection[Any]
 ) -> None:

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import contextlib
 import select
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -9,6 +12,7 @@ import msgspec
 import psycopg
 import pydantic
 import pytest
+from psycopg.pq import PGconn, Trace
 
 import awa_fast
 from awa_fast import InsertRequest, UniqueConflict, ValidationError
@@ -212,6 +216,122 @@ def test_async_insert_in_callers_transaction(dsn: str) -> None:
 
     run(main())
     assert states(dsn) == {"available": 3}
+
+
+@contextlib.contextmanager
+def round_trips(pgconn: PGconn) -> Iterator[list[int]]:
+    """Count the statements the server finishes on ``pgconn`` inside the block (its
+    ReadyForQuery messages, one per round trip) from libpq's trace of the session; the
+    count is appended to the yielded list on exit, once libpq has flushed the trace."""
+    counted: list[int] = []
+    with tempfile.TemporaryFile() as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+        try:
+            yield counted
+        finally:
+            pgconn.untrace()
+            trace.seek(0)
+            lines = trace.read().decode().splitlines()
+            counted.append(sum("\tReadyForQuery\t" in line for line in lines))
+
+
+# A transaction would cost two more round trips (BEGIN, COMMIT) each.
+ROUND_TRIPS = {
+    "insert": (lambda conn: awa_fast.insert(conn, SendEmail("a")), 1),
+    "insert_many": (lambda conn: awa_fast.insert_many(conn, [SendEmail("a")] * 3), 2),  # ids, COPY
+    "insert_many, due and scheduled": (
+        lambda conn: awa_fast.insert_many(
+            conn, [SendEmail("a"), InsertRequest(SendEmail("b"), run_at=IN_AN_HOUR)]
+        ),
+        5,  # BEGIN, ids, COPY into jobs_hot, COPY into jobs_deferred, COMMIT
+    ),
+    "unique insert": (lambda conn: awa_fast.insert(conn, SendEmail("u"), unique={}), 5),
+}
+IN_AN_HOUR = datetime.now(UTC) + timedelta(hours=1)
+
+
+@pytest.mark.parametrize("case", ROUND_TRIPS)
+def test_an_insert_that_is_one_statement_sends_no_begin_or_commit(dsn: str, case: str) -> None:
+    """On an autocommit connection with no transaction open, an insert that is one
+    statement (one COPY for insert_many) is atomic by itself and goes out without a
+    transaction around it; anything more gets one."""
+    insert, expected = ROUND_TRIPS[case]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with round_trips(conn.pgconn) as counted:
+            insert(conn)
+        assert counted == [expected]
+    assert sum(states(dsn).values()) >= 1
+
+
+def test_async_insert_that_is_one_statement_sends_no_begin_or_commit(dsn: str) -> None:
+    async def main() -> list[int]:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            with round_trips(conn.pgconn) as one:
+                await awa_fast.insert_async(conn, SendEmail("a"))
+            with round_trips(conn.pgconn) as many:
+                await awa_fast.insert_many_async(conn, [SendEmail("b"), SendEmail("c")])
+            return one + many
+
+    assert run(main()) == [1, 2]
+    assert states(dsn) == {"available": 3}
+
+
+def test_caller_transaction_on_an_autocommit_connection_still_holds_the_insert(
+    dsn: str,
+) -> None:
+    """An autocommit connection with a transaction open is not alone: the insert joins the
+    transaction and rolls back with it."""
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        pytest.raises(RuntimeError),
+        conn.transaction(),
+    ):
+        awa_fast.insert(conn, SendEmail("gone"))
+        awa_fast.insert_many(conn, [SendEmail("gone too")] * 2)
+        raise RuntimeError("roll back")
+    assert states(dsn) == {}
+
+
+REJECT_THIRD = """
+CREATE FUNCTION reject_third() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.args->>'to' = 'third' THEN RAISE EXCEPTION 'third row rejected'; END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER reject_third BEFORE INSERT ON awa_fast.{table}
+    FOR EACH ROW EXECUTE FUNCTION reject_third();
+"""
+
+
+@pytest.mark.parametrize(
+    ("table", "items"),
+    [
+        # one COPY, no transaction around it
+        ("jobs_hot", [SendEmail("first"), SendEmail("second"), SendEmail("third")]),
+        # two COPYs in one transaction: the second one's failure takes the first back
+        (
+            "jobs_deferred",
+            [
+                SendEmail("first"),
+                SendEmail("second"),
+                InsertRequest(SendEmail("third"), run_at=IN_AN_HOUR),
+            ],
+        ),
+    ],
+)
+def test_insert_many_rejected_midway_writes_nothing(
+    dsn: str, conn: psycopg.Connection[Any], table: str, items: list[object]
+) -> None:
+    conn.execute(REJECT_THIRD.format(table=table))  # type: ignore[arg-type]
+    conn.commit()
+    with psycopg.connect(dsn, autocommit=True) as producer:
+        with pytest.raises(psycopg.errors.RaiseException, match="third row rejected"):
+            awa_fast.insert_many(producer, items)
+        assert states(dsn) == {}
+        # The connection is left as it was found, ready for the next insert.
+        awa_fast.insert_many(producer, [SendEmail("next")])
+    assert states(dsn) == {"available": 1}
 
 
 def test_async_client_inserts(dsn: str) -> None:

@@ -68,9 +68,9 @@ class RunnerConfig:
     # waited commit_delay, or at once when nothing else is in flight to join it.
     commit_delay: float = 0.05
     # Outcomes already waiting when a batch commits join it, up to commit_batch_max. One
-    # committer commits one batch at a time, each waiting for its fsync: beside a producer
-    # on two cores, batches of 256 carried about 43k outcomes/s while the workers finished
-    # 58k (benches/RESULTS.md), so the backlog, not the batch, grew.
+    # committer commits one batch at a time, each waiting for its fsync: with 58k jobs/s
+    # offered on two cores, batches of 256 carried 43-45k while the outcome ring filled
+    # (benches/RESULTS.md); a backlog should grow the batch, not itself.
     commit_batch_max: int = 2048
     sync_threads: int = 32
     shutdown_timeout: float = 30.0

@@ -238,14 +238,15 @@ def test_drain_into_fills_batcher_by_size_and_by_age() -> None:
 
 def test_a_ready_batch_takes_along_the_backlog_up_to_its_limit() -> None:
     ring = OutcomeRing(64, 64)
-    for i in range(12):
-        ring.push(i, i, 0, 0, 0.0, b"p" if i % 3 else b"")
+    payloads = [b"" if i % 3 == 0 else b"p" * (300 if i == 7 else 1) for i in range(12)]
+    for i, payload in enumerate(payloads):  # record 7 spans several slots
+        ring.push(i, i, 0, 0, 0.0, payload)
     batcher = Batcher(max_size=4, max_delay=600.0, limit=10)
     assert ring.drain_into(batcher, 1.0) is True
     batch = batcher.take()
     assert batch is not None
     assert batch.ids == list(range(10))  # the size trigger fired at 4; 6 more were waiting
-    assert batch.payloads == [None if i % 3 == 0 else b"p" for i in range(10)]
+    assert batch.payloads == [p or None for p in payloads[:10]]
     assert len(ring) == 2
     # With no backlog a batch is ready at its size trigger and does not wait to grow.
     assert ring.drain_into(batcher, 0.05) is False

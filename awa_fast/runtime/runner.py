@@ -54,13 +54,9 @@ class RunnerConfig:
     # Each claim waits for its commit's fsync, a few milliseconds in which its connection
     # does nothing: up to `claimers` claims run at once, each on its own connection, so
     # one flushes while the next is planned, executed and dispatched (only when there is
-    # news to claim; see Runner._claim_loop). The batch bounds each claim, and the
-    # half-capacity threshold keeps claiming from outgrowing what runs here. A smaller
-    # batch refills the workers sooner (a claim starts once a batch's worth of capacity
-    # is free), so a queue at its concurrency keeps more of it busy while claims wait on
-    # fsync: with 2 workers and 1,000 slots, drains of 100,000 jobs ran 66-71k jobs/s at
-    # 250 against 57-62k at 500 and 59-63k at 125, at less CPU a job (benches/RESULTS.md).
-    claim_batch: int = 250
+    # news to claim; see Runner._claim_loop). The batch bounds each claim; a claim waits
+    # until half a batch (at most half the queue's capacity) is free (Runner._reserve).
+    claim_batch: int = 500
     claimers: int = 2
     poll_interval: float = 1.0
     promote_interval: float = 0.25
@@ -459,15 +455,20 @@ class Runner:
     def _reserve(self, queue_index: int) -> list[tuple[int, int]]:
         """Reserve up to one claim batch of capacity, least-loaded workers first.
 
-        While jobs are in flight, wait until a worthwhile batch is free (half the queue's
-        capacity, at most a claim batch): a claim is a commit, and claiming one job each
-        time one finishes would cost a commit per job and starve the handlers of CPU.
+        While jobs are in flight, wait until a worthwhile batch is free (half a claim
+        batch, at most half the queue's capacity): a claim is a commit, and claiming one
+        job each time one finishes would cost a commit per job and starve the handlers of
+        CPU. Half a batch, not a whole one, refills the workers sooner while a claim waits
+        on its fsync, and a claim still takes up to a whole batch of what has arrived: with
+        2 workers and 1,000 slots, drains of 100,000 jobs ran 61-65k jobs/s against 57-62k
+        waiting for a whole batch, and beside a producer a claimer's backend spent 8.1-8.5
+        us a job against 10.0-10.1 with batches of 250 (benches/RESULTS.md).
         """
         caps = [(self.capacity_index(queue_index, w), w) for w in self.workers.accepting()]
         free = sorted(((self.inflight.free(cap), cap, w) for cap, w in caps), reverse=True)
         total_free = sum(f for f, _, _ in free)
         capacity = sum(self.inflight.capacity(cap) for cap, _ in caps)
-        threshold = max(1, min(self.config.claim_batch, capacity // 2))
+        threshold = max(1, min(self.config.claim_batch // 2, capacity // 2))
         if total_free < threshold and total_free < capacity:
             return []
         remaining = self.config.claim_batch

@@ -12,6 +12,7 @@ import pytest
 
 import awa_fast
 from awa_fast import EventType
+from awa_fast.runtime.runner import Runner, RunnerConfig
 from tests.helpers import job, run, run_until, settled, states
 
 
@@ -61,6 +62,29 @@ def test_freed_capacity_wakes_claiming_without_polling(dsn: str, processes: int 
 
     run(main())
     assert states(dsn) == {"completed": 30}
+
+
+@pytest.mark.parametrize(
+    ("running", "reserved"),
+    [
+        (0, 500),  # idle: a whole batch
+        (751, 0),  # 249 free: less than half a batch, wait for more
+        (750, 250),  # half a batch free: claim it
+        (400, 500),  # more than a batch free: a batch, no more
+    ],
+)
+def test_a_claim_waits_for_half_a_batch_and_takes_up_to_a_batch(
+    dsn: str, running: int, reserved: int
+) -> None:
+    """With jobs in flight a claim waits until half a claim batch is free (so the workers
+    are refilled while a claim waits on its fsync) and then takes what is free, up to a
+    whole batch (so a claim beside a producer takes what arrived in one go)."""
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Mark)(lambda job: None)
+    runner = Runner(dsn, client.handlers, {"default": 1000}, RunnerConfig(claim_batch=500))
+    if running:
+        assert runner.inflight.reserve(0, running) == running
+    assert sum(n for _, n in runner._reserve(0)) == reserved
 
 
 def test_paused_queue_is_not_claimed(dsn: str) -> None:

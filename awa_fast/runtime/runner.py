@@ -459,10 +459,10 @@ class Runner:
         batch, at most half the queue's capacity): a claim is a commit, and claiming one
         job each time one finishes would cost a commit per job and starve the handlers of
         CPU. Half a batch, not a whole one, refills the workers sooner while a claim waits
-        on its fsync, and a claim still takes up to a whole batch of what has arrived: with
-        2 workers and 1,000 slots, drains of 100,000 jobs ran 61-65k jobs/s against 57-62k
-        waiting for a whole batch, and beside a producer a claimer's backend spent 8.1-8.5
-        us a job against 10.0-10.1 with batches of 250 (benches/RESULTS.md).
+        on its fsync (a drain ran about as fast as with claims of 250, which beat claims
+        of 500 by 7-20 %), and a claim still takes up to a whole batch of what has arrived
+        (beside a producer, claims of 250 cost their backend 10.0-10.1 us a job, this
+        8.1-8.5; benches/RESULTS.md).
         """
         caps = [(self.capacity_index(queue_index, w), w) for w in self.workers.accepting()]
         free = sorted(((self.inflight.free(cap), cap, w) for cap, w in caps), reverse=True)

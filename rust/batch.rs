@@ -186,7 +186,8 @@ impl Batcher {
         if self.cols.is_empty() {
             return None;
         }
-        let cap = self.limit.min(4096);
+        // Sized for the usual batch: one topped up past it by a backlog grows as it fills.
+        let cap = self.max_size.min(4096);
         let mut next = Columns::default();
         next.ids.reserve(cap);
         next.leases.reserve(cap);

@@ -162,8 +162,8 @@ class Maintenance:
             if dead:
                 cur = await conn.execute(Q.job_select_of_hosts, {"hosts": dead})
                 found = await cur.fetchall()
-                counts["host_take_dead"] = len(found)
                 rescued = await self._rescue(conn, found, "running", STALE)
+                counts["host_take_dead"] = len(rescued)
         if dead:
             log.warning("hosts %s stopped heartbeating: %d attempts rescued", dead, len(rescued))
             await self._after_rescue(rescued, STALE)

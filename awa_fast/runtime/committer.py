@@ -106,7 +106,7 @@ class Committer:
         max_delay: float = 0.002,
         reconnect_backoff: tr.Backoff | None = None,
         retry_backoff: tr.Backoff | None = None,
-        rescue_params: dict[str, Any] | None = None,
+        dlq_params: dict[str, Any] | None = None,
         on_drain: Callable[[], None] | None = None,
         inflight: InFlight | None = None,
     ) -> None:
@@ -120,7 +120,7 @@ class Committer:
         self.stats = CommitStats()
         self._reconnect_backoff = reconnect_backoff or tr.Backoff(base=0.05, max=2.0)
         self._retry_backoff = retry_backoff or tr.Backoff()
-        self._rescue_params = rescue_params or {"dlq_all": False, "no_dlq": [], "dlq": []}
+        self._dlq_params = dlq_params or {"dlq_all": False, "no_dlq": [], "dlq": []}
         self._on_drain = on_drain
         # Batches wait up to max_delay for company, but not once nothing is in flight.
         self._inflight = inflight
@@ -275,7 +275,7 @@ class Committer:
                 {r.ids[i]: r.extra(i).get("reason", "attempt lost") for i in indices},
                 from_state="running",
                 backoff=self._retry_backoff,
-                dlq=self._rescue_params,
+                dlq=self._dlq_params,
             )
             rows = conn.execute(Q.job_rescue_many, params).fetchall()
             return {row[0]: tuple(row) for row in rows}

@@ -260,7 +260,7 @@ class Runner:
             batch_limit=config.commit_batch_max,
             max_delay=config.commit_delay,
             retry_backoff=config.backoff,
-            rescue_params=config.dlq_params(),
+            dlq_params=config.dlq_params(),
             on_drain=self.capacity_freed,
             inflight=self.inflight,
         )

@@ -37,19 +37,27 @@ def _encode_pydantic(args: Any) -> bytes:
 
 
 def _encode_mapping(args: Any) -> bytes:
-    return orjson.dumps(dict(args))
+    return msgspec.json.encode(dict(args))
 
 
 @functools.cache
 def _encoder_for(args_type: type) -> Encoder | None:
     """How values of ``args_type`` become JSON, or None when they cannot be args; looked
-    up once per type, as producers encode every job of a batch."""
-    if issubclass(args_type, msgspec.Struct):
+    up once per type, as producers encode every job of a batch.
+
+    Dataclasses and dicts go through msgspec, not orjson: a batch keeps each job's encoded
+    args until its COPY, and orjson then allocates a fresh output buffer of a kilobyte per
+    job, 0.9 us of the producer's CPU a job against msgspec's 0.06-0.08. msgspec writes
+    integers of any size, as jsonb stores them, so what reads args back untyped uses
+    :func:`decode_json`, which keeps them exact."""
+    if (
+        issubclass(args_type, msgspec.Struct)
+        or dataclasses.is_dataclass(args_type)
+        or args_type is dict
+    ):
         return msgspec.json.encode
     if hasattr(args_type, "model_dump_json") and hasattr(args_type, "model_validate_json"):
         return _encode_pydantic
-    if dataclasses.is_dataclass(args_type) or args_type is dict:
-        return orjson.dumps
     if issubclass(args_type, Mapping):
         return _encode_mapping
     return None
@@ -67,7 +75,7 @@ def encode_args(args: object) -> bytes:
         )
     try:
         encoded = encoder(args)
-    except (TypeError, msgspec.EncodeError, orjson.JSONEncodeError) as exc:
+    except (TypeError, msgspec.EncodeError, RecursionError) as exc:
         raise ValidationError("args", f"not JSON-serialisable: {exc}") from exc
     if not encoded.startswith(b"{"):
         raise ValidationError("args", "must encode to a JSON object")
@@ -87,10 +95,15 @@ def encode_json(field: str, value: object) -> bytes:
     return encoded
 
 
+decode_json: Decoder = msgspec.json.Decoder().decode
+"""Untyped JSON (args without a type, errors, progress) into Python values, integers of
+any size kept exact (orjson would turn one beyond 64 bits into a float)."""
+
+
 def decoder_for(args_type: type | None) -> Decoder:
     """A function that turns raw JSON bytes into an instance of ``args_type``."""
     if args_type is None or args_type is dict:
-        return orjson.loads
+        return decode_json
     if hasattr(args_type, "model_validate_json"):
         return args_type.model_validate_json  # type: ignore[no-any-return]
     if issubclass(args_type, msgspec.Struct) or dataclasses.is_dataclass(args_type):

@@ -28,7 +28,7 @@ How time is taken where a job crosses processes:
   from the insert transaction to the transaction that recorded the completion.
 """
 
-from awa_fast.bench.latency import sustained
+from awa_fast.bench.latency import BASIS_DRAINS, sustained
 from awa_fast.bench.measure import RESULT_KEYS, percentiles
 from awa_fast.bench.run import (
     SCENARIOS,
@@ -40,6 +40,7 @@ from awa_fast.bench.run import (
 )
 
 __all__ = [
+    "BASIS_DRAINS",
     "RESULT_KEYS",
     "SCENARIOS",
     "SUSTAINED_LOADS",

@@ -15,8 +15,7 @@ from concurrent.futures import Executor as ThreadPool
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import orjson
-
+from awa_fast.codec import decode_json
 from awa_fast.db import transitions as tr
 from awa_fast.runtime.callbacks import CallbackRegistrar
 from awa_fast.worker import Handler, Job, Registry
@@ -150,4 +149,4 @@ def json_text(payload: bytes) -> bytes:
 
 def _json(payload: bytes | None) -> Any:
     """A claimed jsonb column, parsed; NULL stays None."""
-    return None if payload is None else orjson.loads(json_text(payload))
+    return None if payload is None else decode_json(json_text(payload))

@@ -18,12 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-import orjson
 import psycopg
 from psycopg.types.numeric import Int8BinaryLoader
 from psycopg.types.string import ByteaBinaryLoader
 
 from awa_fast._core import InFlight, OutcomeRing
+from awa_fast.codec import decode_json
 from awa_fast.db import transitions as tr
 from awa_fast.db.connections import attempts_params, connect_hot, connect_hot_async
 from awa_fast.db.queries import Q
@@ -684,7 +684,7 @@ def _started_row(row: tuple[Any, ...]) -> JobRow:
         id=row[ID],
         kind=row[KIND],
         queue=row[QUEUE],
-        args=orjson.loads(json_text(row[ARGS])),
+        args=decode_json(json_text(row[ARGS])),
         state="running",
         priority=row[PRIORITY],
         attempt=row[ATTEMPT],

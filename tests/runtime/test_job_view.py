@@ -103,3 +103,44 @@ def test_a_handler_sees_the_stored_timestamps_and_numbers(dsn: str, processes: i
         "priority": 1,
         "max_attempts": 7,
     }
+
+
+@pytest.mark.parametrize("processes", [None, 2])
+def test_an_integer_beyond_64_bits_reaches_the_handler_exact(
+    dsn: str, processes: int | None
+) -> None:
+    """jsonb keeps any integer, and so does the way to the handler: args without a type
+    (a dict) and a dataclass's int field alike, from insert and insert_many."""
+    big = 2**70 + 1
+
+    @dataclass
+    class Big:
+        n: int
+
+    async def main() -> list[int]:
+        client = awa_fast.AsyncClient(dsn)
+
+        @client.task(kind="untyped")
+        async def untyped(job: awa_fast.Job[dict[str, int]]) -> None:
+            job.update_metadata({"exact": job.args["n"] == big})
+
+        @client.task(Big)
+        async def typed(job: awa_fast.Job[Big]) -> None:
+            job.update_metadata({"exact": job.args.n == big})
+
+        async with client:
+            ids = [(await client.insert({"n": big}, kind="untyped")).id]
+            ids += await client.insert_many([{"n": big}], kind="untyped")
+            ids += [(await client.insert(Big(big))).id]
+            await run_until(
+                client,
+                {"default": 2},
+                lambda: states(dsn) == {"completed": 3},
+                processes=processes,
+            )
+        return ids
+
+    for job_id in run(main()):
+        stored = job(dsn, job_id)
+        assert stored["args"] == {"n": big}
+        assert stored["metadata"] == {"exact": True}

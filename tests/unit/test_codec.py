@@ -60,6 +60,26 @@ def test_unserialisable_args_name_the_field() -> None:
     assert "JSON" in str(err.value)
 
 
+def test_args_that_contain_themselves_are_refused_as_args() -> None:
+    looped: dict[str, object] = {}
+    looped["self"] = looped
+    with pytest.raises(ValidationError, match="not JSON-serialisable") as err:
+        encode_args(looped)
+    assert err.value.field == "args"
+
+
+@pytest.mark.parametrize("args", [{"n": 2**70 + 1, "m": -(2**64) - 1}, SendEmail("a", 2**80 + 1)])
+def test_integers_beyond_64_bits_come_back_exact(args: object) -> None:
+    """jsonb stores any integer; args read back untyped or typed keep it (as a float, an
+    odd number this large would come back even)."""
+    assert decoder_for(dict if isinstance(args, dict) else type(args))(encode_args(args)) == args
+
+
+def test_dataclass_and_dict_args_encode_compactly_in_field_order() -> None:
+    assert encode_args(SendEmail("a@example.com", 2)) == b'{"to":"a@example.com","retries":2}'
+    assert encode_args({"b": 1, "a": [1.5, None]}) == b'{"b":1,"a":[1.5,null]}'
+
+
 def test_nul_in_args_is_rejected() -> None:
     with pytest.raises(ValidationError, match="NUL"):
         encode_args({"s": "a\x00b"})

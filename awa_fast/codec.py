@@ -45,11 +45,10 @@ def _encoder_for(args_type: type) -> Encoder | None:
     """How values of ``args_type`` become JSON, or None when they cannot be args; looked
     up once per type, as producers encode every job of a batch.
 
-    Dataclasses and dicts go through msgspec, not orjson: a batch keeps each job's encoded
-    args until its COPY, and orjson then allocates a fresh output buffer of a kilobyte per
-    job, 0.9 us of the producer's CPU a job against msgspec's 0.06-0.08. msgspec writes
-    integers of any size, as jsonb stores them, so what reads args back untyped uses
-    :func:`decode_json`, which keeps them exact."""
+    Dataclasses and dicts go through msgspec, as Structs do: it writes integers of any
+    size, as jsonb stores them (orjson refuses one beyond 64 bits), and what reads args
+    back untyped uses :func:`decode_json`, which keeps them exact. It is also a little
+    cheaper: ``prepare_many`` of 450 dataclass args, 1.16 us a job against 1.25."""
     if (
         issubclass(args_type, msgspec.Struct)
         or dataclasses.is_dataclass(args_type)

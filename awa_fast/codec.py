@@ -62,6 +62,16 @@ def _encoder_for(args_type: type) -> Encoder | None:
     return None
 
 
+def object_encoder(args_type: type) -> Encoder | None:
+    """The encoder of ``args_type`` when every value of it encodes to a JSON object (a
+    dataclass, a dict, a msgspec Struct not encoded as an array), else None: a batch of
+    such args needs no per-job check that it did."""
+    if issubclass(args_type, msgspec.Struct) and args_type.__struct_config__.array_like:
+        return None
+    encoder = _encoder_for(args_type)
+    return encoder if encoder is msgspec.json.encode else None
+
+
 def encode_args(args: object) -> bytes:
     """JSON bytes for ``args``; raises :class:`ValidationError` naming ``args`` when impossible."""
     args_type: type = type(args)

@@ -13,14 +13,15 @@ import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Unpack, overload
+from typing import Any, Protocol, Unpack, overload
 
+import msgspec
 import orjson
 import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
-from awa_fast.codec import encode_args, encode_json, kind_of
+from awa_fast.codec import encode_args, encode_json, kind_of, object_encoder
 from awa_fast.db.queries import Q
 from awa_fast.errors import UniqueConflict, ValidationError
 from awa_fast.types import JOB_STATES, InsertOptions, InsertRequest, JobRow, UniqueOpts
@@ -245,6 +246,10 @@ def _copy_tail(options: Options) -> tuple[str, str]:
     return ", ".join(fields), "\t".join(fields.values()) + "\n"
 
 
+def _copy_sql(table: str, columns: str) -> str:
+    return f"COPY awa_fast.{table} (id, kind, args, {columns}) FROM STDIN"
+
+
 def _copy_lines(
     jobs: Sequence[PreparedJob], ids: Sequence[int], now: datetime
 ) -> dict[str, list[str]]:
@@ -260,12 +265,8 @@ def _copy_lines(
         shared = by_options.get(id(options))
         if shared is None:
             columns, tail = _copy_tail(options)
-            hot = copies.setdefault(
-                f"COPY awa_fast.jobs_hot (id, kind, args, {columns}) FROM STDIN", []
-            )
-            deferred = copies.setdefault(
-                f"COPY awa_fast.jobs_deferred (id, kind, args, {columns}) FROM STDIN", []
-            )
+            hot = copies.setdefault(_copy_sql("jobs_hot", columns), [])
+            deferred = copies.setdefault(_copy_sql("jobs_deferred", columns), [])
             shared = by_options[id(options)] = (hot, deferred, tail)
         hot, deferred, tail = shared
         kind = kinds.get(job.kind)
@@ -374,6 +375,124 @@ def _claim_params(job: PreparedJob, job_id: int) -> dict[str, Any]:
     return {"key": job.unique_key, "job_id": job_id, "states": states}
 
 
+class _Batch(Protocol):
+    """What ``insert_many`` sends: ``plain`` jobs over COPY with ids drawn for them, then
+    the ``unique`` ones one by one (each with its index among the items)."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def plain(self) -> int: ...
+    @property
+    def one_copy(self) -> bool: ...
+    @property
+    def unique(self) -> Sequence[tuple[int, PreparedJob]]: ...
+    def copies(self, ids: Sequence[int], now: datetime) -> dict[str, Iterator[str]]: ...
+    def placed(self, ids: Sequence[int]) -> list[int | None]: ...
+
+
+@dataclass(slots=True)
+class _PreparedBatch:
+    """Any batch, validated item by item: mixed args types and options, schedules, unique
+    jobs; an error names the item it is about."""
+
+    jobs: list[PreparedJob]
+
+    @property
+    def size(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def plain(self) -> int:
+        return sum(job.unique_key is None for job in self.jobs)
+
+    @property
+    def one_copy(self) -> bool:
+        return _one_copy(self.jobs)
+
+    @property
+    def unique(self) -> list[tuple[int, PreparedJob]]:
+        return [(i, job) for i, job in enumerate(self.jobs) if job.unique_key is not None]
+
+    def copies(self, ids: Sequence[int], now: datetime) -> dict[str, Iterator[str]]:
+        plain = [job for job in self.jobs if job.unique_key is None]
+        return {sql: _copy_chunks(lines) for sql, lines in _copy_lines(plain, ids, now).items()}
+
+    def placed(self, ids: Sequence[int]) -> list[int | None]:
+        placed: list[int | None] = [None] * len(self.jobs)
+        plain_positions = (i for i, job in enumerate(self.jobs) if job.unique_key is None)
+        for position, job_id in zip(plain_positions, ids, strict=True):
+            placed[position] = job_id
+        return placed
+
+
+@dataclass(frozen=True, slots=True)
+class _UniformBatch:
+    """Args of one type under one set of options, due now, none unique, nothing to escape:
+    one COPY whose rows are the encoded args between text rendered once. It costs the
+    producer a quarter of what a PreparedJob per item does (benches/RESULTS.md)."""
+
+    sql: str
+    head: str  # between a row's id and its args: the kind
+    tail: str  # after its args: the queue and options, and the row's end
+    args: list[str]
+
+    one_copy = True
+    unique = ()
+
+    @property
+    def size(self) -> int:
+        return len(self.args)
+
+    @property
+    def plain(self) -> int:
+        return len(self.args)
+
+    def copies(self, ids: Sequence[int], now: datetime) -> dict[str, Iterator[str]]:
+        head, tail = self.head, self.tail
+        rows = [f"{job_id}{head}{args}{tail}" for job_id, args in zip(ids, self.args, strict=True)]
+        return {self.sql: _copy_chunks(rows)}
+
+    def placed(self, ids: Sequence[int]) -> list[int | None]:
+        return list(ids)
+
+
+def _uniform_batch(items: list[object], options: InsertOptions) -> _UniformBatch | None:
+    """``items`` as a :class:`_UniformBatch`, or None to have :func:`prepare_many` take them.
+
+    Only a batch that path would accept item by item, and write the same, comes here: the
+    same options, validated; the same kind and encoder (one whose every output is a JSON
+    object), the same escapes; args that path would refuse (a NUL, or one that cannot be
+    encoded) send the whole batch back, to be refused there with the item named."""
+    args_type: type = type(items[0]) if items else InsertRequest
+    encode = None if issubclass(args_type, InsertRequest) else object_encoder(args_type)
+    if encode is None or not all(type(item) is args_type for item in items):
+        return None
+    try:
+        shared = options_of(request_of(items[0], options))
+        encoded = [encode(item).decode() for item in items]
+    except (ValidationError, TypeError, msgspec.EncodeError, RecursionError):
+        return None
+    kind = shared.kind if shared.kind is not None else _default_kind_of_type(args_type)
+    if kind is None or shared.run_at is not None or shared.unique is not None:
+        return None
+    joined = "".join(encoded)
+    if "\\" in joined:  # an escape in the JSON: a NUL is refused, any other sent escaped
+        if "\\u0000" in joined:
+            return None
+        encoded = [_copy_json(args) for args in encoded]
+    columns, tail = _copy_tail(shared)
+    head = f"\t{kind.translate(_COPY_ESCAPES)}\t"
+    return _UniformBatch(_copy_sql("jobs_hot", columns), head, f"\t{tail}", encoded)
+
+
+def _batch(items: Iterable[object], options: InsertOptions) -> _Batch:
+    """How ``insert_many`` sends ``items``: as a uniform batch when it is one."""
+    items = list(items)
+    uniform = _uniform_batch(items, options)
+    return uniform if uniform is not None else _PreparedBatch(prepare_many(items, options))
+
+
 def prepare_many(items: Iterable[object], options: InsertOptions) -> list[PreparedJob]:
     """Validate every item before anything is written; the error names the item's index.
 
@@ -402,26 +521,24 @@ def insert_many(
     Ids come back in item order. Unique jobs go through the claim path one by one; a unique
     job whose key is held by a live job is skipped (its id is absent from the result).
     """
-    jobs = prepare_many(items, options)
-    plain = [j for j in jobs if j.unique_key is None]
-    placed: list[int | None] = [None] * len(jobs)
+    batch = _batch(items, options)
+    placed: list[int | None] = [None] * batch.size
     # Ids come from a sequence, outside any transaction's reach: with one COPY to send,
     # that COPY alone decides whether the batch is written.
-    with _transaction(conn, one_statement=_one_copy(jobs)):
-        if plain:
-            row = conn.execute(_NOW_AND_IDS, (len(plain),)).fetchone()
+    with _transaction(conn, one_statement=batch.one_copy):
+        if batch.plain:
+            row = conn.execute(_NOW_AND_IDS, (batch.plain,)).fetchone()
             assert row is not None
             now, ids = row
             with conn.cursor() as cur:
-                for sql, lines in _copy_lines(plain, ids, now).items():
+                for sql, chunks in batch.copies(ids, now).items():
                     with cur.copy(sql) as copy:
-                        for chunk in _copy_chunks(lines):
+                        for chunk in chunks:
                             copy.write(chunk)
-            _place(placed, jobs, ids)
-        for index, job in enumerate(jobs):
-            if job.unique_key is not None:
-                with contextlib.suppress(UniqueConflict):
-                    placed[index] = _insert_prepared(conn, job).id
+            placed = batch.placed(ids)
+        for index, job in batch.unique:
+            with contextlib.suppress(UniqueConflict):
+                placed[index] = _insert_prepared(conn, job).id
     return [job_id for job_id in placed if job_id is not None]
 
 
@@ -429,30 +546,21 @@ async def insert_many_async(
     conn: psycopg.AsyncConnection[Any], items: Iterable[object], **options: Unpack[InsertOptions]
 ) -> list[int]:
     """The asyncio twin of :func:`insert_many`."""
-    jobs = prepare_many(items, options)
-    plain = [j for j in jobs if j.unique_key is None]
-    placed: list[int | None] = [None] * len(jobs)
-    async with _transaction(conn, one_statement=_one_copy(jobs)):
-        if plain:
-            cur = await conn.execute(_NOW_AND_IDS, (len(plain),))
+    batch = _batch(items, options)
+    placed: list[int | None] = [None] * batch.size
+    async with _transaction(conn, one_statement=batch.one_copy):
+        if batch.plain:
+            cur = await conn.execute(_NOW_AND_IDS, (batch.plain,))
             row = await cur.fetchone()
             assert row is not None
             now, ids = row
             async with conn.cursor() as copy_cur:
-                for sql, lines in _copy_lines(plain, ids, now).items():
+                for sql, chunks in batch.copies(ids, now).items():
                     async with copy_cur.copy(sql) as copy:
-                        for chunk in _copy_chunks(lines):
+                        for chunk in chunks:
                             await copy.write(chunk)
-            _place(placed, jobs, ids)
-        for index, job in enumerate(jobs):
-            if job.unique_key is not None:
-                with contextlib.suppress(UniqueConflict):
-                    placed[index] = (await _insert_prepared_async(conn, job)).id
+            placed = batch.placed(ids)
+        for index, job in batch.unique:
+            with contextlib.suppress(UniqueConflict):
+                placed[index] = (await _insert_prepared_async(conn, job)).id
     return [job_id for job_id in placed if job_id is not None]
-
-
-def _place(placed: list[int | None], jobs: Sequence[PreparedJob], ids: Sequence[int]) -> None:
-    """Put the plain jobs' ids at their items' positions."""
-    plain_positions = (i for i, job in enumerate(jobs) if job.unique_key is None)
-    for position, job_id in zip(plain_positions, ids, strict=True):
-        placed[position] = job_id

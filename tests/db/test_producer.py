@@ -172,6 +172,40 @@ def test_awkward_text_is_stored_as_given(client: awa_fast.Client, dsn: str, flav
     assert stored["state"] == "available"
 
 
+def test_insert_many_of_one_args_type_stores_each_as_given(
+    client: awa_fast.Client, dsn: str
+) -> None:
+    """A batch of one args type under one set of options goes out as one COPY rendered at
+    once (awa_fast.producer._UniformBatch): escapes, unicode and options arrive intact, and
+    the ids come back in item order."""
+    texts = ["plain", AWKWARD, 'say "hi"', "é 🚀", "\\N"]
+    options: dict[str, Any] = {"queue": AWKWARD, "priority": 4, "tags": [AWKWARD]}
+    ids = client.insert_many([SendEmail(text) for text in texts], **options)
+    stored = [job(dsn, job_id) for job_id in ids]
+    assert [row["args"] for row in stored] == [{"to": text} for text in texts]
+    assert {(row["queue"], row["priority"], tuple(row["tags"])) for row in stored} == {
+        (AWKWARD, 4, (AWKWARD,))
+    }
+    assert ids == sorted(ids)
+
+
+@pytest.mark.parametrize(
+    ("items", "kind", "field"),
+    [
+        ([SendEmail("a"), SendEmail("b"), SendEmail("nul\x00")], None, "items[2].args"),
+        ([{"x": 1}, {"x": object()}], "k", "items[1].args"),
+        ([{"x": 1}, {"x": 2}], None, "items[0].kind"),
+    ],
+)
+def test_a_bad_item_among_args_of_one_type_is_named_and_nothing_written(
+    client: awa_fast.Client, dsn: str, items: list[Any], kind: str | None, field: str
+) -> None:
+    with pytest.raises(ValidationError) as err:
+        client.insert_many(items, **({"kind": kind} if kind else {}))
+    assert err.value.field == field
+    assert states(dsn) == {}
+
+
 def test_insert_many_validates_shared_options_once_per_call(
     client: awa_fast.Client, dsn: str
 ) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import uvloop
 
 from awa_fast._core import InFlight, OutcomeRing
-from awa_fast.db.transitions import Backoff
+from awa_fast.db.transitions import Backoff, Target
 from awa_fast.runtime.callbacks import CallbackRegistrar
 from awa_fast.runtime.executor import Executor
 from awa_fast.runtime.local import run_claimed
@@ -45,7 +45,8 @@ def delivered_rows(rows: int, inflight: InFlight) -> list[list[Any]]:
     out = []
     for n in range(rows):
         slot = inflight.acquire_slot(n, 1, 0, 0)
-        claimed = [n, 1, "Noop", "default", b'{"n":%d}' % n, 1, 25, 2, [], None, None, None]
+        # args as a claim connection loads jsonb: the version byte, then the JSON text
+        claimed = [n, 1, "Noop", "default", b'\x01{"n":%d}' % n, 1, 25, 2, [], None, None, None]
         out.append([*claimed, now, now, slot, 0])
     return out
 
@@ -73,7 +74,9 @@ def one_run(rows: int, size: int) -> float:
     began = time.perf_counter()
     uvloop.run(run_batches(executor, inflight, batch, size))
     elapsed = time.perf_counter() - began
-    assert len(ring.drain(rows + 1, 0.0)) == rows
+    outcomes = ring.drain(rows + 1, 0.0)
+    assert len(outcomes) == rows
+    assert {code for _, _, code, *_ in outcomes} == {int(Target.COMPLETED)}, "handlers failed"
     return elapsed / rows * 1e6
 
 

@@ -103,6 +103,7 @@ class Attempt:
 
 
 COMPLETED = Transition(Target.COMPLETED)
+_PLAIN_COMPLETION = (int(Target.COMPLETED), 0.0, b"")
 
 
 def error_entry(
@@ -191,6 +192,8 @@ def encode(
     transition: Transition, *, progress: object = None, metadata: dict[str, Any] | None = None
 ) -> tuple[int, float, bytes]:
     """(code, number, payload) for one ring record; payload is empty for a plain result."""
+    if transition is COMPLETED and progress is None and not metadata:
+        return _PLAIN_COMPLETION  # most records: built once
     extra: dict[str, Any] = {}
     if transition.error is not None:
         extra["error"] = transition.error

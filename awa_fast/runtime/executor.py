@@ -74,7 +74,8 @@ class Executor:
     dlq_queues: frozenset[str] = frozenset()
 
     async def run(self, row: Sequence[Any], slot: int) -> None:
-        """Run the handler for ``row`` (a claimed row) and push its outcome."""
+        """Run the handler for ``row`` (a claimed row; columns after the claimed ones, such
+        as a delivered row's slot, are ignored) and push its outcome."""
         handler = self.registry.get(row[KIND])
         attempt = tr.Attempt(row[ATTEMPT], row[MAX_ATTEMPTS])
         job: Job[Any] | None = None

@@ -36,14 +36,14 @@ async def run_claimed(
     capacity unit when the handler returns. An attempt cut short by cancellation is
     reported lost (``why_cut`` says why), so the committer retries it, or fails it on its
     last attempt."""
-    *job, slot, _cap = row
+    slot = row[-2]
     try:
-        await executor.run(job, slot)
+        await executor.run(row, slot)
     except asyncio.CancelledError:
         why = (why_cut() if why_cut else None) or "shut down before the handler finished"
         reason = orjson.dumps({"reason": why})
-        kind = executor.registry.index_of(job[KIND])
-        executor.sink.push(job[ID], job[LEASE], int(Target.LOST), kind, 0.0, reason)
+        kind = executor.registry.index_of(row[KIND])
+        executor.sink.push(row[ID], row[LEASE], int(Target.LOST), kind, 0.0, reason)
         raise
     finally:
         inflight.release_slot(slot)  # frees its capacity unit too

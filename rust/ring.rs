@@ -1021,17 +1021,19 @@ mod tests {
     fn second_consumer_thread_is_refused() {
         let ring = Arc::new(OutcomeRing::new(8, 64, Duration::from_secs(2)).unwrap());
         let r2 = Arc::clone(&ring);
+        let (holding, held) = std::sync::mpsc::channel();
         let waiter = thread::spawn(move || {
-            r2.consumer()
-                .unwrap()
-                .wait_ready(Instant::now() + Duration::from_millis(300))
+            let mut consumer = r2.consumer().unwrap();
+            holding.send(()).unwrap();
+            consumer.wait_ready(far())
         });
-        // Wait until the waiter holds the consumer lock (it sleeps for up to 300 ms).
-        while ring.consumer.try_lock().is_ok() {
-            thread::yield_now();
-        }
+        // The waiter says when it holds the consumer (probing the lock from here could
+        // take it at the moment the waiter asks, and a waiter that had already given it
+        // back would leave a probe spinning forever); it sleeps until the push below.
+        held.recv().unwrap();
         assert!(matches!(ring.consumer(), Err(RingError::ConsumerBusy)));
-        assert!(!waiter.join().unwrap());
+        ring.push(&rec(1, 1), b"", None).unwrap();
+        assert!(waiter.join().unwrap());
     }
 
     #[test]

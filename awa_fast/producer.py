@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol, Unpack, overload
+from typing import Any, Unpack, overload
 
 import msgspec
 import orjson
@@ -246,10 +246,6 @@ def _copy_tail(options: Options) -> tuple[str, str]:
     return ", ".join(fields), "\t".join(fields.values()) + "\n"
 
 
-def _copy_sql(table: str, columns: str) -> str:
-    return f"COPY awa_fast.{table} (id, kind, args, {columns}) FROM STDIN"
-
-
 def _copy_lines(
     jobs: Sequence[PreparedJob], ids: Sequence[int], now: datetime
 ) -> dict[str, list[str]]:
@@ -265,8 +261,12 @@ def _copy_lines(
         shared = by_options.get(id(options))
         if shared is None:
             columns, tail = _copy_tail(options)
-            hot = copies.setdefault(_copy_sql("jobs_hot", columns), [])
-            deferred = copies.setdefault(_copy_sql("jobs_deferred", columns), [])
+            hot = copies.setdefault(
+                f"COPY awa_fast.jobs_hot (id, kind, args, {columns}) FROM STDIN", []
+            )
+            deferred = copies.setdefault(
+                f"COPY awa_fast.jobs_deferred (id, kind, args, {columns}) FROM STDIN", []
+            )
             shared = by_options[id(options)] = (hot, deferred, tail)
         hot, deferred, tail = shared
         kind = kinds.get(job.kind)
@@ -375,123 +375,45 @@ def _claim_params(job: PreparedJob, job_id: int) -> dict[str, Any]:
     return {"key": job.unique_key, "job_id": job_id, "states": states}
 
 
-class _Batch(Protocol):
-    """What ``insert_many`` sends: ``plain`` jobs over COPY with ids drawn for them, then
-    the ``unique`` ones one by one (each with its index among the items)."""
-
-    @property
-    def size(self) -> int: ...
-    @property
-    def plain(self) -> int: ...
-    @property
-    def one_copy(self) -> bool: ...
-    @property
-    def unique(self) -> Sequence[tuple[int, PreparedJob]]: ...
-    def copies(self, ids: Sequence[int], now: datetime) -> dict[str, Iterator[str]]: ...
-    def placed(self, ids: Sequence[int]) -> list[int | None]: ...
+_RECORD_SEPARATOR = "\x1e"  # between a uniform batch's args; JSON text never holds it raw
 
 
-@dataclass(slots=True)
-class _PreparedBatch:
-    """Any batch, validated item by item: mixed args types and options, schedules, unique
-    jobs; an error names the item it is about."""
+def _uniform_params(items: list[object], options: InsertOptions) -> dict[str, Any] | None:
+    """Parameters of ``Q.job_insert_uniform`` for ``items``, or None to have
+    :func:`prepare_many` take them item by item.
 
-    jobs: list[PreparedJob]
-
-    @property
-    def size(self) -> int:
-        return len(self.jobs)
-
-    @property
-    def plain(self) -> int:
-        return sum(job.unique_key is None for job in self.jobs)
-
-    @property
-    def one_copy(self) -> bool:
-        return _one_copy(self.jobs)
-
-    @property
-    def unique(self) -> list[tuple[int, PreparedJob]]:
-        return [(i, job) for i, job in enumerate(self.jobs) if job.unique_key is not None]
-
-    def copies(self, ids: Sequence[int], now: datetime) -> dict[str, Iterator[str]]:
-        plain = [job for job in self.jobs if job.unique_key is None]
-        return {sql: _copy_chunks(lines) for sql, lines in _copy_lines(plain, ids, now).items()}
-
-    def placed(self, ids: Sequence[int]) -> list[int | None]:
-        placed: list[int | None] = [None] * len(self.jobs)
-        plain_positions = (i for i, job in enumerate(self.jobs) if job.unique_key is None)
-        for position, job_id in zip(plain_positions, ids, strict=True):
-            placed[position] = job_id
-        return placed
-
-
-@dataclass(frozen=True, slots=True)
-class _UniformBatch:
-    """Args of one type under one set of options, due now, none unique, nothing to escape:
-    one COPY whose rows are the encoded args between text rendered once. For 450 no-op
-    jobs the producer's CPU is 1.3-1.6 us a job, against 2.6-2.8 with a PreparedJob per
-    item (benches/RESULTS.md)."""
-
-    sql: str
-    head: str  # between a row's id and its args: the kind
-    tail: str  # after its args: the queue and options, and the row's end
-    args: list[str]
-
-    one_copy = True
-    unique = ()
-
-    @property
-    def size(self) -> int:
-        return len(self.args)
-
-    @property
-    def plain(self) -> int:
-        return len(self.args)
-
-    def copies(self, ids: Sequence[int], now: datetime) -> dict[str, Iterator[str]]:
-        head, tail = self.head, self.tail
-        rows = [f"{job_id}{head}{args}{tail}" for job_id, args in zip(ids, self.args, strict=True)]
-        return {self.sql: _copy_chunks(rows)}
-
-    def placed(self, ids: Sequence[int]) -> list[int | None]:
-        return list(ids)
-
-
-def _uniform_batch(items: list[object], options: InsertOptions) -> _UniformBatch | None:
-    """``items`` as a :class:`_UniformBatch`, or None to have :func:`prepare_many` take them.
-
-    Only a batch that path would accept item by item, and write the same, comes here: the
-    same options, validated; the same kind and encoder (one whose every output is a JSON
-    object), the same escapes; args that path would refuse (a NUL, or one that cannot be
-    encoded) send the whole batch back, to be refused there with the item named."""
+    A uniform batch is args of one type whose encoding is always a JSON object (a
+    dataclass, a dict, a msgspec Struct not encoded as an array) under one set of options,
+    due now, none unique: one statement, with no PreparedJob per item. Only a batch the
+    item-by-item path would accept, and store the same, comes here: the same options,
+    validated; the same kind and encoder; args that path would refuse (a NUL, or args
+    that cannot be encoded) send the whole batch back, to be refused there with the item
+    named. For 450 no-op jobs the producer's CPU is about 0.8 us a job, against 2.6-2.8
+    item by item over COPY (benches/RESULTS.md)."""
     args_type: type = type(items[0]) if items else InsertRequest
     encode = None if issubclass(args_type, InsertRequest) else object_encoder(args_type)
     if encode is None or not all(type(item) is args_type for item in items):
         return None
     try:
         shared = options_of(request_of(items[0], options))
-        encoded = [encode(item).decode() for item in items]
+        args = _RECORD_SEPARATOR.join([encode(item).decode() for item in items])
     except (ValidationError, TypeError, msgspec.EncodeError, RecursionError):
         return None
     kind = shared.kind if shared.kind is not None else _default_kind_of_type(args_type)
     if kind is None or shared.run_at is not None or shared.unique is not None:
         return None
-    joined = "".join(encoded)
-    if "\\" in joined:  # an escape in the JSON: a NUL is refused, any other sent escaped
-        if "\\u0000" in joined:
-            return None
-        encoded = [_copy_json(args) for args in encoded]
-    columns, tail = _copy_tail(shared)
-    head = f"\t{kind.translate(_COPY_ESCAPES)}\t"
-    return _UniformBatch(_copy_sql("jobs_hot", columns), head, f"\t{tail}", encoded)
-
-
-def _batch(items: Iterable[object], options: InsertOptions) -> _Batch:
-    """How ``insert_many`` sends ``items``: as a uniform batch when it is one."""
-    items = list(items)
-    uniform = _uniform_batch(items, options)
-    return uniform if uniform is not None else _PreparedBatch(prepare_many(items, options))
+    if "\\u0000" in args:
+        return None
+    return {
+        "kind": kind,
+        "queue": shared.queue,
+        "args": args,
+        "priority": shared.priority,
+        "max_attempts": shared.max_attempts,
+        "tags": list(shared.tags),
+        "metadata": shared.metadata,
+        "deadline": shared.deadline,
+    }
 
 
 def prepare_many(items: Iterable[object], options: InsertOptions) -> list[PreparedJob]:
@@ -517,29 +439,37 @@ def prepare_many(items: Iterable[object], options: InsertOptions) -> list[Prepar
 def insert_many(
     conn: psycopg.Connection[Any], items: Iterable[object], **options: Unpack[InsertOptions]
 ) -> list[int]:
-    """Insert many jobs over COPY in one transaction; returns their ids in order.
+    """Insert many jobs in one transaction; returns their ids in order.
 
+    A uniform batch (see :func:`_uniform_params`) is one INSERT; any other goes over COPY.
     Ids come back in item order. Unique jobs go through the claim path one by one; a unique
     job whose key is held by a live job is skipped (its id is absent from the result).
     """
-    batch = _batch(items, options)
-    placed: list[int | None] = [None] * batch.size
+    items = list(items)
+    uniform = _uniform_params(items, options)
+    if uniform is not None:
+        with _transaction(conn, one_statement=True):
+            return [row[0] for row in conn.execute(Q.job_insert_uniform, uniform).fetchall()]
+    jobs = prepare_many(items, options)
+    plain = [j for j in jobs if j.unique_key is None]
+    placed: list[int | None] = [None] * len(jobs)
     # Ids come from a sequence, outside any transaction's reach: with one COPY to send,
     # that COPY alone decides whether the batch is written.
-    with _transaction(conn, one_statement=batch.one_copy):
-        if batch.plain:
-            row = conn.execute(_NOW_AND_IDS, (batch.plain,)).fetchone()
+    with _transaction(conn, one_statement=_one_copy(jobs)):
+        if plain:
+            row = conn.execute(_NOW_AND_IDS, (len(plain),)).fetchone()
             assert row is not None
             now, ids = row
             with conn.cursor() as cur:
-                for sql, chunks in batch.copies(ids, now).items():
+                for sql, lines in _copy_lines(plain, ids, now).items():
                     with cur.copy(sql) as copy:
-                        for chunk in chunks:
+                        for chunk in _copy_chunks(lines):
                             copy.write(chunk)
-            placed = batch.placed(ids)
-        for index, job in batch.unique:
-            with contextlib.suppress(UniqueConflict):
-                placed[index] = _insert_prepared(conn, job).id
+            _place(placed, jobs, ids)
+        for index, job in enumerate(jobs):
+            if job.unique_key is not None:
+                with contextlib.suppress(UniqueConflict):
+                    placed[index] = _insert_prepared(conn, job).id
     return [job_id for job_id in placed if job_id is not None]
 
 
@@ -547,21 +477,36 @@ async def insert_many_async(
     conn: psycopg.AsyncConnection[Any], items: Iterable[object], **options: Unpack[InsertOptions]
 ) -> list[int]:
     """The asyncio twin of :func:`insert_many`."""
-    batch = _batch(items, options)
-    placed: list[int | None] = [None] * batch.size
-    async with _transaction(conn, one_statement=batch.one_copy):
-        if batch.plain:
-            cur = await conn.execute(_NOW_AND_IDS, (batch.plain,))
+    items = list(items)
+    uniform = _uniform_params(items, options)
+    if uniform is not None:
+        async with _transaction(conn, one_statement=True):
+            cur = await conn.execute(Q.job_insert_uniform, uniform)
+            return [row[0] for row in await cur.fetchall()]
+    jobs = prepare_many(items, options)
+    plain = [j for j in jobs if j.unique_key is None]
+    placed: list[int | None] = [None] * len(jobs)
+    async with _transaction(conn, one_statement=_one_copy(jobs)):
+        if plain:
+            cur = await conn.execute(_NOW_AND_IDS, (len(plain),))
             row = await cur.fetchone()
             assert row is not None
             now, ids = row
             async with conn.cursor() as copy_cur:
-                for sql, chunks in batch.copies(ids, now).items():
+                for sql, lines in _copy_lines(plain, ids, now).items():
                     async with copy_cur.copy(sql) as copy:
-                        for chunk in chunks:
+                        for chunk in _copy_chunks(lines):
                             await copy.write(chunk)
-            placed = batch.placed(ids)
-        for index, job in batch.unique:
-            with contextlib.suppress(UniqueConflict):
-                placed[index] = (await _insert_prepared_async(conn, job)).id
+            _place(placed, jobs, ids)
+        for index, job in enumerate(jobs):
+            if job.unique_key is not None:
+                with contextlib.suppress(UniqueConflict):
+                    placed[index] = (await _insert_prepared_async(conn, job)).id
     return [job_id for job_id in placed if job_id is not None]
+
+
+def _place(placed: list[int | None], jobs: Sequence[PreparedJob], ids: Sequence[int]) -> None:
+    """Put the plain jobs' ids at their items' positions."""
+    plain_positions = (i for i, job in enumerate(jobs) if job.unique_key is None)
+    for position, job_id in zip(plain_positions, ids, strict=True):
+        placed[position] = job_id

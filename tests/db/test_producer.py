@@ -15,13 +15,20 @@ import pytest
 from psycopg.pq import PGconn, Trace
 
 import awa_fast
+import awa_fast.producer
 from awa_fast import InsertRequest, UniqueConflict, ValidationError
 from tests.factories import finish_jobs
 from tests.helpers import job, run, states
+from tests.unit.test_producer_batches import UNIFORM
 
 
 @dataclass
 class SendEmail:
+    to: str
+
+
+@dataclass
+class Notice:
     to: str
 
 
@@ -172,11 +179,33 @@ def test_awkward_text_is_stored_as_given(client: awa_fast.Client, dsn: str, flav
     assert stored["state"] == "available"
 
 
+@pytest.mark.parametrize("case", UNIFORM)
+def test_a_uniform_batch_is_stored_as_item_by_item_would_store_it(
+    dsn: str, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-statement insert of a batch of one args type stores every column the COPY of
+    the item-by-item path does (the case list: tests/unit/test_producer_batches.py)."""
+    items, options = UNIFORM[case]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        uniform = awa_fast.insert_many(conn, items, **options)
+        monkeypatch.setattr(awa_fast.producer, "_uniform_params", lambda items, options: None)
+        item_by_item = awa_fast.insert_many(conn, items, **options)
+    assert len(uniform) == len(item_by_item) == len(items)
+    assert uniform == sorted(uniform) and item_by_item == sorted(item_by_item)
+    varying = {"id", "run_at", "created_at"}
+    for a, b in zip(uniform, item_by_item, strict=True):
+        stored_a, stored_b = job(dsn, a), job(dsn, b)
+        assert {k: v for k, v in stored_a.items() if k not in varying} == {
+            k: v for k, v in stored_b.items() if k not in varying
+        }
+        assert stored_a["run_at"] == stored_a["created_at"]
+
+
 def test_insert_many_of_one_args_type_stores_each_as_given(
     client: awa_fast.Client, dsn: str
 ) -> None:
-    """A batch of one args type under one set of options goes out as one COPY rendered at
-    once (awa_fast.producer._UniformBatch): escapes, unicode and options arrive intact, and
+    """A batch of one args type under one set of options goes out as one statement
+    (awa_fast.producer._uniform_params): escapes, unicode and options arrive intact, and
     the ids come back in item order."""
     texts = ["plain", AWKWARD, 'say "hi"', "é 🚀", "\\N"]
     options: dict[str, Any] = {"queue": AWKWARD, "priority": 4, "tags": [AWKWARD]}
@@ -273,7 +302,14 @@ def round_trips(pgconn: PGconn) -> Iterator[list[int]]:
 # A transaction would cost two more round trips (BEGIN, COMMIT) each.
 ROUND_TRIPS = {
     "insert": (lambda conn: awa_fast.insert(conn, SendEmail("a")), 1),
-    "insert_many": (lambda conn: awa_fast.insert_many(conn, [SendEmail("a")] * 3), 2),  # ids, COPY
+    "insert_many of one args type": (
+        lambda conn: awa_fast.insert_many(conn, [SendEmail("a")] * 3),
+        1,  # one INSERT, the ids returned
+    ),
+    "insert_many of two args types": (
+        lambda conn: awa_fast.insert_many(conn, [SendEmail("a"), {"to": "b"}], kind="k"),
+        2,  # ids, COPY
+    ),
     "insert_many, due and scheduled": (
         lambda conn: awa_fast.insert_many(
             conn, [SendEmail("a"), InsertRequest(SendEmail("b"), run_at=IN_AN_HOUR)]
@@ -303,12 +339,14 @@ def test_async_insert_that_is_one_statement_sends_no_begin_or_commit(dsn: str) -
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             with round_trips(conn.pgconn) as one:
                 await awa_fast.insert_async(conn, SendEmail("a"))
-            with round_trips(conn.pgconn) as many:
+            with round_trips(conn.pgconn) as uniform:
                 await awa_fast.insert_many_async(conn, [SendEmail("b"), SendEmail("c")])
-            return one + many
+            with round_trips(conn.pgconn) as mixed:
+                await awa_fast.insert_many_async(conn, [SendEmail("d"), {"to": "e"}], kind="k")
+            return one + uniform + mixed
 
-    assert run(main()) == [1, 2]
-    assert states(dsn) == {"available": 3}
+    assert run(main()) == [1, 1, 2]
+    assert states(dsn) == {"available": 5}
 
 
 def test_caller_transaction_on_an_autocommit_connection_still_holds_the_insert(
@@ -341,8 +379,10 @@ CREATE TRIGGER reject_third BEFORE INSERT ON awa_fast.{table}
 @pytest.mark.parametrize(
     ("table", "items"),
     [
-        # one COPY, no transaction around it
+        # one INSERT (args of one type), no transaction around it
         ("jobs_hot", [SendEmail("first"), SendEmail("second"), SendEmail("third")]),
+        # one COPY (args of two types), no transaction around it
+        ("jobs_hot", [SendEmail("first"), Notice("second"), SendEmail("third")]),
         # two COPYs in one transaction: the second one's failure takes the first back
         (
             "jobs_deferred",

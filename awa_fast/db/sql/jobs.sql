@@ -274,6 +274,21 @@ SELECT * FROM hot
 UNION ALL
 SELECT * FROM deferred;
 
+-- name: job_insert_uniform
+-- A batch of args of one kind under one set of options, due now, none unique, in one
+-- statement: the args come as one text of JSON objects separated by U+001E (which JSON
+-- text never holds raw), so the client sends one parameter, not an array it must build,
+-- and gets the ids back in the same round trip. Ids are drawn in the args' order, and the
+-- ORDER BY keeps the inserted rows, and so RETURNING, in that order.
+INSERT INTO awa_fast.jobs_hot (id, kind, queue, args, priority, max_attempts, tags, metadata,
+                               deadline_seconds)
+SELECT nextval('awa_fast.job_id_seq'), %(kind)s, %(queue)s, a.args::jsonb,
+       %(priority)s::smallint, %(max_attempts)s::smallint, %(tags)s::text[],
+       %(metadata)s::jsonb, %(deadline)s::float8
+FROM unnest(string_to_array(%(args)s, E'\x1e')) WITH ORDINALITY AS a(args, n)
+ORDER BY a.n
+RETURNING id;
+
 -- name: job_next_ids
 SELECT nextval('awa_fast.job_id_seq') FROM generate_series(1, %(count)s);
 

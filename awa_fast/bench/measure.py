@@ -282,7 +282,8 @@ def wait_for_listener(url: str, *, timeout: float = 10.0) -> bool:
 
 
 def insert_items(url: str, items: list[Any], **options: Any) -> None:
-    """COPY ``items`` in on a connection of their own, closed before measuring starts."""
+    """Insert ``items`` (``insert_many``) on a connection of their own, closed before measuring
+    starts."""
     from awa_fast.producer import insert_many
 
     with psycopg.connect(url, autocommit=True) as conn:

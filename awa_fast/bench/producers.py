@@ -56,7 +56,7 @@ def produce_one_by_one(url: str, rate: float, count: float) -> list[float]:
 
 
 def produce_at_rate(url: str, rate: float, duration: float, tick: float) -> tuple[int, float]:
-    """Offer ``rate`` jobs/s for ``duration`` s: every ``tick`` s, one COPY batch of what
+    """Offer ``rate`` jobs/s for ``duration`` s: every ``tick`` s, one ``insert_many`` of what
     fell due since the last one; returns (jobs inserted, seconds it took)."""
     from awa_fast.producer import insert_many
 

@@ -376,6 +376,9 @@ def _claim_params(job: PreparedJob, job_id: int) -> dict[str, Any]:
 
 
 _RECORD_SEPARATOR = "\x1e"  # between a uniform batch's args; JSON text never holds it raw
+# A uniform batch is one statement and one parameter, and the server sorts its rows back
+# into item order: past this many jobs, COPY, which streams, is the better way in.
+_UNIFORM_MAX_JOBS = 100_000
 
 
 def _uniform_params(items: list[object], options: InsertOptions) -> dict[str, Any] | None:
@@ -390,7 +393,9 @@ def _uniform_params(items: list[object], options: InsertOptions) -> dict[str, An
     that cannot be encoded) send the whole batch back, to be refused there with the item
     named. For 450 no-op jobs the producer's CPU is 1.0-1.2 us a job, against 3.8-4.0
     item by item over COPY in the same minutes (benches/RESULTS.md)."""
-    args_type: type = type(items[0]) if items else InsertRequest
+    if not 0 < len(items) <= _UNIFORM_MAX_JOBS:
+        return None
+    args_type: type = type(items[0])
     encode = None if issubclass(args_type, InsertRequest) else object_encoder(args_type)
     if encode is None or not all(type(item) is args_type for item in items):
         return None

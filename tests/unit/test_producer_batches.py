@@ -75,6 +75,7 @@ def test_a_batch_of_one_args_type_and_options_is_uniform(case: str) -> None:
 
 TAKEN_ITEM_BY_ITEM: dict[str, tuple[list[Any], dict[str, Any]]] = {
     "nothing": ([], {}),
+    "more than one statement should carry": ([SendEmail("a")] * 100_001, {}),
     "two args types": ([SendEmail("a"), Resize("b")], {"kind": "k"}),
     "a request among args": ([SendEmail("a"), InsertRequest(SendEmail("b"))], {}),
     "requests only": ([InsertRequest(SendEmail("a"))], {}),

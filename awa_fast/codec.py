@@ -72,6 +72,12 @@ def object_encoder(args_type: type) -> Encoder | None:
     return encoder if encoder is msgspec.json.encode else None
 
 
+def holds_nul(encoded: bytes) -> bool:
+    """Whether JSON text holds a NUL (escaped, as every encoder here writes it), which
+    Postgres cannot store in jsonb or text."""
+    return b"\\u0000" in encoded
+
+
 def encode_args(args: object) -> bytes:
     """JSON bytes for ``args``; raises :class:`ValidationError` naming ``args`` when impossible."""
     args_type: type = type(args)
@@ -88,7 +94,7 @@ def encode_args(args: object) -> bytes:
         raise ValidationError("args", f"not JSON-serialisable: {exc}") from exc
     if not encoded.startswith(b"{"):
         raise ValidationError("args", "must encode to a JSON object")
-    if b"\\u0000" in encoded:
+    if holds_nul(encoded):
         raise ValidationError("args", "contains a NUL character, which Postgres cannot store")
     return encoded
 
@@ -99,7 +105,7 @@ def encode_json(field: str, value: object) -> bytes:
         encoded = orjson.dumps(value)
     except TypeError as exc:
         raise ValidationError(field, f"not JSON-serialisable: {exc}") from exc
-    if b"\\u0000" in encoded:
+    if holds_nul(encoded):
         raise ValidationError(field, "contains a NUL character, which Postgres cannot store")
     return encoded
 

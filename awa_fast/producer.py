@@ -21,7 +21,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
-from awa_fast.codec import encode_args, encode_json, kind_of, object_encoder
+from awa_fast.codec import encode_args, encode_json, holds_nul, kind_of, object_encoder
 from awa_fast.db.queries import Q
 from awa_fast.errors import UniqueConflict, ValidationError
 from awa_fast.types import JOB_STATES, InsertOptions, InsertRequest, JobRow, UniqueOpts
@@ -45,10 +45,17 @@ class Options:
     unique: UniqueOpts | None
     deadline: float | None
 
+    def kind_for(self, args_type: type) -> str | None:
+        """The kind of jobs of ``args_type`` under these options: the one given, else the
+        type's own (None for a mapping, which has no type name to give)."""
+        return self.kind if self.kind is not None else _default_kind_of_type(args_type)
+
     def job(self, args: object) -> PreparedJob:
         """These options applied to ``args``: the args encoded, the kind and unique key
         derived."""
-        kind = self.kind if self.kind is not None else _default_kind(type(args))
+        kind = self.kind_for(type(args))
+        if kind is None:
+            raise ValidationError("kind", "is required when args is a dict")
         encoded = encode_args(args).decode()
         unique_key = _unique_key(self.unique, kind, self.queue, encoded) if self.unique else None
         return PreparedJob(self, kind, encoded, unique_key)
@@ -159,13 +166,6 @@ def options_of(request: InsertRequest) -> Options:
 def prepare(request: InsertRequest) -> PreparedJob:
     """Validate and encode one insert; raises :class:`ValidationError` naming the field."""
     return options_of(request).job(request.args)
-
-
-def _default_kind(args_type: type) -> str:
-    kind = _default_kind_of_type(args_type)
-    if kind is None:
-        raise ValidationError("kind", "is required when args is a dict")
-    return kind
 
 
 @functools.cache
@@ -375,7 +375,7 @@ def _claim_params(job: PreparedJob, job_id: int) -> dict[str, Any]:
     return {"key": job.unique_key, "job_id": job_id, "states": states}
 
 
-_RECORD_SEPARATOR = "\x1e"  # between a uniform batch's args; JSON text never holds it raw
+_RECORD_SEPARATOR = b"\x1e"  # between a uniform batch's args; JSON text never holds it raw
 # A uniform batch is one statement and one parameter, and the server sorts its rows back
 # into item order: past this many jobs, COPY, which streams, is the better way in.
 _UNIFORM_MAX_JOBS = 100_000
@@ -401,18 +401,18 @@ def _uniform_params(items: list[object], options: InsertOptions) -> dict[str, An
         return None
     try:
         shared = options_of(request_of(items[0], options))
-        args = _RECORD_SEPARATOR.join([encode(item).decode() for item in items])
+        args = _RECORD_SEPARATOR.join([encode(item) for item in items])
     except (ValidationError, TypeError, msgspec.EncodeError, RecursionError):
         return None
-    kind = shared.kind if shared.kind is not None else _default_kind_of_type(args_type)
+    kind = shared.kind_for(args_type)
     if kind is None or shared.run_at is not None or shared.unique is not None:
         return None
-    if "\\u0000" in args:
+    if holds_nul(args):
         return None
     return {
         "kind": kind,
         "queue": shared.queue,
-        "args": args,
+        "args": args.decode(),
         "priority": shared.priority,
         "max_attempts": shared.max_attempts,
         "tags": list(shared.tags),

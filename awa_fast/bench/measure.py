@@ -249,16 +249,18 @@ class Window:
         }
 
 
+_OTHER_SESSIONS = (
+    "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)
+
+
 def _await_sessions(
     url: str, where: str, *, done: Callable[[int], bool], timeout: float, interval: float
 ) -> bool:
     """Poll how many other sessions of ``url``'s database match ``where`` until
     ``done(count)``; False if ``timeout`` passes first."""
     deadline = time.monotonic() + timeout
-    sql = (
-        "SELECT count(*) FROM pg_stat_activity "
-        f"WHERE datname = current_database() AND pid <> pg_backend_pid() AND {where}"
-    )
+    sql = f"SELECT count(*) {_OTHER_SESSIONS} AND {where}"
     with psycopg.connect(url, autocommit=True) as conn:
         while time.monotonic() < deadline:
             row = conn.execute(sql).fetchone()
@@ -279,8 +281,7 @@ def quiesce(url: str, *, timeout: float = 10.0) -> None:
     if not _await_sessions(url, _CLIENTS, done=lambda n: n == 0, timeout=timeout, interval=0.01):
         with psycopg.connect(url, autocommit=True) as conn:
             left = conn.execute(
-                "SELECT application_name, state, left(query, 60) FROM pg_stat_activity "
-                f"WHERE datname = current_database() AND pid <> pg_backend_pid() AND {_CLIENTS}"
+                f"SELECT application_name, state, left(query, 60) {_OTHER_SESSIONS} AND {_CLIENTS}"
             ).fetchall()
         raise RuntimeError(f"sessions still connected to {url} after {timeout} s: {left}")
 

@@ -80,17 +80,17 @@ async def sustained(
     A median, as the drain scenario's own figure is: one drain of 20,000 jobs lasts a third
     of a second, and on a shared machine single drains minutes apart ranged over 42-69k
     jobs/s, so a load taken from one drain said as much about that third of a second as
-    about the pool."""
+    about the pool. The machine drifts within a run too, so when the basis drains were
+    measured here, as many are measured again right after the load (``after_drains_per_s``,
+    and ``load_after``, the offered rate as a share of their median): a run whose load
+    turned out heavier or lighter than it was meant to be says so."""
     if basis not in BASES:
         raise ValueError(f"basis must be one of {', '.join(BASES)}, got {basis!r}")
     basis_rate = rate
     drains: list[float] = []
     if basis_rate is None:
         if drain_rate is None:
-            for _ in range(BASIS_DRAINS):
-                measured = await drain(url, jobs=jobs, processes=processes, concurrency=concurrency)
-                drains.append(float(measured["jobs_per_s"]))
-                _truncate(url)
+            drains = await _drains(url, jobs=jobs, processes=processes, concurrency=concurrency)
             drain_rate = statistics.median(drains)
         basis_rate = drain_rate
         if basis == "capacity":
@@ -108,6 +108,14 @@ async def sustained(
         duration=duration,
         progress=progress,
     )
+    after: dict[str, Any] = {}
+    if drains:
+        _truncate(url)
+        again = await _drains(url, jobs=jobs, processes=processes, concurrency=concurrency)
+        after = {
+            "after_drains_per_s": [round(d, 1) for d in again],
+            "load_after": round(offered_rate / statistics.median(again), 3),
+        }
     return {
         **result,
         "variant": f"{round(load * 100)}% of {basis}",
@@ -115,7 +123,18 @@ async def sustained(
         "basis": basis,
         "basis_per_s": round(basis_rate, 1),
         "basis_drains_per_s": [round(d, 1) for d in drains],
+        **after,
     }
+
+
+async def _drains(url: str, *, jobs: int, processes: int | None, concurrency: int) -> list[float]:
+    """Jobs/s of :data:`BASIS_DRAINS` drains of ``jobs`` jobs, one after another."""
+    rates = []
+    for _ in range(BASIS_DRAINS):
+        measured = await drain(url, jobs=jobs, processes=processes, concurrency=concurrency)
+        rates.append(float(measured["jobs_per_s"]))
+        _truncate(url)
+    return rates
 
 
 BASES = ("drain", "capacity")

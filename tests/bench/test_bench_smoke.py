@@ -92,6 +92,7 @@ def test_sustained_samples_depth_and_dead_tuples_over_time(dsn: str) -> None:
     assert times == sorted(times)
     assert all(s[1] >= 0 and s[2] >= 0 and s[3] >= 0 for s in samples)
     assert result["offered_per_s"] == 400.0 and _positive(result["completed_per_s"])
+    assert "after_drains_per_s" not in result  # a fixed rate has no basis to check
 
 
 def test_sustained_on_the_capacity_basis_offers_a_share_of_what_was_completed(dsn: str) -> None:
@@ -123,6 +124,10 @@ def test_each_sustained_run_offers_a_share_of_its_own_drains(server_url: str) ->
         median = statistics.median(run["basis_drains_per_s"])
         assert run["basis_per_s"] == pytest.approx(median, abs=0.1)
         assert run["offered_per_s"] == pytest.approx(0.5 * run["basis_per_s"], abs=0.1)
+        assert len(run["after_drains_per_s"]) == bench.BASIS_DRAINS
+        assert all(map(_positive, run["after_drains_per_s"]))
+        after = statistics.median(run["after_drains_per_s"])
+        assert run["load_after"] == pytest.approx(run["offered_per_s"] / after, abs=0.001)
     earlier = {round(rate, 1) for rate in (*drains, statistics.median(drains))}
     assert earlier.isdisjoint(run["basis_per_s"] for run in runs)
 

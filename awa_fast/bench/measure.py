@@ -147,6 +147,26 @@ def environment(url: str) -> dict[str, Any]:
     return {**_host(), "postgres": server_settings(url)}
 
 
+def cpu_jiffies() -> tuple[int, int] | None:
+    """(busy, total) CPU time of the whole machine so far, in clock ticks (``/proc/stat``);
+    None where there is no ``/proc``."""
+    try:
+        with open("/proc/stat") as stat:
+            ticks = [int(x) for x in stat.readline().split()[1:9]]  # user .. steal
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return sum(ticks) - idle, sum(ticks)
+
+
+def busy_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """How much of the machine's CPU was busy between two ``cpu_jiffies`` readings: a run
+    that left cores idle waited on something other than CPU (an fsync, a round trip)."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return round((after[0] - before[0]) / (after[1] - before[1]), 3)
+
+
 # -- per-process memory --------------------------------------------------------------------
 
 
@@ -211,22 +231,31 @@ class Window:
     started: float = field(init=False)
     elapsed: float = field(init=False, default=0.0)
     rss: dict[str, Any] = field(init=False, default_factory=dict)
+    jiffies: tuple[int, int] | None = field(init=False)
+    cpu_busy: float | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         reset_peak_rss()
         quiesce(self.url)
         self.before = Counters.read(self.url)
-        self.started = time.perf_counter()
+        self.go()
 
     def go(self) -> None:
         """The pool is up (workers forked, connections open): start the clock here, as the
         peer harness does when it tells its ready workers to go. Commits and WAL still
         count from the quiesced reading taken before the pool started."""
         self.started = time.perf_counter()
+        self.jiffies = cpu_jiffies()
 
     def stop(self, runner: Runner, *, seconds: float | None = None) -> None:
-        """The measured work is done: take the time and (workers still alive) peak RSS."""
-        self.elapsed = time.perf_counter() - self.started if seconds is None else seconds
+        """The measured work is done: take the time, the machine's busy share over it and
+        (workers still alive) peak RSS. A scenario that times its work itself (``seconds``)
+        gets no busy share: the window's own span is not what it measured."""
+        if seconds is None:
+            self.elapsed = time.perf_counter() - self.started
+            self.cpu_busy = busy_share(self.jiffies, cpu_jiffies())
+        else:
+            self.elapsed = seconds
         self.rss = rss_of(runner)
 
     def result(self, *, jobs: int) -> dict[str, Any]:
@@ -245,6 +274,7 @@ class Window:
             "commits_per_job": round(commits / jobs, 4),
             "wal_bytes_per_job": round(wal / jobs, 1),
             "rss_kib": self.rss,
+            "cpu_busy": self.cpu_busy,
             "env": environment(self.url),
         }
 

@@ -28,6 +28,8 @@ from awa_fast.bench.measure import (
     Counters,
     Progress,
     Window,
+    busy_share,
+    cpu_jiffies,
     environment,
     insert_items,
     peak_rss_kib,
@@ -243,9 +245,9 @@ async def promote(
     quiesce(url)
     before = Counters.read(url)
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        started = time.perf_counter()
+        started, jiffies = time.perf_counter(), cpu_jiffies()
         moved = await maintenance.promote_once(conn)
-        elapsed = time.perf_counter() - started
+        elapsed, busy = time.perf_counter() - started, busy_share(jiffies, cpu_jiffies())
     quiesce(url)
     commits, wal = before.delta(Counters.read(url), url)
     if moved != jobs:
@@ -262,6 +264,7 @@ async def promote(
         "commits_per_job": round(commits / jobs, 4),
         "wal_bytes_per_job": round(wal / jobs, 1),
         "rss_kib": {"supervisor": peak_rss_kib(os.getpid()), "workers": []},
+        "cpu_busy": busy,
         "env": environment(url),
     }
 

@@ -52,6 +52,10 @@ def check_result(result: dict[str, Any], scenario: str, processes: int | None) -
     assert _positive(rss["supervisor"])
     assert len(rss["workers"]) == (processes or 0)
     assert all(_positive(kib) for kib in rss["workers"])
+    if scenario == "scheduled":  # timed from the due moment, not over the window
+        assert result["cpu_busy"] is None
+    else:  # /proc/stat: these tests run on Linux
+        assert 0.0 < result["cpu_busy"] <= 1.0, result["cpu_busy"]
     env = result["env"]
     assert env["cpu_count"] >= 1 and env["cpu_model"]
     assert env["postgres"]["fsync"] in ("on", "off")

@@ -149,7 +149,8 @@ def environment(url: str) -> dict[str, Any]:
 
 def cpu_jiffies() -> tuple[int, int] | None:
     """(busy, total) CPU time of the whole machine so far, in clock ticks (``/proc/stat``);
-    None where there is no ``/proc``."""
+    None where there is no ``/proc``. Busy is all but idle and iowait: time the hypervisor
+    stole counts as busy, a core this machine did not get."""
     try:
         with open("/proc/stat") as stat:
             ticks = [int(x) for x in stat.readline().split()[1:9]]  # user .. steal

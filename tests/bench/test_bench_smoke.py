@@ -16,6 +16,7 @@ import pytest
 import uvloop
 
 from awa_fast import bench
+from awa_fast.bench.measure import busy_share, cpu_jiffies
 from benches import report
 
 TINY: dict[str, dict[str, Any]] = {
@@ -134,6 +135,15 @@ def test_each_sustained_run_offers_a_share_of_its_own_drains(server_url: str) ->
         assert run["load_after"] == pytest.approx(run["offered_per_s"] / after, abs=0.001)
     earlier = {round(rate, 1) for rate in (*drains, statistics.median(drains))}
     assert earlier.isdisjoint(run["basis_per_s"] for run in runs)
+
+
+def test_busy_share_is_the_busy_part_of_the_ticks_between_two_readings() -> None:
+    assert busy_share((100, 400), (250, 600)) == 0.75
+    assert busy_share((100, 400), (100, 600)) == 0.0
+    assert busy_share(None, (250, 600)) is None and busy_share((100, 400), None) is None
+    assert busy_share((100, 400), (100, 400)) is None  # no tick between them
+    reading = cpu_jiffies()  # these tests run on Linux
+    assert reading is not None and 0 < reading[0] <= reading[1]
 
 
 def test_plan_expands_cpu_over_processes_and_sustained_over_loads() -> None:

@@ -11,7 +11,8 @@ awa-fast and the peers (``python -m benches peers``) in one table:
 - ``rss_kib``: peak RSS (``VmHWM``) of the supervisor and of each worker process;
 - ``cpu_busy`` (awa-fast's own runs): the share of the whole machine's CPU that was busy
   over the measured window (``/proc/stat``), so a figure says whether the cores ran out or
-  the run waited on something else; None for ``scheduled``, timed from its due moment;
+  the run waited on something else; None for ``scheduled``, timed from its due moment,
+  and for a run too short for the kernel's clock tick (10 ms) to tell;
 - ``env``: Postgres settings, package versions, CPU model and core count;
 - scenario extras: ``latency_ms`` (p50/p95/p99/max), ``samples`` (sustained: time, queue
   depth, dead tuples, jobs completed).

@@ -55,8 +55,8 @@ def check_result(result: dict[str, Any], scenario: str, processes: int | None) -
     assert all(_positive(kib) for kib in rss["workers"])
     if scenario == "scheduled":  # timed from the due moment, not over the window
         assert result["cpu_busy"] is None
-    else:  # /proc/stat: these tests run on Linux
-        assert 0.0 < result["cpu_busy"] <= 1.0, result["cpu_busy"]
+    elif result["cpu_busy"] is not None:  # None: a tiny run that ended within a clock tick
+        assert 0.0 <= result["cpu_busy"] <= 1.0, result["cpu_busy"]
     env = result["env"]
     assert env["cpu_count"] >= 1 and env["cpu_model"]
     assert env["postgres"]["fsync"] in ("on", "off")
@@ -98,6 +98,7 @@ def test_sustained_samples_depth_and_dead_tuples_over_time(dsn: str) -> None:
     assert all(s[1] >= 0 and s[2] >= 0 and s[3] >= 0 for s in samples)
     assert result["offered_per_s"] == 400.0 and _positive(result["completed_per_s"])
     assert "after_drains_per_s" not in result  # a fixed rate has no basis to check
+    assert 0.0 < result["cpu_busy"] <= 1.0  # a second of a producer and a pool, on Linux
 
 
 def test_sustained_on_the_capacity_basis_offers_a_share_of_what_was_completed(dsn: str) -> None:

@@ -242,3 +242,18 @@ def test_cpu_split_prints_cpu_per_job_of_each_part(
     assert head.startswith("offered 300 completed ") and head.endswith("CPU us per job:")
     assert "supervisor" in {line.split(None, 1)[1] for line in parts}
     assert total.endswith(" total") and float(total.split()[0]) > 0
+
+
+def test_cpu_split_of_a_drain_counts_the_pool_per_drained_job(
+    server_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benches import cpu_split
+
+    cpu_split.main([server_url, "--drain", "20000", "--processes", "0"])
+    head, *parts, total = capsys.readouterr().out.splitlines()
+    assert head.startswith("drained 20,000 jobs at ") and head.endswith("CPU us per job:")
+    per_part = {line.split(None, 1)[1]: float(line.split()[0]) for line in parts}
+    assert per_part["supervisor"] > 0 and per_part["postgres: awa-fast claimer"] > 0
+    assert float(total.split()[0]) == pytest.approx(sum(per_part.values()), abs=0.05 * len(parts))
+    with pytest.raises(SystemExit):  # a rate and a drain at once
+        cpu_split.main([server_url, "--drain", "10", "--rate", "10"])

@@ -424,6 +424,10 @@ class Runner:
         flight only when there is more to take. Clearing the wake-up just before claiming
         means news that arrives later wakes the next watcher."""
         failures = 0
+        # One cursor for every claim on this connection: a claim's result has the same
+        # columns each time, and a new cursor per claim cost the supervisor 50-60 us of
+        # its 140-210 (a one-row claim, benches/RESULTS.md).
+        cur = conn.cursor(binary=True)
         try:
             while not self._stopping:
                 async with self._watch:
@@ -437,7 +441,7 @@ class Runner:
                 if self._stopping:
                     break
                 try:
-                    self._backlog = await self._claim_round(conn)
+                    self._backlog = await self._claim_round(cur)
                     failures = 0
                 except psycopg.OperationalError as exc:
                     failures += 1
@@ -446,6 +450,7 @@ class Runner:
                     with contextlib.suppress(psycopg.Error):
                         await conn.close()
                         conn = await self._connect()
+                        cur = conn.cursor(binary=True)
                     continue
                 if self._backlog:
                     self._wake.set()
@@ -482,9 +487,10 @@ class Runner:
                 remaining -= got
         return reserved
 
-    async def _claim_round(self, conn: psycopg.AsyncConnection[Any]) -> bool:
-        """Claim what capacity allows in every queue; True when a queue gave all that was
-        asked of it (more may be waiting)."""
+    async def _claim_round(self, cur: psycopg.AsyncCursor[Any]) -> bool:
+        """Claim what capacity allows in every queue on ``cur`` (a binary cursor of a claim
+        connection); True when a queue gave all that was asked of it (more may be
+        waiting)."""
         claimed = 0
         full = starved = False
         # Marked before capacity is read: outcomes drained after the read wake the next
@@ -497,7 +503,7 @@ class Runner:
                 starved = True
                 continue
             try:
-                cur = await conn.execute(
+                await cur.execute(
                     Q.job_claim_batch,
                     {
                         "queue": queue,
@@ -505,7 +511,6 @@ class Runner:
                         "deadline_s": self.config.deadline_for(queue),
                         "host_id": self.host_id,
                     },
-                    binary=True,
                 )
                 rows = await cur.fetchall()
             except BaseException:

@@ -148,6 +148,46 @@ def markdown(rows: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
+SUSTAINED_COLUMNS = (
+    "system",
+    "variant",
+    "run",
+    "basis jobs/s",
+    "offered jobs/s",
+    "carried jobs/s",
+    "p99 ms",
+    "load after",
+    "CPU busy",
+)
+
+
+def sustained_runs(results: list[Row]) -> str:
+    """Every sustained run, not just each group's median: whether a load was carried turns
+    on the run, the basis it was a share of, and how that basis held up after it
+    (``load_after``, the offered rate over the drains measured right after), and how busy
+    the machine was. Empty when there are none."""
+    runs = [r for r in results if r.get("scenario") == "sustained"]
+    if not runs:
+        return ""
+    lines = ["| " + " | ".join(SUSTAINED_COLUMNS) + " |", "|" + "---|" * len(SUSTAINED_COLUMNS)]
+    for r in sorted(runs, key=lambda r: (_group_key(r), r.get("run") or 0)):
+        found = r.get("latency_ms")
+        latency: dict[str, Any] = found if isinstance(found, dict) else {}
+        row = [
+            str(r["system"]),
+            str(r.get("variant") or ""),
+            str(r.get("run") or ""),
+            _fmt(r.get("basis_per_s"), ",.0f"),
+            _fmt(r.get("offered_per_s"), ",.0f"),
+            _fmt(r.get("completed_per_s"), ",.0f"),
+            _fmt(latency.get("p99"), ",.0f"),
+            _fmt(r.get("load_after"), ".2f"),
+            _fmt(r.get("cpu_busy"), ".0%"),
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    return "## sustained, run by run\n\n" + "\n".join(lines) + "\n"
+
+
 def environment_note(results: list[Row]) -> str:
     """Where the figures were taken, from the first run that recorded it."""
     env = next((r["env"] for r in results if isinstance(r.get("env"), dict)), None)
@@ -168,6 +208,8 @@ def write_report(out: Path, *, includes: Iterable[Path] = ()) -> Path:
     results = load_results(paths)
     rows = summarize(results)
     body = ["# Benchmark results\n", markdown(rows), environment_note(results)]
+    if runs := sustained_runs(results):
+        body.append(runs)
     from benches.charts import write_charts
 
     charts, note = write_charts(out, rows, results)

@@ -205,6 +205,28 @@ def test_sustained_rows_show_the_run_with_the_median_p99(tmp_path: Path) -> None
     assert (row["latency_ms"]["p99"], row["median_of"]) == (520.0, 3)
 
 
+def test_report_lists_every_sustained_run_with_its_basis_and_how_busy_the_machine_was(
+    tmp_path: Path,
+) -> None:
+    def run(n: int, p99: float, **extra: Any) -> dict[str, Any]:
+        return _row(
+            "awa-fast", 40_000.0, scenario="sustained", variant="90% of drain", run=n,
+            latency_ms={"p50": 1.0, "p99": p99}, basis_per_s=44_444.4, offered_per_s=40_000.0,
+            completed_per_s=39_500.0, **extra,
+        )  # fmt: skip
+
+    runs = [run(2, 574.2, load_after=0.908, cpu_busy=0.889), run(1, 170.4)]
+    bench.save_results(tmp_path / "awa-fast.jsonl", [*runs, _row("awa-fast", 5.0)])
+    results = report.load_results([tmp_path / "awa-fast.jsonl"])
+    table = report.sustained_runs(results).splitlines()
+    assert table[0] == "## sustained, run by run"
+    first, second = table[-2:]  # run order, whatever the file's
+    assert first == "| awa-fast | 90% of drain | 1 | 44,444 | 40,000 | 39,500 | 170 |  |  |"
+    assert second == "| awa-fast | 90% of drain | 2 | 44,444 | 40,000 | 39,500 | 574 | 0.91 | 89% |"
+    assert report.sustained_runs([r for r in results if r["scenario"] != "sustained"]) == ""
+    assert "## sustained, run by run" in report.write_report(tmp_path).read_text()
+
+
 def test_cli_bench_writes_json_lines_and_a_table(server_url: str, tmp_path: Path) -> None:
     from awa_fast.cli import main
 

@@ -125,8 +125,7 @@ def cells(row: Row) -> list[str]:
     why = row.get("unsupported") or row.get("error")
     if why and _number(row.get("jobs_per_s")) is None:
         return [*head, f"n/a: {why}", *[""] * (len(COLUMNS) - 4)]
-    found = row.get("latency_ms")
-    latency: dict[str, Any] = found if isinstance(found, dict) else {}
+    latency = _latency(row)
     return [
         *head,
         _fmt(row.get("jobs_per_s"), ",.0f"),
@@ -142,10 +141,20 @@ def cells(row: Row) -> list[str]:
     ]
 
 
-def markdown(rows: list[Row]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(c.replace("|", "/") for c in cells(r)) + " |" for r in rows]
+def _latency(row: Row) -> dict[str, Any]:
+    found = row.get("latency_ms")
+    return found if isinstance(found, dict) else {}
+
+
+def _table(columns: Iterable[str], rows: Iterable[list[str]]) -> str:
+    header = list(columns)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def markdown(rows: list[Row]) -> str:
+    return _table(COLUMNS, map(cells, rows))
 
 
 SUSTAINED_COLUMNS = (
@@ -169,23 +178,22 @@ def sustained_runs(results: list[Row]) -> str:
     runs = [r for r in results if r.get("scenario") == "sustained"]
     if not runs:
         return ""
-    lines = ["| " + " | ".join(SUSTAINED_COLUMNS) + " |", "|" + "---|" * len(SUSTAINED_COLUMNS)]
-    for r in sorted(runs, key=lambda r: (_group_key(r), r.get("run") or 0)):
-        found = r.get("latency_ms")
-        latency: dict[str, Any] = found if isinstance(found, dict) else {}
-        row = [
-            str(r["system"]),
-            str(r.get("variant") or ""),
-            str(r.get("run") or ""),
-            _fmt(r.get("basis_per_s"), ",.0f"),
-            _fmt(r.get("offered_per_s"), ",.0f"),
-            _fmt(r.get("completed_per_s"), ",.0f"),
-            _fmt(latency.get("p99"), ",.0f"),
-            _fmt(r.get("load_after"), ".2f"),
-            _fmt(r.get("cpu_busy"), ".0%"),
-        ]
-        lines.append("| " + " | ".join(row) + " |")
-    return "## sustained, run by run\n\n" + "\n".join(lines) + "\n"
+    ordered = sorted(runs, key=lambda r: (_group_key(r), r.get("run") or 0))
+    return "## sustained, run by run\n\n" + _table(SUSTAINED_COLUMNS, map(_run_cells, ordered))
+
+
+def _run_cells(run: Row) -> list[str]:
+    return [
+        str(run["system"]),
+        str(run.get("variant") or ""),
+        str(run.get("run") or ""),
+        _fmt(run.get("basis_per_s"), ",.0f"),
+        _fmt(run.get("offered_per_s"), ",.0f"),
+        _fmt(run.get("completed_per_s"), ",.0f"),
+        _fmt(_latency(run).get("p99"), ",.0f"),
+        _fmt(run.get("load_after"), ".2f"),
+        _fmt(run.get("cpu_busy"), ".0%"),
+    ]
 
 
 def environment_note(results: list[Row]) -> str:

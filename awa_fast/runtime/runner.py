@@ -424,9 +424,10 @@ class Runner:
         flight only when there is more to take. Clearing the wake-up just before claiming
         means news that arrives later wakes the next watcher."""
         failures = 0
-        # One cursor for every claim on this connection: a claim's result has the same
-        # columns each time, and a new cursor per claim cost the supervisor 50-60 us of
-        # its 140-210 (a one-row claim, benches/RESULTS.md).
+        # One cursor for every claim on a connection (the loop holds the cursor, and reaches
+        # its connection through it): a claim's result has the same columns each time, and
+        # a new cursor per claim cost the supervisor 50-60 us of its 140-210 (a one-row
+        # claim, benches/RESULTS.md).
         cur = conn.cursor(binary=True)
         try:
             while not self._stopping:
@@ -448,14 +449,13 @@ class Runner:
                     log.warning("claim failed (%s); reconnecting", exc)
                     await asyncio.sleep(_retry_delay(failures))
                     with contextlib.suppress(psycopg.Error):
-                        await conn.close()
-                        conn = await self._connect()
-                        cur = conn.cursor(binary=True)
+                        await cur.connection.close()
+                        cur = (await self._connect()).cursor(binary=True)
                     continue
                 if self._backlog:
                     self._wake.set()
         finally:
-            await conn.close()
+            await cur.connection.close()
 
     def _reserve(self, queue_index: int) -> list[tuple[int, int]]:
         """Reserve up to one claim batch of capacity, least-loaded workers first.

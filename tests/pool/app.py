@@ -15,7 +15,9 @@ import awa_fast
 
 client = awa_fast.AsyncClient(os.environ.get("AWA_FAST_TEST_APP_DSN", "postgresql:///unset"))
 _conn: psycopg.Connection[tuple[object, ...]] | None = None
-_first_done: asyncio.Event | None = None
+# The task that runs the "first" job, once it has started: the worker pushes a job's
+# outcome before that task ends.
+_first_task: asyncio.Future[asyncio.Task[Any]] | None = None
 
 
 @dataclass
@@ -43,11 +45,11 @@ def record(job: awa_fast.Job[Any], note: str = "done") -> None:
                 raise
 
 
-def _first_event() -> asyncio.Event:
-    global _first_done
-    if _first_done is None:
-        _first_done = asyncio.Event()
-    return _first_done
+def _first_task_started() -> asyncio.Future[asyncio.Task[Any]]:
+    global _first_task
+    if _first_task is None:
+        _first_task = asyncio.get_running_loop().create_future()
+    return _first_task
 
 
 @client.task(Step)
@@ -65,10 +67,11 @@ async def step(job: awa_fast.Job[Step]) -> None:
             record(job, "exiting")
             os._exit(1)
         case "first":
-            _first_event().set()
+            task = asyncio.current_task()
+            assert task is not None
+            _first_task_started().set_result(task)
         case "die_after_first" if job.attempt == 1:
-            await _first_event().wait()
-            await asyncio.sleep(0.05)  # the first job's outcome is pushed by now
+            await asyncio.wait([await _first_task_started()])  # its outcome is pushed
             record(job, "exiting")
             os._exit(1)
     record(job)

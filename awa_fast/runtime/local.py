@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -30,18 +30,19 @@ async def run_claimed(
     inflight: InFlight,
     row: Sequence[Any],
     *,
-    why_cut: Callable[[], str | None] | None = None,
+    cut_short: Mapping[tuple[int, int], str] | None = None,
 ) -> None:
     """Run one delivered row ``(*claimed columns, slot, capacity index)``; free its slot and
     capacity unit when the handler returns. An attempt cut short by cancellation is
-    reported lost (``why_cut`` says why), so the committer retries it, or fails it on its
-    last attempt."""
+    reported lost (with its reason in ``cut_short``, by (id, run_lease), where one was
+    given: a map read only then, not a closure made for every job), so the committer
+    retries it, or fails it on its last attempt."""
     slot = row[-2]
     try:
         await executor.run(row, slot)
     except asyncio.CancelledError:
-        why = (why_cut() if why_cut else None) or "shut down before the handler finished"
-        reason = orjson.dumps({"reason": why})
+        why = cut_short.get((row[ID], row[LEASE])) if cut_short else None
+        reason = orjson.dumps({"reason": why or "shut down before the handler finished"})
         kind = executor.registry.index_of(row[KIND])
         executor.sink.push(row[ID], row[LEASE], int(Target.LOST), kind, 0.0, reason)
         raise
@@ -90,12 +91,7 @@ class LocalWorkers:
     async def _run(self, row: tuple[Any, ...]) -> None:
         attempt = (row[ID], row[LEASE])
         try:
-            await run_claimed(
-                self.executor,
-                self.runner.inflight,
-                row,
-                why_cut=lambda: self.evicted.get(attempt),
-            )
+            await run_claimed(self.executor, self.runner.inflight, row, cut_short=self.evicted)
         except asyncio.CancelledError:
             if self.evicted.pop(attempt, None) is None:
                 raise  # shutdown: propagate; an evicted attempt's task just ends

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import argparse
 
-import uvloop
-
 from awa_fast.bench.latency import sustained
 from awa_fast.bench.measure import drop_database, fresh_database
+from awa_fast.bench.run import run_as_served
 from awa_fast.bench.throughput import drain
 
 
@@ -33,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     for _ in range(args.rounds):
         url = fresh_database(args.server_url)
         try:
-            drained = uvloop.run(drain(url, jobs=args.jobs, processes=processes))
+            drained = run_as_served(drain(url, jobs=args.jobs, processes=processes))
         finally:
             drop_database(args.server_url, url)
         print(f"drain {drained['jobs_per_s']:,.0f} jobs/s", flush=True)
@@ -43,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
                 run = sustained(
                     url, jobs=args.jobs, processes=processes, rate=rate, duration=args.duration
                 )
-                result = uvloop.run(run)
+                result = run_as_served(run)
             finally:
                 drop_database(args.server_url, url)
             latency = result["latency_ms"]

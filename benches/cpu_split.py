@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-import uvloop
 
 from awa_fast.bench.latency import sustained
 from awa_fast.bench.measure import drop_database, fresh_database
+from awa_fast.bench.run import run_as_served
 from awa_fast.bench.throughput import drain
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     try:
         sampler.start()
-        result = uvloop.run(run)
+        result = run_as_served(run)
     finally:
         stop.set()
         sampler.join()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass
@@ -23,10 +23,10 @@ import uvloop
 
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db.transitions import Backoff, Target
+from awa_fast.runtime import collector
 from awa_fast.runtime.callbacks import CallbackRegistrar
 from awa_fast.runtime.executor import Executor
 from awa_fast.runtime.local import run_claimed
-from awa_fast.runtime.pool import _WORKER_GC_YOUNG
 from awa_fast.worker import Job, Registry
 
 
@@ -81,15 +81,8 @@ def one_run(rows: int, size: int) -> float:
 
 
 def measured(rows: int, size: int, *, worker_gc: bool) -> float:
-    young = gc.get_threshold()
-    if worker_gc:
-        gc.freeze()
-        gc.set_threshold(_WORKER_GC_YOUNG, *young[1:])
-    try:
+    with collector.settled() if worker_gc else contextlib.nullcontext():
         return one_run(rows, size)
-    finally:
-        gc.set_threshold(*young)
-        gc.unfreeze()
 
 
 def main() -> None:

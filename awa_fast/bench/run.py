@@ -12,11 +12,14 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from awa_fast.bench.latency import latency, sustained
 from awa_fast.bench.measure import drop_database, fresh_database
 from awa_fast.bench.throughput import cpu, drain, io, promote, retry, scheduled
+from awa_fast.runtime import collector
+
+T = TypeVar("T")
 
 Scenario = Callable[..., Coroutine[Any, Any, dict[str, Any]]]
 SCENARIOS: dict[str, Scenario] = {
@@ -87,6 +90,16 @@ def plan(
     return out
 
 
+def run_as_served(coro: Coroutine[Any, Any, T]) -> T:
+    """Run one scenario's coroutine to its end in a process whose collector is set as
+    ``awa-fast serve`` sets its own (awa_fast.runtime.collector): the pool the harness runs
+    in-process is the one serve runs."""
+    import uvloop
+
+    with collector.settled():
+        return uvloop.run(coro)
+
+
 def run_planned(
     server_url: str,
     planned: Planned,
@@ -97,8 +110,6 @@ def run_planned(
 ) -> list[dict[str, Any]]:
     """``runs`` runs of one configuration, each on a fresh database. ``progress(run, done)``
     is told how far each run is."""
-    import uvloop
-
     options = planned.options
     results = []
     for run in range(runs):
@@ -108,7 +119,7 @@ def run_planned(
             coro = SCENARIOS[planned.scenario](
                 url, jobs=planned.jobs, processes=planned.processes, progress=report, **options
             )
-            results.append({**uvloop.run(coro), "run": run + 1})
+            results.append({**run_as_served(coro), "run": run + 1})
             if on_result is not None:
                 on_result(results[-1])
         finally:

@@ -21,7 +21,6 @@ import collections
 import contextlib
 import ctypes
 import fcntl
-import gc
 import logging
 import os
 import signal
@@ -38,6 +37,7 @@ import orjson
 import uvloop
 
 from awa_fast.db.transitions import Target
+from awa_fast.runtime import collector
 from awa_fast.runtime.executor import ID, KIND, LEASE
 from awa_fast.runtime.local import run_claimed
 
@@ -51,12 +51,6 @@ _FRAME = struct.Struct("<I")
 _PIPE_BYTES = 1 << 20
 _F_SETPIPE_SZ = 1031
 _PR_SET_PDEATHSIG = 1
-# Every job leaves a few container objects (its task, coroutine, Job) for the collector to
-# count. At Python's default of 700 a collection runs every hundred-odd jobs, and the older
-# generations' collections walk every handler still in flight: a sixth of a no-op job's
-# cost at 250 rows per delivery (benches/worker_path.py). A worker's allocations are
-# short-lived and seldom cyclic.
-_WORKER_GC_YOUNG = 10_000
 
 
 def _grow_pipe(fd: int) -> None:
@@ -355,8 +349,7 @@ def _become_worker(parent: int) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:
         os._exit(1)
-    gc.freeze()
-    gc.set_threshold(_WORKER_GC_YOUNG, *gc.get_threshold()[1:])
+    collector.settle()  # for good: a worker only ever runs jobs
 
 
 def _forget_import_locks() -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvloop
 
+from awa_fast.runtime import collector
 from awa_fast.runtime.runner import QueueSpec, Runner, RunnerConfig, parse_queues
 
 if TYPE_CHECKING:
@@ -34,7 +35,8 @@ def serve(
         client.dsn, client.handlers, parsed, RunnerConfig(**config), processes=processes
     )
     runner.prefork()
-    return uvloop.run(_until_signalled(runner))
+    with collector.settled():  # the process runs jobs until it returns
+        return uvloop.run(_until_signalled(runner))
 
 
 async def _until_signalled(runner: Runner) -> int:

@@ -4,6 +4,7 @@ test database, so tests count real handler executions across processes."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 from dataclasses import dataclass
@@ -66,6 +67,9 @@ async def step(job: awa_fast.Job[Step]) -> None:
         case "exit_once" if job.attempt == 1:
             record(job, "exiting")
             os._exit(1)
+        case "collector":  # as the process running this handler collects garbage
+            record(job, f"young {gc.get_threshold()[0]}, frozen {gc.get_freeze_count() > 0}")
+            return
         case "first":
             task = asyncio.current_task()
             assert task is not None

@@ -17,23 +17,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Serve:
-    """A running `awa-fast serve tests.pool.app:client` process."""
+    """A running process that serves tests.pool.app's handlers: `awa-fast serve
+    tests.pool.app:client ARGS...`, or with ``in_process``, `client.run()` (no CLI: handlers
+    in the serving process itself)."""
 
-    def __init__(self, dsn: str, tmp_path: Path, *args: str) -> None:
+    def __init__(self, dsn: str, tmp_path: Path, *args: str, in_process: bool = False) -> None:
         self.log_path = tmp_path / f"serve-{len(list(tmp_path.glob('serve-*.log')))}.log"
         env = {**os.environ, "AWA_FAST_TEST_APP_DSN": dsn, "PYTHONPATH": str(ROOT)}
         self._log = self.log_path.open("wb")
+        serving = (
+            ["-c", "from tests.pool.app import client; raise SystemExit(client.run())"]
+            if in_process
+            else ["-m", "awa_fast.cli", "serve", "tests.pool.app:client", "--database-url", dsn]
+        )
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "awa_fast.cli",
-                "serve",
-                "tests.pool.app:client",
-                "--database-url",
-                dsn,
-                *args,
-            ],
+            [sys.executable, *serving, *args],
             cwd=ROOT,
             env=env,
             stdout=self._log,
@@ -75,8 +73,8 @@ def calls(dsn: str) -> str:
 def serve(calls: str, tmp_path: Path) -> Iterator[Any]:
     started: list[Serve] = []
 
-    def start(*args: str) -> Serve:
-        s = Serve(calls, tmp_path, *args)
+    def start(*args: str, in_process: bool = False) -> Serve:
+        s = Serve(calls, tmp_path, *args, in_process=in_process)
         started.append(s)
         return s
 

@@ -9,8 +9,10 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 
 import awa_fast
+from awa_fast.runtime import collector
 from tests.helpers import job, states, wait_until
 from tests.pool.app import Burn, Step
 
@@ -55,6 +57,22 @@ def test_sigkill_mid_handler_retries_on_a_new_worker(serve: Any, dsn: str) -> No
     assert final["errors"][0]["attempt"] == 1
     [(finisher,)] = _query(dsn, "SELECT pid FROM calls WHERE note = 'done'")
     assert finisher != victim
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["worker", "client.run"])
+def test_handlers_run_where_the_collector_is_settled(
+    serve: Any, dsn: str, in_process: bool
+) -> None:
+    """In a forked worker or in the process of `client.run()`, a served handler's process
+    keeps what it held at start out of the collector's walks and collects young objects
+    seldom."""
+    _insert(dsn, [Step("collector")])
+    server = serve(*([] if in_process else ["--processes", "1"]), in_process=in_process)
+    wait_until(lambda: _completed(dsn, 1), what="the job")
+    [(note,)] = _query(dsn, "SELECT note FROM calls")
+    assert note == f"young {collector.YOUNG_THRESHOLD}, frozen True"
+    server.signal(signal.SIGTERM)
+    assert server.wait(30) == 0, server.log()
 
 
 def test_handler_calling_os_exit_is_retried(serve: Any, dsn: str) -> None:

@@ -75,9 +75,9 @@ class LocalWorkers:
         return (0,)
 
     def deliver(self, worker: int, rows: list[tuple[Any, ...]]) -> None:
-        running = self.running
         for row in rows:
-            running[(row[ID], row[LEASE])] = asyncio.create_task(self._run(row))
+            attempt = (row[ID], row[LEASE])
+            self.running[attempt] = asyncio.create_task(self._run(row, attempt))
 
     def evict(self, job_id: int, run_lease: int, *, reason: str) -> None:
         """Cancel the attempt's task. (A sync handler on the thread pool cannot be stopped
@@ -88,8 +88,7 @@ class LocalWorkers:
             self.evicted[(job_id, run_lease)] = reason
             task.cancel()
 
-    async def _run(self, row: tuple[Any, ...]) -> None:
-        attempt = (row[ID], row[LEASE])
+    async def _run(self, row: tuple[Any, ...], attempt: tuple[int, int]) -> None:
         try:
             await run_claimed(self.executor, self.runner.inflight, row, cut_short=self.evicted)
         except asyncio.CancelledError:

@@ -8,6 +8,8 @@ from awa_fast.errors import (
     AwaError,
     ConfigError,
     LeaseLost,
+    SchemaNotMigrated,
+    SerializationError,
     TerminalError,
     UniqueConflict,
     ValidationError,
@@ -17,7 +19,7 @@ from awa_fast.producer import insert, insert_async, insert_many, insert_many_asy
 from awa_fast.runtime.followups import OutcomeContext
 from awa_fast.runtime.hooks import Event, EventType
 from awa_fast.runtime.runner import RunnerConfig
-from awa_fast.types import InsertRequest, JobRow, UniqueOpts
+from awa_fast.types import InsertRequest, JobRow, JobState, UniqueOpts
 from awa_fast.worker import CallbackToken, Job, Worker
 
 __all__ = [
@@ -33,10 +35,13 @@ __all__ = [
     "InsertRequest",
     "Job",
     "JobRow",
+    "JobState",
     "LeaseLost",
     "OutcomeContext",
     "RetryAfter",
     "RunnerConfig",
+    "SchemaNotMigrated",
+    "SerializationError",
     "Snooze",
     "TerminalError",
     "UniqueConflict",

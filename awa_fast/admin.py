@@ -74,6 +74,16 @@ def get_job(job_id: int) -> Op[JobRow | None]:
     return Op(Q.job_get, {"id": job_id}, _job)
 
 
+def get_jobs(job_ids: Sequence[int]) -> Op[list[JobRow]]:
+    """The jobs of ``job_ids``, in that order (an id with no job is left out)."""
+
+    def in_order(rows: Rows) -> list[JobRow]:
+        found = {row["id"]: row for row in rows}
+        return [JobRow.from_row(found[i]) for i in job_ids if i in found]
+
+    return Op(Q.job_get_many, {"ids": list(job_ids)}, in_order)
+
+
 def cancel(job_id: int, reason: str = "by admin") -> Op[bool]:
     """Cancel a job in any unfinished state; True if it was cancelled."""
     return Op(Q.job_cancel, {"id": job_id, "reason": reason}, _any)

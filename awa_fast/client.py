@@ -8,7 +8,9 @@ application module holds no connection when the pool forks its workers.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, Unpack
 
@@ -20,14 +22,8 @@ from awa_fast.db.migrate import migrate as _migrate
 from awa_fast.db.transitions import Outcome
 from awa_fast.runtime.followups import FollowupRegistry, Make
 from awa_fast.runtime.hooks import Hook, HookRegistry
-from awa_fast.runtime.runner import (
-    DEFAULT_CONCURRENCY,
-    Handlers,
-    QueueSpec,
-    Runner,
-    RunnerConfig,
-    parse_queues,
-)
+from awa_fast.runtime.options import runner_config
+from awa_fast.runtime.runner import DEFAULT_CONCURRENCY, Handlers, QueueSpec, Runner, parse_queues
 from awa_fast.runtime.serve import serve
 from awa_fast.types import InsertOptions, JobRow
 from awa_fast.worker import HandlerFunc, Registry, Worker
@@ -56,6 +52,17 @@ class _Handlers:
 
         return decorate
 
+    def worker(
+        self, args_type: type | None = None, *, kind: str | None = None, queue: str = "default"
+    ) -> Callable[[F], F]:
+        """The Awa SDK's deprecated name for :meth:`task`, kept so code written for it runs."""
+        warnings.warn(
+            "client.worker() is deprecated, use client.task() instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.task(args_type, kind=kind, queue=queue)
+
     def register(self, worker: type[Worker] | Worker) -> None:
         """Register a :class:`~awa_fast.Worker` subclass (or instance)."""
         self.handlers.registry.add_worker(worker)
@@ -81,10 +88,6 @@ class _Handlers:
 
     def on_rescued_enqueue(self, trigger: type | str, make: Make) -> None:
         self.handlers.followups.add(Outcome.RESCUED, trigger, make)
-
-    def migrate(self) -> list[int]:
-        """Apply pending schema migrations; returns the versions applied."""
-        return _migrate(self.dsn)
 
     def run(self, queues: QueueSpec | None = None, **config: Any) -> int:
         """Run handlers for ``queues`` in this process until SIGINT/SIGTERM."""
@@ -123,6 +126,10 @@ class Client(_Handlers):
             self._opened = True
         return self._pool.connection()
 
+    def migrate(self) -> list[int]:
+        """Apply pending schema migrations; returns the versions applied."""
+        return _migrate(self.dsn)
+
     def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
         with self._conn() as conn:
             return producer.insert(conn, args, **options)
@@ -130,6 +137,16 @@ class Client(_Handlers):
     def insert_many(self, items: Iterable[object], **options: Unpack[InsertOptions]) -> list[int]:
         with self._conn() as conn:
             return producer.insert_many(conn, items, **options)
+
+    def insert_many_copy(
+        self, items: Iterable[object], **options: Unpack[InsertOptions]
+    ) -> list[JobRow]:
+        """:meth:`insert_many` returning the jobs, as the Awa SDK's method of this name does."""
+        return self._run(admin.get_jobs(self.insert_many(items, **options)))
+
+    def enqueue_many_copy(self, items: Iterable[object], **options: Unpack[InsertOptions]) -> int:
+        """:meth:`insert_many` returning how many jobs it inserted (the Awa SDK's name)."""
+        return len(self.insert_many(items, **options))
 
     def _run(self, op: admin.Op[T]) -> T:
         with self._conn() as conn:
@@ -221,11 +238,27 @@ class AsyncClient(_Handlers):
         async with await self._conn() as conn:
             return await producer.insert_async(conn, args, **options)
 
+    async def migrate(self) -> list[int]:
+        """Apply pending schema migrations; returns the versions applied."""
+        return await asyncio.to_thread(_migrate, self.dsn)
+
     async def insert_many(
         self, items: Iterable[object], **options: Unpack[InsertOptions]
     ) -> list[int]:
         async with await self._conn() as conn:
             return await producer.insert_many_async(conn, items, **options)
+
+    async def insert_many_copy(
+        self, items: Iterable[object], **options: Unpack[InsertOptions]
+    ) -> list[JobRow]:
+        """:meth:`insert_many` returning the jobs, as the Awa SDK's method of this name does."""
+        return await self._run(admin.get_jobs(await self.insert_many(items, **options)))
+
+    async def enqueue_many_copy(
+        self, items: Iterable[object], **options: Unpack[InsertOptions]
+    ) -> int:
+        """:meth:`insert_many` returning how many jobs it inserted (the Awa SDK's name)."""
+        return len(await self.insert_many(items, **options))
 
     async def _run(self, op: admin.Op[T]) -> T:
         async with await self._conn() as conn:
@@ -289,22 +322,31 @@ class AsyncClient(_Handlers):
         self, queues: QueueSpec | None = None, *, processes: int | None = None, **config: Any
     ) -> Runner:
         """Start handlers for ``queues`` from this event loop: in this process, or in
-        ``processes`` forked worker processes. Returns the running runner."""
+        ``processes`` forked worker processes. Returns the running runner. ``config`` takes
+        :class:`RunnerConfig`'s fields or the Awa SDK's option names
+        (:mod:`awa_fast.runtime.options`)."""
         if self._runner is not None:
             raise RuntimeError("this client is already running; call shutdown() first")
         runner = Runner(
             self.dsn,
             self.handlers,
             parse_queues(queues if queues is not None else self.default_queues()),
-            RunnerConfig(**config),
+            runner_config(config),
             processes=processes,
         )
         await runner.start()
         self._runner = runner
         return runner
 
-    async def shutdown(self, timeout: float | None = None) -> None:
-        """Stop claiming, let running handlers finish (up to ``timeout`` s), flush outcomes."""
+    async def shutdown(
+        self, timeout: float | None = None, *, timeout_ms: int | None = None
+    ) -> None:
+        """Stop claiming, let running handlers finish (up to ``timeout`` s, or the Awa SDK's
+        ``timeout_ms``), flush outcomes."""
+        if timeout_ms is not None:
+            if timeout is not None:
+                raise ValueError("give timeout or timeout_ms, not both")
+            timeout = timeout_ms / 1000
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.stop(timeout)

@@ -16,17 +16,18 @@ from typing import Any
 import msgspec
 import orjson
 
-from awa_fast.errors import ValidationError
+from awa_fast.errors import SerializationError, ValidationError
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 Decoder = Callable[[bytes], Any]
 
 
-def kind_of(args_type: type) -> str:
-    """Default kind from a type's name: ``SendEmail`` → ``send_email``,
-    ``HTTPPing`` → ``http_ping``."""
-    return _CAMEL.sub("_", args_type.__name__).lower()
+def kind_of(args_type: type | str) -> str:
+    """Default kind from a type or its name: ``SendEmail`` → ``send_email``,
+    ``HTTPPing`` → ``http_ping`` (``awa_fast.derive_kind``; the Awa SDK's takes the name)."""
+    name = args_type if isinstance(args_type, str) else args_type.__name__
+    return _CAMEL.sub("_", name).lower()
 
 
 Encoder = Callable[[Any], bytes]
@@ -83,17 +84,15 @@ def encode_args(args: object) -> bytes:
     args_type: type = type(args)
     encoder = _encoder_for(args_type)
     if encoder is None:
-        raise ValidationError(
-            "args",
-            f"must be a dataclass, msgspec Struct, pydantic model or dict, "
-            f"got {args_type.__name__}",
+        raise SerializationError(
+            f"must be a dataclass, msgspec Struct, pydantic model or dict, got {args_type.__name__}"
         )
     try:
         encoded = encoder(args)
     except (TypeError, msgspec.EncodeError, RecursionError) as exc:
-        raise ValidationError("args", f"not JSON-serialisable: {exc}") from exc
+        raise SerializationError(f"not JSON-serialisable: {exc}") from exc
     if not encoded.startswith(b"{"):
-        raise ValidationError("args", "must encode to a JSON object")
+        raise SerializationError("must encode to a JSON object")
     if holds_nul(encoded):
         raise ValidationError("args", "contains a NUL character, which Postgres cannot store")
     return encoded

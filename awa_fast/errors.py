@@ -16,6 +16,26 @@ class ValidationError(AwaError, ValueError):
         self.message = message
 
 
+class SerializationError(ValidationError):
+    """Args that cannot become a job's JSON object: of a type that is not a dataclass,
+    msgspec Struct, pydantic model or dict, or holding a value JSON cannot carry."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("args", message)
+
+
+class SchemaNotMigrated(AwaError):
+    """The database's awa-fast schema is older than this awa-fast needs (or absent)."""
+
+    def __init__(self, current: int, needed: int) -> None:
+        super().__init__(
+            f"the database's awa-fast schema is at version {current}, this awa-fast needs "
+            f"{needed}: run `awa-fast migrate --database-url URL` or `client.migrate()`"
+        )
+        self.current = current
+        self.needed = needed
+
+
 class UniqueConflict(AwaError):
     """A unique job with the same key is already live; ``job_id`` is the holder."""
 

@@ -184,6 +184,11 @@ def request_of(item: object, options: InsertOptions) -> InsertRequest:
         if opts.get("unique") is not None:
             raise ValidationError("unique_opts", "give unique or unique_opts, not both")
         opts["unique"] = opts.pop("unique_opts")
+    ordering_key = opts.pop("ordering_key", None)
+    if not isinstance(ordering_key, bytes | str | None):
+        raise ValidationError(
+            "ordering_key", f"must be bytes or str, got {type(ordering_key).__name__}"
+        )
     try:
         return InsertRequest(item, **opts)
     except TypeError as exc:

@@ -5,18 +5,26 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, TypedDict
 
-JOB_STATES = (
-    "scheduled",
-    "available",
-    "running",
-    "waiting_external",
-    "retryable",
-    "completed",
-    "failed",
-    "cancelled",
-)
+
+class JobState(StrEnum):
+    """A job's state. The members have the Awa SDK's names (``JobState.Completed``), so
+    code written for it compares states unchanged; each is also its stored text, so
+    ``row.state == "completed"`` holds and JSON shows ``"completed"``."""
+
+    Scheduled = "scheduled"
+    Available = "available"
+    Running = "running"
+    WaitingExternal = "waiting_external"
+    Retryable = "retryable"
+    Completed = "completed"
+    Failed = "failed"
+    Cancelled = "cancelled"
+
+
+JOB_STATES = tuple(JobState)
 DEFAULT_UNIQUE_STATES = ("scheduled", "available", "running", "retryable", "waiting_external")
 
 
@@ -32,8 +40,9 @@ class UniqueOpts:
 
 
 class InsertOptions(TypedDict, total=False):
-    """Keyword options of every insert call (``unique_opts`` is the Awa SDK's name for
-    ``unique``)."""
+    """Keyword options of every insert call. ``unique_opts`` is the Awa SDK's name for
+    ``unique``; ``ordering_key``, the SDK's shard key, is checked and has no effect: one
+    queue here is one claim order, as the SDK's is at its default of one shard."""
 
     kind: str | None
     queue: str
@@ -45,6 +54,7 @@ class InsertOptions(TypedDict, total=False):
     unique: UniqueOpts | Mapping[str, Any] | None
     unique_opts: UniqueOpts | Mapping[str, Any] | None
     deadline: float | None
+    ordering_key: bytes | str | None
 
 
 @dataclass(slots=True)
@@ -71,7 +81,7 @@ class JobRow:
     kind: str
     queue: str
     args: dict[str, Any]
-    state: str
+    state: JobState
     priority: int
     attempt: int
     max_attempts: int
@@ -96,7 +106,7 @@ class JobRow:
         values = {f.name: row[f.name] for f in _ROW_FIELDS if f.name in row}
         if values.get("callback_id") is not None:
             values["callback_id"] = str(values["callback_id"])
-        values["state"] = str(values["state"])
+        values["state"] = JobState(values["state"])
         return cls(**values)
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import psycopg
 
+from awa_fast.errors import SchemaNotMigrated
+
 SCHEMA = "awa_fast"
 _LOCK_KEY = 0x617761_6661_7374  # "awafast": one lock per database for migrations
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
@@ -78,8 +80,19 @@ def migrate_connection(conn: psycopg.Connection[Any]) -> list[int]:
 
 def current_version(conn: psycopg.Connection[Any]) -> int:
     """The schema version of the connected database (0 when never migrated)."""
-    row = conn.execute(
-        "SELECT CASE WHEN to_regclass('awa_fast.schema_version') IS NULL THEN 0"
-        " ELSE (SELECT coalesce(max(version), 0) FROM awa_fast.schema_version) END"
-    ).fetchone()
+    row = conn.execute(f"SELECT to_regclass('{SCHEMA}.schema_version') IS NOT NULL").fetchone()
+    if not (row and row[0]):
+        return 0
+    row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.schema_version").fetchone()
     return int(row[0]) if row else 0
+
+
+def require_migrated(dsn: str) -> None:
+    """Raise :class:`SchemaNotMigrated` unless the database holds every bundled migration:
+    a runner on an older schema would otherwise fail later, statement by statement, with
+    errors that name a missing table or column instead of the cause."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        current = current_version(conn)
+    needed = len(migrations())
+    if current < needed:
+        raise SchemaNotMigrated(current, needed)

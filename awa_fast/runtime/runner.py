@@ -26,6 +26,7 @@ from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.codec import decode_json
 from awa_fast.db import transitions as tr
 from awa_fast.db.connections import attempts_params, connect_hot, connect_hot_async
+from awa_fast.db.migrate import require_migrated
 from awa_fast.db.queries import Q
 from awa_fast.errors import ConfigError
 from awa_fast.maintenance.service import Maintenance
@@ -35,7 +36,7 @@ from awa_fast.runtime.committer import Committer
 from awa_fast.runtime.executor import JSONB_BINARY_VERSION, Executor
 from awa_fast.runtime.followups import FollowupRegistry
 from awa_fast.runtime.hooks import EventType, HookDispatcher, HookRegistry
-from awa_fast.types import JobRow
+from awa_fast.types import JobRow, JobState
 from awa_fast.worker import Registry, instant
 
 log = logging.getLogger("awa_fast.runner")
@@ -151,6 +152,11 @@ class RunnerConfig:
                 raise ConfigError(f"{name} must be > 0 seconds")
 
 
+# The keys of a queue given as a dict, as the Awa SDK's hard-reserved queue configs are.
+# Its weighted mode's keys (min_workers, weight, rate limits) have no counterpart here.
+_QUEUE_KEYS = frozenset({"name", "max_workers"})
+
+
 def parse_queues(
     queues: QueueSpec, *, default_concurrency: int = DEFAULT_CONCURRENCY
 ) -> dict[str, int]:
@@ -164,6 +170,12 @@ def parse_queues(
             if isinstance(entry, str):
                 items.append((entry, default_concurrency))
             elif isinstance(entry, Mapping):
+                unknown = sorted(map(str, entry.keys() - _QUEUE_KEYS))
+                if unknown:
+                    raise ConfigError(
+                        f"queue {entry.get('name')!r}: {', '.join(unknown)} not supported; a "
+                        f"queue is given by name and max_workers (its concurrency)"
+                    )
                 items.append((entry.get("name"), entry.get("max_workers", default_concurrency)))
             else:
                 items.append(tuple(entry))  # type: ignore[arg-type]
@@ -308,6 +320,7 @@ class Runner:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        await self._at_start(self._require_migrated, what="schema check")
         await self.workers.start()
         await self._at_start(self._register_new_host, what="host registration")
         claim_conns = [
@@ -349,6 +362,10 @@ class Runner:
             await asyncio.to_thread(self._commit_thread.join)
         await self._forget_host()
         self.hooks.stop()
+
+    async def _require_migrated(self) -> None:
+        """Refuse to start, before anything runs, on a schema older than this code's."""
+        await asyncio.to_thread(require_migrated, self.dsn)
 
     async def _register_new_host(self) -> None:
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
@@ -690,7 +707,7 @@ def _started_row(row: tuple[Any, ...]) -> JobRow:
         kind=row[KIND],
         queue=row[QUEUE],
         args=decode_json(json_text(row[ARGS])),
-        state="running",
+        state=JobState.Running,
         priority=row[PRIORITY],
         attempt=row[ATTEMPT],
         max_attempts=row[MAX_ATTEMPTS],

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import uvloop
 
 from awa_fast.runtime import collector
-from awa_fast.runtime.runner import QueueSpec, Runner, RunnerConfig, parse_queues
+from awa_fast.runtime.options import runner_config
+from awa_fast.runtime.runner import QueueSpec, Runner, parse_queues
 
 if TYPE_CHECKING:
     from awa_fast.client import _Handlers
@@ -31,9 +32,7 @@ def serve(
 ) -> int:
     """Run ``client``'s handlers until signalled; ``processes=None`` runs them in-process."""
     parsed = parse_queues(queues if queues is not None else client.default_queues())
-    runner = Runner(
-        client.dsn, client.handlers, parsed, RunnerConfig(**config), processes=processes
-    )
+    runner = Runner(client.dsn, client.handlers, parsed, runner_config(config), processes=processes)
     runner.prefork()
     with collector.settled():  # the process runs jobs until it returns
         return uvloop.run(_until_signalled(runner))

@@ -7,6 +7,7 @@ import pytest
 
 import awa_fast
 from awa_fast.db.migrate import current_version, migrations
+from tests.helpers import run
 
 
 def _fresh_db(server_url: str, name: str) -> str:
@@ -54,6 +55,35 @@ def test_concurrent_migrations_apply_each_version_once(server_url: str) -> None:
 def test_client_migrate_reports_nothing_left(dsn: str) -> None:
     with awa_fast.Client(dsn) as client:
         assert client.migrate() == []
+
+
+@pytest.mark.parametrize("version", [0, 5])
+def test_start_on_an_older_schema_names_the_cause(server_url: str, version: int) -> None:
+    """A runner refuses to start on a database without every migration (none, or an older
+    release's), saying so, instead of failing later on a missing table or column; once
+    migrated, it starts."""
+    url = _fresh_db(server_url, f"awa_fast_migrate_behind_{version}")
+    if version:
+        _migrated_to(url, version)
+    with psycopg.connect(url) as conn:
+        assert current_version(conn) == version
+    latest = len(migrations())
+
+    async def main() -> None:
+        client = awa_fast.AsyncClient(url)
+        client.task(dict, kind="noop")(lambda job: None)
+        try:
+            with pytest.raises(
+                awa_fast.SchemaNotMigrated,
+                match=f"schema is at version {version}, this awa-fast needs {latest}: run",
+            ):
+                await client.start({"default": 1})
+            assert await client.migrate() == list(range(version + 1, latest + 1))
+            await client.start({"default": 1})
+        finally:
+            await client.close()
+
+    run(main())
 
 
 def _migrated_to(url: str, version: int) -> None:

@@ -168,8 +168,8 @@ def test_deadline_per_queue_and_per_job(dsn: str) -> None:
 def test_start_retries_a_cut_session_then_fails_fast(
     dsn: str, server_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A session cut off while the runner starts (its host registration or a claim
-    connection: a restart, an admin's pg_terminate_backend) is retried a few times; a
+    """A session cut off while the runner starts (its schema check, host registration or
+    a claim connection: a restart, an admin's pg_terminate_backend) is retried a few times; a
     database that stays unreachable still fails start() within a second, with the
     database's own error."""
     client = awa_fast.AsyncClient(dsn)
@@ -190,5 +190,5 @@ def test_start_retries_a_cut_session_then_fails_fast(
 
     with caplog.at_level(logging.WARNING, logger="awa_fast.runner"):
         run(main())
-    retries = [r for r in caplog.records if "registration failed at start" in r.message]
+    retries = [r for r in caplog.records if "schema check failed at start" in r.message]
     assert len(retries) == 3

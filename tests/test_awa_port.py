@@ -1,0 +1,185 @@
+"""Code written for the Awa Python SDK (awa-pg 0.6) runs with its import changed: the
+SDK's names, option names and calling conventions, as its docs and stubs give them."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+
+import awa_fast as awa
+from awa_fast.errors import ConfigError
+from awa_fast.runtime.options import AWA_OPTIONS, runner_config
+from awa_fast.runtime.runner import RunnerConfig, parse_queues
+from tests.helpers import run
+
+
+@dataclass
+class SendEmail:
+    to: str
+    subject: str
+
+
+# What awa-pg 0.6.9's awa.derive_kind returned for these names.
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("SendEmail", "send_email"),
+        ("HTTPPing", "http_ping"),
+        ("ABC", "abc"),
+        ("sendEmail", "send_email"),
+        ("Send_Email", "send_email"),
+        ("S3Upload", "s3_upload"),
+        ("Upload2S3", "upload2_s3"),
+        ("already_snake", "already_snake"),
+    ],
+)
+def test_derive_kind_names_kinds_as_the_sdk_does(name: str, kind: str) -> None:
+    assert awa.derive_kind(name) == kind
+    assert awa.derive_kind(type(name, (), {})) == kind
+
+
+def test_job_states_have_the_sdk_names_and_equal_their_text(client: awa.Client) -> None:
+    assert [s.name for s in awa.JobState] == [
+        "Scheduled",
+        "Available",
+        "Running",
+        "WaitingExternal",
+        "Retryable",
+        "Completed",
+        "Failed",
+        "Cancelled",
+    ]
+    job = client.insert(SendEmail("a@example.com", "hi"))
+    assert job.state is awa.JobState.Available
+    assert job.state == "available"
+    cancelled = client.cancel(job.id)
+    assert cancelled is not None and cancelled.state is awa.JobState.Cancelled
+
+
+def test_sdk_runner_options_become_runner_config_fields() -> None:
+    config = runner_config(
+        {
+            "poll_interval_ms": 200,
+            "heartbeat_interval_ms": 2500,
+            "completed_retention_hours": 2,
+            "cleanup_batch_size": 500,
+            "heartbeat_rescue_interval_ms": 3000,
+            "deadline_rescue_interval_ms": 1500,  # the shortest rescue interval wins
+            "callback_rescue_interval_ms": None,  # None: the default, as in the SDK
+            "global_max_workers": None,
+            "claimers": 3,  # awa-fast's own names mix in
+        }
+    )
+    assert config.poll_interval == pytest.approx(0.2)
+    assert config.heartbeat_interval == pytest.approx(2.5)
+    assert config.completed_retention == pytest.approx(7200.0)
+    assert config.cleanup_batch == 500
+    assert config.rescue_interval == pytest.approx(1.5)
+    assert config.claimers == 3
+    assert config.failed_retention == RunnerConfig().failed_retention
+    assert {field for field, _ in AWA_OPTIONS.values()} <= {
+        f for f in RunnerConfig.__dataclass_fields__
+    }
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"global_max_workers": 10}, "global_max_workers: an Awa SDK option with no counterpart"),
+        ({"queue_storage_schema": "q"}, "queue_storage_schema: .*storage engine"),
+        ({"poll_interval": 1.0, "poll_interval_ms": 200}, "poll_interval: given twice"),
+        ({"poll_interval_ms": "200"}, "poll_interval_ms must be a number, got '200'"),
+        ({"cleanup_batch_size": 10.5}, "cleanup_batch_size must be an integer"),
+        ({"poll_intervall": 1.0}, "unknown runner option 'poll_intervall'; the options are"),
+        ({"poll_interval_ms": 0}, "poll_interval must be > 0 seconds"),
+    ],
+)
+def test_runner_options_that_cannot_be_honoured_are_refused_by_name(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        runner_config(options)
+
+
+def test_weighted_queue_configs_are_refused_by_name() -> None:
+    assert parse_queues([{"name": "email", "max_workers": 4}, ("bulk", 2)]) == {
+        "email": 4,
+        "bulk": 2,
+    }
+    with pytest.raises(ConfigError, match="queue 'email': min_workers, weight not supported"):
+        parse_queues([{"name": "email", "min_workers": 1, "weight": 3}])
+
+
+def test_the_sdk_worker_lifecycle_runs_jobs(dsn: str) -> None:
+    """The worker lifecycle of the SDK's AsyncClient docstring: ``await migrate()``, the
+    deprecated ``worker`` decorator, tuple queue configs and the SDK's option names,
+    ``shutdown(timeout_ms=)``."""
+    handled: list[str] = []
+
+    async def main() -> awa.JobRow | None:
+        client = awa.AsyncClient(dsn)
+        assert await client.migrate() == []
+        with pytest.deprecated_call():
+
+            @client.worker(SendEmail, queue="email")
+            async def handle(job: awa.Job[SendEmail]) -> None:
+                handled.append(job.args.to)
+
+        await client.start([("email", 2)], poll_interval_ms=200, heartbeat_interval_ms=1000)
+        job = await client.insert(SendEmail("ada@example.com", "hi"), queue="email")
+        while (await client.get_job(job.id)).state != awa.JobState.Completed:  # type: ignore[union-attr]
+            await asyncio.sleep(0.02)
+        await client.shutdown(timeout_ms=2000)
+        finished = await client.get_job(job.id)
+        await client.close()
+        return finished
+
+    finished = run(main())
+    assert handled == ["ada@example.com"]
+    assert finished is not None and finished.state is awa.JobState.Completed
+
+
+def test_sdk_bulk_inserts_return_jobs_or_a_count(dsn: str) -> None:
+    emails = [SendEmail(f"u{i}@example.com", "news") for i in range(5)]
+    with awa.Client(dsn) as client:
+        jobs = client.insert_many_copy(emails, queue="news", priority=1)
+        assert [j.args["to"] for j in jobs] == [e.to for e in emails]
+        assert {(j.queue, j.priority, j.state) for j in jobs} == {("news", 1, "available")}
+        assert client.enqueue_many_copy(emails, queue="news") == 5
+
+    async def main() -> tuple[list[awa.JobRow], int]:
+        async with awa.AsyncClient(dsn) as client:
+            return (
+                await client.insert_many_copy(emails[:2], kind="raw_email"),
+                await client.enqueue_many_copy(emails[:3]),
+            )
+
+    rows, count = run(main())
+    assert [(r.kind, r.args["to"]) for r in rows] == [("raw_email", e.to) for e in emails[:2]]
+    assert count == 3
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM awa_fast.jobs").fetchone()
+    assert row == (15,)
+
+
+def test_ordering_key_is_checked_and_stores_nothing_else(client: awa.Client) -> None:
+    plain = client.insert(SendEmail("a@example.com", "hi"), queue="q")
+    keyed = client.insert(SendEmail("a@example.com", "hi"), queue="q", ordering_key=b"cust-42")
+    also = client.insert(SendEmail("a@example.com", "hi"), queue="q", ordering_key="cust-42")
+    assert {(j.queue, j.kind, str(j.args)) for j in (plain, keyed, also)} == {
+        ("q", "send_email", str(plain.args))
+    }
+    with pytest.raises(awa.ValidationError, match="ordering_key: must be bytes or str, got int"):
+        client.insert(SendEmail("a@example.com", "hi"), ordering_key=42)  # type: ignore[typeddict-item]
+    assert len(client.list_jobs(queue="q")) == 3
+
+
+def test_args_that_cannot_be_encoded_raise_serialization_error(client: awa.Client) -> None:
+    with pytest.raises(awa.SerializationError, match="args: not JSON-serialisable") as raised:
+        client.insert(SendEmail("a@example.com", object()))  # type: ignore[arg-type]
+    assert isinstance(raised.value, awa.ValidationError) and raised.value.field == "args"
+    assert client.list_jobs() == []

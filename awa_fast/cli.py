@@ -197,16 +197,7 @@ def _cmd_bench(opts: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     bench.save_results(out / "awa-fast.jsonl", results)
     print(f"awa-fast bench: results in {out / 'awa-fast.jsonl'}", file=sys.stderr)
-    try:
-        report = importlib.import_module("benches.report")
-    except ImportError:
-        print(
-            "awa-fast bench: no table or charts: benches/ (the source checkout) is not "
-            "importable; run from the repository or with an editable install",
-            file=sys.stderr,
-        )
-        return 0
-    print(report.write_report(out, includes=[Path(p) for p in opts.include]))
+    print(bench.write_report(out, includes=[Path(p) for p in opts.include]))
     return 0
 
 

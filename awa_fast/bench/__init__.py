@@ -34,6 +34,7 @@ How time is taken where a job crosses processes:
 
 from awa_fast.bench.latency import BASIS_DRAINS, sustained
 from awa_fast.bench.measure import RESULT_KEYS, percentiles
+from awa_fast.bench.report import write_report
 from awa_fast.bench.run import (
     SCENARIOS,
     SUSTAINED_LOADS,
@@ -54,4 +55,5 @@ __all__ = [
     "run_all",
     "save_results",
     "sustained",
+    "write_report",
 ]

@@ -16,8 +16,8 @@ import pytest
 import uvloop
 
 from awa_fast import bench
+from awa_fast.bench import report
 from awa_fast.bench.measure import busy_share, cpu_jiffies
-from benches import report
 
 TINY: dict[str, dict[str, Any]] = {
     "drain": {"jobs": 200},

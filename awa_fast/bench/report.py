@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from awa_fast.bench import SCENARIOS, median_row
+from awa_fast.bench.charts import write_charts
+from awa_fast.bench.run import SCENARIOS, median_row
 
 Row = dict[str, Any]
 COLUMNS = (
@@ -218,8 +219,6 @@ def write_report(out: Path, *, includes: Iterable[Path] = ()) -> Path:
     body = ["# Benchmark results\n", markdown(rows), environment_note(results)]
     if runs := sustained_runs(results):
         body.append(runs)
-    from benches.charts import write_charts
-
     charts, note = write_charts(out, rows, results)
     body += [f"![{c.stem}]({c.name})\n" for c in charts]
     if note:

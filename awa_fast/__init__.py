@@ -17,6 +17,7 @@ from awa_fast.errors import (
 from awa_fast.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_fast.producer import insert, insert_async, insert_many, insert_many_async
 from awa_fast.runtime.followups import OutcomeContext
+from awa_fast.runtime.health import HealthCheck, QueueHealth
 from awa_fast.runtime.hooks import Event, EventType
 from awa_fast.runtime.runner import RunnerConfig
 from awa_fast.types import InsertRequest, JobRow, JobState, UniqueOpts
@@ -32,12 +33,14 @@ __all__ = [
     "ConfigError",
     "Event",
     "EventType",
+    "HealthCheck",
     "InsertRequest",
     "Job",
     "JobRow",
     "JobState",
     "LeaseLost",
     "OutcomeContext",
+    "QueueHealth",
     "RetryAfter",
     "RunnerConfig",
     "SchemaNotMigrated",

@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from awa_fast import admin, producer
 from awa_fast.db.migrate import migrate as _migrate
 from awa_fast.db.transitions import Outcome
+from awa_fast.runtime import health
 from awa_fast.runtime.followups import FollowupRegistry, Make
 from awa_fast.runtime.hooks import Hook, HookRegistry
 from awa_fast.runtime.options import runner_config
@@ -205,6 +206,10 @@ class Client(_Handlers):
         job_id = self._run(op)
         return None if job_id is None else self.get_job(job_id)
 
+    def health_check(self) -> health.HealthCheck:
+        """Whether Postgres answers (within a few seconds, up or down): a producer's probe."""
+        return health.health_of(None, health.available(self.dsn, []))
+
     def close(self) -> None:
         if self._opened:
             self._pool.close()
@@ -318,6 +323,14 @@ class AsyncClient(_Handlers):
         job_id = await self._run(op)
         return None if job_id is None else await self.get_job(job_id)
 
+    async def health_check(self) -> health.HealthCheck:
+        """Whether Postgres answers (within a few seconds, up or down) and, once started,
+        whether this client claims and heartbeats: for readiness and liveness probes."""
+        runner = self._runner
+        queues = list(runner.queues) if runner is not None else []
+        counts = await asyncio.to_thread(health.available, self.dsn, queues)
+        return health.health_of(runner, counts)
+
     async def start(
         self, queues: QueueSpec | None = None, *, processes: int | None = None, **config: Any
     ) -> Runner:
@@ -347,9 +360,13 @@ class AsyncClient(_Handlers):
             if timeout is not None:
                 raise ValueError("give timeout or timeout_ms, not both")
             timeout = timeout_ms / 1000
-        runner, self._runner = self._runner, None
-        if runner is not None:
+        runner = self._runner
+        if runner is None or runner.stopping:  # not started, or another call is stopping it
+            return
+        try:
             await runner.stop(timeout)
+        finally:  # kept until stopped, so that a health check meanwhile says shutting down
+            self._runner = None
 
     async def close(self) -> None:
         await self.shutdown()

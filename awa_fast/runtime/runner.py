@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -294,6 +295,8 @@ class Runner:
         self._commit_thread: threading.Thread | None = None
         self._services: list[asyncio.Task[None]] = []
         self._claimers: list[asyncio.Task[None]] = []
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._last_beat = 0.0  # time.monotonic() of the last heartbeat that landed
         self.claimed = 0
         self.host_id: int | None = None  # this host's row in awa_fast.hosts, once started
 
@@ -311,6 +314,28 @@ class Runner:
 
     def capacity_index(self, queue_index: int, worker: int) -> int:
         return queue_index * self.workers.count + worker
+
+    # -- health (awa_fast.runtime.health) -------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def claiming(self) -> bool:
+        """Some claim loop is running (each retries a lost connection on its own)."""
+        return any(not task.done() for task in self._claimers)
+
+    def heartbeat_alive(self, now: float) -> bool:
+        """The heartbeat loop runs and its last beat landed within two intervals."""
+        fresh = now - self._last_beat <= 2 * self.config.heartbeat_interval
+        return self._heartbeat is not None and not self._heartbeat.done() and fresh
+
+    def in_flight_by_queue(self) -> dict[str, int]:
+        workers = range(self.workers.count)
+        return {
+            queue: sum(self.inflight.in_flight(self.capacity_index(q, w)) for w in workers)
+            for q, queue in enumerate(self.queues)
+        }
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -337,13 +362,11 @@ class Runner:
         self._commit_thread.start()
         self._wake.set()  # claim what is already waiting at once
         self._claimers = [asyncio.create_task(self._claim_loop(conn)) for conn in claim_conns]
+        self._heartbeat = asyncio.create_task(self._heartbeat_loop())
         self._services = [
-            asyncio.create_task(coro)
-            for coro in (
-                self._listen_loop(),
-                self.maintenance.run(lambda: self._stopping),
-                self._heartbeat_loop(),
-            )
+            asyncio.create_task(self._listen_loop()),
+            asyncio.create_task(self.maintenance.run(lambda: self._stopping)),
+            self._heartbeat,
         ]
 
     async def stop(self, timeout: float | None = None) -> None:
@@ -379,6 +402,7 @@ class Runner:
         row = await cur.fetchone()
         assert row is not None
         self.host_id = int(row[0])
+        self._last_beat = time.monotonic()
 
     async def _forget_host(self) -> None:
         """Remove this host's row once nothing runs here; an attempt still running (its
@@ -629,6 +653,7 @@ class Runner:
                 self.host_id,
             )
             await self._register_host(conn)
+        self._last_beat = time.monotonic()
         ids, leases = self.inflight.running()
         if not ids:
             self._flagged.clear()

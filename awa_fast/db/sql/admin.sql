@@ -163,3 +163,9 @@ again AS (
     RETURNING id
 )
 SELECT id FROM finished UNION ALL SELECT id FROM again;
+
+-- name: queue_available
+-- Jobs waiting to be claimed in each of the given queues (a health check's view of them).
+SELECT queue, count(*) FROM awa_fast.jobs_hot
+WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
+GROUP BY queue;

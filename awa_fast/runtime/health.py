@@ -1,0 +1,84 @@
+"""A client's health, for readiness and liveness probes: does it reach Postgres, and, when
+it runs handlers, are its claim loops and heartbeat alive. The Awa SDK's ``HealthCheck``
+shape, so a probe written for it reads the same fields.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from awa_fast.db.queries import Q
+
+if TYPE_CHECKING:
+    from awa_fast.runtime.runner import Runner
+
+# A probe answers within this, reachable or not: a pool would wait its whole timeout for a
+# connection to a server that is down.
+CONNECT_TIMEOUT = 5
+
+
+@dataclass(frozen=True, slots=True)
+class QueueHealth:
+    in_flight: int  # attempts of this queue running on this client
+    available: int  # jobs of this queue waiting to be claimed, by any client
+    max_workers: int  # this client's concurrency for the queue
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheck:
+    postgres_connected: bool
+    running: bool  # the client runs handlers (started and not shut down)
+    poll_loop_alive: bool
+    heartbeat_alive: bool
+    shutting_down: bool
+    leader: bool  # this client is the maintenance leader of its database
+    queues: Mapping[str, QueueHealth]
+
+    @property
+    def healthy(self) -> bool:
+        """Postgres is reachable and, if the client runs handlers, it claims and
+        heartbeats and is not shutting down."""
+        serving = self.poll_loop_alive and self.heartbeat_alive and not self.shutting_down
+        return self.postgres_connected and (serving or not self.running)
+
+
+def available(dsn: str, queues: Sequence[str]) -> dict[str, int] | None:
+    """Available jobs per queue in ``queues``; None when Postgres cannot be reached."""
+    try:
+        with psycopg.connect(
+            dsn,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT,
+            application_name="awa-fast health",
+        ) as conn:
+            rows = conn.execute(Q.queue_available, {"queues": list(queues)}).fetchall()
+    except psycopg.OperationalError:
+        return None
+    counts = dict.fromkeys(queues, 0)
+    counts.update({queue: int(count) for queue, count in rows})
+    return counts
+
+
+def health_of(runner: Runner | None, counts: Mapping[str, int] | None) -> HealthCheck:
+    """The health of a client whose runner is ``runner`` (None: it runs no handlers), with
+    ``counts`` from :func:`available`."""
+    if runner is None:
+        return HealthCheck(counts is not None, False, False, False, False, False, {})
+    in_flight = runner.in_flight_by_queue()
+    return HealthCheck(
+        postgres_connected=counts is not None,
+        running=True,
+        poll_loop_alive=runner.claiming(),
+        heartbeat_alive=runner.heartbeat_alive(time.monotonic()),
+        shutting_down=runner.stopping,
+        leader=runner.maintenance.leader.is_leader,
+        queues={
+            queue: QueueHealth(in_flight[queue], (counts or {}).get(queue, 0), concurrency)
+            for queue, concurrency in runner.queues.items()
+        },
+    )

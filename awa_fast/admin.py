@@ -84,6 +84,16 @@ def get_jobs(job_ids: Sequence[int]) -> Op[list[JobRow]]:
     return Op(Q.job_get_many, {"ids": list(job_ids)}, in_order)
 
 
+def list_cron_jobs() -> Op[list[dict[str, Any]]]:
+    """Every periodic job's row, by name."""
+    return Op(Q.cron_list, {}, lambda rows: [dict(row) for row in rows])
+
+
+def delete_cron_job(name: str) -> Op[bool]:
+    """Remove a schedule (a host that still registers it writes it back when it starts)."""
+    return Op(Q.cron_delete, {"name": name}, _any)
+
+
 def cancel(job_id: int, reason: str = "by admin") -> Op[bool]:
     """Cancel a job in any unfinished state; True if it was cancelled."""
     return Op(Q.job_cancel, {"id": job_id, "reason": reason}, _any)

@@ -20,6 +20,8 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from awa_fast import admin, producer
 from awa_fast.db.migrate import migrate as _migrate
 from awa_fast.db.transitions import Outcome
+from awa_fast.errors import ConfigError
+from awa_fast.maintenance.periodic import PeriodicOptions, periodic_job
 from awa_fast.runtime import health
 from awa_fast.runtime.followups import FollowupRegistry, Make
 from awa_fast.runtime.hooks import Hook, HookRegistry
@@ -63,6 +65,24 @@ class _Handlers:
             stacklevel=2,
         )
         return self.task(args_type, kind=kind, queue=queue)
+
+    def periodic(
+        self,
+        name: str,
+        cron_expr: str,
+        args_type: type,
+        args: object,
+        **options: Unpack[PeriodicOptions],
+    ) -> None:
+        """Enqueue ``args`` as a job of ``args_type``'s kind at every time ``cron_expr``
+        names (:mod:`awa_fast.cron`). Options: ``timezone`` ("UTC"), ``queue``,
+        ``priority``, ``max_attempts``, ``tags``, ``metadata``, ``missed_fire_policy``
+        ("coalesce": after downtime, only the latest missed fire; "catch_up": each).
+        Validated now; the schedule is written to the database when this client starts
+        handlers, and the maintenance leader enqueues its fires."""
+        if name in self.handlers.schedules:
+            raise ConfigError(f"periodic job {name!r} registered twice")
+        self.handlers.schedules[name] = periodic_job(name, cron_expr, args_type, args, **options)
 
     def register(self, worker: type[Worker] | Worker) -> None:
         """Register a :class:`~awa_fast.Worker` subclass (or instance)."""
@@ -206,6 +226,12 @@ class Client(_Handlers):
         job_id = self._run(op)
         return None if job_id is None else self.get_job(job_id)
 
+    def list_cron_jobs(self) -> list[dict[str, Any]]:
+        return self._run(admin.list_cron_jobs())
+
+    def delete_cron_job(self, name: str) -> bool:
+        return self._run(admin.delete_cron_job(name))
+
     def health_check(self) -> health.HealthCheck:
         """Whether Postgres answers (within a few seconds, up or down): a producer's probe."""
         return health.health_of(None, health.available(self.dsn, []))
@@ -322,6 +348,12 @@ class AsyncClient(_Handlers):
     async def _resolved(self, op: admin.Op[int | None]) -> JobRow | None:
         job_id = await self._run(op)
         return None if job_id is None else await self.get_job(job_id)
+
+    async def list_cron_jobs(self) -> list[dict[str, Any]]:
+        return await self._run(admin.list_cron_jobs())
+
+    async def delete_cron_job(self, name: str) -> bool:
+        return await self._run(admin.delete_cron_job(name))
 
     async def health_check(self) -> health.HealthCheck:
         """Whether Postgres answers (within a few seconds, up or down) and, once started,

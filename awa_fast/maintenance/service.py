@@ -1,4 +1,5 @@
-"""The maintenance loop: every host runs it; only the leader promotes, rescues and cleans.
+"""The maintenance loop: every host runs it; only the leader promotes, rescues, cleans and
+enqueues periodic jobs.
 
 Each step is a ``*_once`` method that returns what it did, so tests call them directly.
 """
@@ -9,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -17,6 +19,7 @@ from psycopg.rows import dict_row
 from awa_fast.db import transitions as tr
 from awa_fast.db.connections import APPLY_IN_TRANSACTION, rescue_params
 from awa_fast.db.queries import Q
+from awa_fast.maintenance import periodic
 from awa_fast.maintenance.leader import Leader
 from awa_fast.runtime.followups import OutcomeContext, insert_followups
 from awa_fast.runtime.hooks import EventType, HookDispatcher
@@ -68,6 +71,7 @@ class MaintenanceStats:
     rescued: dict[str, int] = field(default_factory=dict)
     deleted: int = 0
     vacuumed: int = 0
+    periodic: int = 0
 
 
 class Maintenance:
@@ -85,6 +89,7 @@ class Maintenance:
         conn: psycopg.AsyncConnection[Any] | None = None
         loop = asyncio.get_running_loop()
         next_election = next_rescue = next_backstop = next_cleanup = next_vacuum = 0.0
+        next_cron = 0.0
         try:
             while not stopping():
                 now = loop.time()
@@ -112,6 +117,9 @@ class Maintenance:
                         if now >= next_vacuum:
                             next_vacuum = now + self.config.vacuum_interval
                             await self.vacuum_once(conn)
+                        if now >= next_cron:
+                            next_cron = now + self.config.cron_interval
+                            await self.cron_once(conn)
                 except psycopg.OperationalError as exc:
                     log.warning("maintenance step failed (%s); retrying", exc)
                     if conn is not None:
@@ -122,6 +130,14 @@ class Maintenance:
             if conn is not None:
                 await conn.close()
             await self.leader.close()
+
+    async def cron_once(
+        self, conn: psycopg.AsyncConnection[Any], *, now: datetime | None = None
+    ) -> int:
+        """Enqueue the periodic jobs that fell due by ``now`` (the server's clock)."""
+        enqueued = await periodic.enqueue_due(conn, now=now)
+        self.stats.periodic += enqueued
+        return enqueued
 
     async def promote_once(self, conn: psycopg.AsyncConnection[Any]) -> int:
         """Move due scheduled/retryable jobs into the claimable table, in batches."""

@@ -30,6 +30,8 @@ from awa_fast.db.connections import attempts_params, connect_hot, connect_hot_as
 from awa_fast.db.migrate import require_migrated
 from awa_fast.db.queries import Q
 from awa_fast.errors import ConfigError
+from awa_fast.maintenance import periodic
+from awa_fast.maintenance.periodic import PeriodicJob
 from awa_fast.maintenance.service import Maintenance
 from awa_fast.producer import MAX_NAME_LENGTH
 from awa_fast.runtime.callbacks import CallbackRegistrar
@@ -92,6 +94,7 @@ class RunnerConfig:
     completed_retention: float = 24 * 3600.0
     failed_retention: float = 72 * 3600.0
     vacuum_interval: float = 2.0
+    cron_interval: float = 1.0  # how often the leader enqueues periodic jobs that fell due
     vacuum_dead_tuples: int = 20_000
     dlq: bool = False
     dlq_queues: Mapping[str, bool] = field(default_factory=dict)
@@ -148,6 +151,7 @@ class RunnerConfig:
             "completed_retention",
             "failed_retention",
             "vacuum_interval",
+            "cron_interval",
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0 seconds")
@@ -203,6 +207,7 @@ class Handlers:
     registry: Registry
     followups: FollowupRegistry
     hooks: HookRegistry
+    schedules: dict[str, PeriodicJob] = field(default_factory=dict)  # by name
 
 
 def shares(concurrency: int, workers: int) -> list[int]:
@@ -346,6 +351,8 @@ class Runner:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self._at_start(self._require_migrated, what="schema check")
+        if self.handlers.schedules:
+            await self._at_start(self._register_schedules, what="periodic job registration")
         await self.workers.start()
         await self._at_start(self._register_new_host, what="host registration")
         claim_conns = [
@@ -389,6 +396,10 @@ class Runner:
     async def _require_migrated(self) -> None:
         """Refuse to start, before anything runs, on a schema older than this code's."""
         await asyncio.to_thread(require_migrated, self.dsn)
+
+    async def _register_schedules(self) -> None:
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            await periodic.register(conn, list(self.handlers.schedules.values()))
 
     async def _register_new_host(self) -> None:
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:

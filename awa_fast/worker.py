@@ -17,7 +17,7 @@ from awa_fast.codec import Decoder, decoder_for, kind_of
 from awa_fast.errors import ConfigError
 
 if TYPE_CHECKING:
-    from awa_fast.runtime.callbacks import CallbackRegistrar
+    from awa_fast.runtime.attempt_writer import AttemptWriter
 
 T = TypeVar("T")
 UNKNOWN_KIND = 0xFFFF_FFFF
@@ -54,11 +54,11 @@ class Job(Generic[T]):
     timezone-aware datetimes in UTC."""
 
     __slots__ = (
-        "_callbacks",
         "_cancelled",
         "_created_at_us",
         "_metadata_updates",
         "_run_at_us",
+        "_writer",
         "args",
         "attempt",
         "callback",
@@ -93,7 +93,7 @@ class Job(Generic[T]):
         run_at_us: int,
         created_at_us: int,
         cancelled: Callable[[], bool],
-        callbacks: CallbackRegistrar,
+        writer: AttemptWriter,
     ) -> None:
         self.id = id
         self.run_lease = run_lease
@@ -112,7 +112,7 @@ class Job(Generic[T]):
         self.callback: CallbackToken | None = None
         self.progress_changed = False
         self._cancelled = cancelled
-        self._callbacks = callbacks
+        self._writer = writer
         self._metadata_updates: dict[str, Any] = {}
 
     @property
@@ -136,6 +136,21 @@ class Job(Generic[T]):
         self.progress = progress
         self.progress_changed = True
 
+    async def flush_progress(self) -> None:
+        """Write the progress and metadata updates recorded so far to the job now, not
+        only with the outcome: for a long job whose progress others watch, or whose
+        successor, should this attempt be lost, should find it. Raises
+        :class:`LeaseLost` if this attempt no longer owns the job."""
+        await self._writer.save_progress(
+            self.id, self.run_lease, self.progress, self._metadata_updates
+        )
+
+    def flush_progress_sync(self) -> None:
+        """:meth:`flush_progress` for a plain ``def`` handler (it blocks until written)."""
+        self._writer.save_progress_sync(
+            self.id, self.run_lease, self.progress, self._metadata_updates
+        )
+
     def update_metadata(self, updates: dict[str, Any]) -> None:
         """Merge ``updates`` into the job's metadata when the attempt's outcome is saved."""
         self.metadata.update(updates)
@@ -152,7 +167,7 @@ class Job(Generic[T]):
         answer at once, even before this handler returns: the callback then decides the
         job and the handler's own result is dropped. Raises :class:`LeaseLost` if this
         attempt no longer owns the job (cancelled, rescued or resolved meanwhile)."""
-        callback_id = await self._callbacks.register(self.id, self.run_lease, timeout_seconds)
+        callback_id = await self._writer.register_callback(self.id, self.run_lease, timeout_seconds)
         self.callback = CallbackToken(callback_id, float(timeout_seconds))
         return self.callback
 

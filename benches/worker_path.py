@@ -24,7 +24,7 @@ import uvloop
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db.transitions import Backoff, Target
 from awa_fast.runtime import collector
-from awa_fast.runtime.callbacks import CallbackRegistrar
+from awa_fast.runtime.attempt_writer import AttemptWriter
 from awa_fast.runtime.executor import Executor
 from awa_fast.runtime.local import run_claimed
 from awa_fast.worker import Job, Registry
@@ -69,7 +69,7 @@ def one_run(rows: int, size: int) -> float:
     inflight = InFlight([rows], rows + 64)
     ring = OutcomeRing(1 << 20, 128)
     # The registrar connects only when a handler registers a callback; a no-op never does.
-    executor = Executor(registry, ring, inflight, Backoff(), CallbackRegistrar(""))
+    executor = Executor(registry, ring, inflight, Backoff(), AttemptWriter(""))
     batch = delivered_rows(rows, inflight)
     began = time.perf_counter()
     uvloop.run(run_batches(executor, inflight, batch, size))

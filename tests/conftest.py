@@ -17,7 +17,9 @@ import pytest
 import awa_fast
 from awa_fast.localpg import LocalCluster
 
-TEMPLATE = "awa_fast_template"
+# One template per test session: sessions sharing a server (two checkouts, say) must not
+# rebuild each other's template mid-run.
+TEMPLATE = f"awa_fast_template_{os.getpid()}"
 _counter = itertools.count()
 
 
@@ -39,13 +41,15 @@ def _db_url(server_url: str, name: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def template_url(server_url: str) -> str:
+def template_url(server_url: str) -> Iterator[str]:
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE}")
         conn.execute(f"CREATE DATABASE {TEMPLATE}")
     url = _db_url(server_url, TEMPLATE)
     awa_fast.migrate(url)
-    return url
+    yield url
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
 
 
 @pytest.fixture

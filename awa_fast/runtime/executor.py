@@ -1,9 +1,9 @@
 """Runs one claimed job's handler and turns what happened into one outcome record.
 
 The executor never touches the database: it pushes ``(id, run_lease, code, kind, number,
-payload)`` into the outcome ring and returns. (The one write a handler makes itself, a
-callback registration, goes through ``awa_fast.runtime.callbacks``.) The same code runs in
-the single-process runner and in every worker process of the pool.
+payload)`` into the outcome ring and returns. (The writes a handler makes itself, a
+callback id or flushed progress, go through ``awa_fast.runtime.attempt_writer``.) The same
+code runs in the single-process runner and in every worker process of the pool.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from awa_fast.codec import decode_json
 from awa_fast.db import transitions as tr
-from awa_fast.runtime.callbacks import CallbackRegistrar
+from awa_fast.runtime.attempt_writer import AttemptWriter
 from awa_fast.worker import Handler, Job, Registry
 
 log = logging.getLogger("awa_fast.executor")
@@ -69,7 +69,7 @@ class Executor:
     sink: OutcomeSink
     flags: CancelFlags
     backoff: tr.Backoff
-    callbacks: CallbackRegistrar
+    writer: AttemptWriter
     threads: ThreadPool | None = None
     dlq_queues: frozenset[str] = frozenset()
 
@@ -135,7 +135,7 @@ class Executor:
             run_at_us=row[RUN_AT],
             created_at_us=row[CREATED_AT],
             cancelled=lambda: flags.is_cancelled(slot),
-            callbacks=self.callbacks,
+            writer=self.writer,
         )
 
 

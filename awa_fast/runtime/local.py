@@ -110,4 +110,4 @@ class LocalWorkers:
                     task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
         self.threads.shutdown(wait=False, cancel_futures=True)
-        await self.executor.callbacks.close()
+        await self.executor.writer.close()

@@ -441,7 +441,7 @@ class WorkerProcess:
         for task in services:
             task.cancel()
         transport.close()
-        await self.executor.callbacks.close()
+        await self.executor.writer.close()
         return self.exit_code
 
     def on_message(self, message: list[Any]) -> None:

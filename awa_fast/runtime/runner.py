@@ -34,7 +34,7 @@ from awa_fast.maintenance import periodic
 from awa_fast.maintenance.periodic import PeriodicJob
 from awa_fast.maintenance.service import Maintenance
 from awa_fast.producer import MAX_NAME_LENGTH
-from awa_fast.runtime.callbacks import CallbackRegistrar
+from awa_fast.runtime.attempt_writer import AttemptWriter
 from awa_fast.runtime.committer import Committer
 from awa_fast.runtime.executor import JSONB_BINARY_VERSION, Executor
 from awa_fast.runtime.followups import FollowupRegistry
@@ -312,7 +312,7 @@ class Runner:
             self.ring,
             self.inflight,
             self.config.backoff,
-            CallbackRegistrar(self.dsn),
+            AttemptWriter(self.dsn),
             threads,
             dlq_queues=self.config.dlq_for(list(self.queues)),
         )

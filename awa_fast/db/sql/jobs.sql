@@ -215,6 +215,14 @@ SET callback_id = %(callback_id)s::uuid,
 WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
 RETURNING id;
 
+-- name: job_save_progress
+-- A handler flushed its progress (and metadata updates) before its outcome. No row: the
+-- attempt no longer owns its job.
+UPDATE awa_fast.jobs_hot
+SET progress = %(progress)s::jsonb, metadata = metadata || %(metadata)s::jsonb
+WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
+RETURNING id;
+
 -- name: job_heartbeat_many
 -- One heartbeat for every attempt a host runs, its rows reached as job_complete_many
 -- reaches them (the map holds each job's newest lease the host runs: an older one cannot

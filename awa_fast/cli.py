@@ -107,8 +107,17 @@ ADMIN_COMMANDS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "retry_from_dlq",
     ),
     ("dlq-purge", "delete dead-lettered jobs", (), "purge_dlq"),
+    ("cron", "list periodic jobs", (), "list_cron_jobs"),
+    ("cron-delete", "remove a periodic job", ("name",), "delete_cron_job"),
 )
-_JOB_LOOKUPS = frozenset({"get_job", "cancel", "retry", "retry_from_dlq"})
+# Commands about one thing that may not be there (a result of None or False): what to say.
+_NOT_FOUND = {
+    **dict.fromkeys(
+        ("get_job", "cancel", "retry", "retry_from_dlq"),
+        "job {} not found, or not in a state that allows it",
+    ),
+    "delete_cron_job": "no periodic job named {!r}",
+}
 _FILTERS = {
     "list_jobs": ("state", "kind", "queue", "limit"),
     "retry_failed": ("kind", "queue"),
@@ -130,11 +139,8 @@ def _cmd_admin(opts: argparse.Namespace) -> int:
     }
     with Client(url) as client:
         result = getattr(client, opts.method)(*args, **filters)
-    if result is None and opts.method in _JOB_LOOKUPS:
-        print(
-            f"awa-fast {opts.command}: job {args[0]} not found, or not in a state that allows it",
-            file=sys.stderr,
-        )
+    if result in (None, False) and opts.method in _NOT_FOUND:
+        print(f"awa-fast {opts.command}: {_NOT_FOUND[opts.method].format(*args)}", file=sys.stderr)
         return 1
     if result is not None:
         print(orjson.dumps(result, default=_plain, option=orjson.OPT_INDENT_2).decode())

@@ -5,9 +5,25 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import Any
 
-from tests.helpers import job
+import psycopg
+
+import awa_fast
+from awa_fast.maintenance import periodic
+from tests.helpers import job, run
+
+
+@dataclass
+class Nightly:
+    report: str
+
+
+async def _register(client: awa_fast.Client) -> None:
+    """Write the client's schedules, as starting its handlers does."""
+    async with await psycopg.AsyncConnection.connect(client.dsn, autocommit=True) as conn:
+        await periodic.register(conn, list(client.handlers.schedules.values()))
 
 
 def _cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -45,3 +61,19 @@ def test_bad_enqueue_input_is_refused_with_the_field_named(dsn: str) -> None:
     bad_priority = _cli(dsn, "enqueue", "k", "--priority", "9")
     assert bad_priority.returncode == 2 and "priority" in bad_priority.stderr
     assert _json(_cli(dsn, "status")) == []
+
+
+def test_periodic_jobs_are_listed_and_deleted(dsn: str) -> None:
+    with awa_fast.Client(dsn) as client:
+        client.periodic("nightly", "0 3 * * *", Nightly, Nightly("sales"))
+        run(_register(client))
+    [listed] = _json(_cli(dsn, "cron"))
+    assert (listed["name"], listed["cron_expr"], listed["args"]) == (
+        "nightly",
+        "0 3 * * *",
+        {"report": "sales"},
+    )
+    assert _json(_cli(dsn, "cron-delete", "nightly")) is True
+    missing = _cli(dsn, "cron-delete", "nightly")
+    assert missing.returncode == 1 and "no periodic job named 'nightly'" in missing.stderr
+    assert _json(_cli(dsn, "cron")) == []

@@ -69,6 +69,7 @@ def test_flushed_progress_is_on_the_job_while_it_runs(
 
 def test_an_attempt_that_lost_its_job_cannot_flush(dsn: str) -> None:
     raised: list[BaseException] = []
+    flushed = asyncio.Event()
 
     async def main() -> None:
         client = awa_fast.AsyncClient(dsn)
@@ -76,6 +77,7 @@ def test_an_attempt_that_lost_its_job_cannot_flush(dsn: str) -> None:
         @client.task(Long)
         async def long(job: awa_fast.Job[Long]) -> None:
             await job.flush_progress()  # owns the job: written
+            flushed.set()
             while not job.is_cancelled():
                 await asyncio.sleep(0.01)
             job.set_progress(99)
@@ -87,9 +89,9 @@ def test_an_attempt_that_lost_its_job_cannot_flush(dsn: str) -> None:
         async with client:
             inserted = await client.insert(Long(1))
             await client.start({"default": 1})
-            await await_until(
-                lambda: job(dsn, inserted.id)["state"] == "running", what="the attempt"
-            )
+            # Cancelled only once the handler has flushed: a claimed job is running
+            # before its handler starts.
+            await asyncio.wait_for(flushed.wait(), 30)
             await client.cancel(inserted.id)
             await await_until(lambda: raised, what="the late flush to fail")
         row = job(dsn, inserted.id)

@@ -185,6 +185,8 @@ def _cmd_serve(opts: argparse.Namespace) -> int:
         config["max_jobs_per_worker"] = opts.max_jobs_per_worker
     if opts.max_worker_memory_mb:
         config["max_worker_memory_mb"] = opts.max_worker_memory_mb
+    if opts.metrics_port is not None:
+        config["metrics_port"] = opts.metrics_port
     queues = dict(opts.queue) if opts.queue else None
     processes = opts.processes or os.cpu_count() or 1
     return serve(app, queues, processes=processes, **config)
@@ -241,6 +243,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--shutdown-timeout", type=float, default=30.0)
     serve.add_argument("--max-jobs-per-worker", type=int)
     serve.add_argument("--max-worker-memory-mb", type=float)
+    serve.add_argument(
+        "--metrics-port", type=int, help="serve /metrics and /health on 127.0.0.1 at this port"
+    )
     serve.add_argument(
         "--set",
         action="append",

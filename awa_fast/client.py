@@ -358,10 +358,7 @@ class AsyncClient(_Handlers):
     async def health_check(self) -> health.HealthCheck:
         """Whether Postgres answers (within a few seconds, up or down) and, once started,
         whether this client claims and heartbeats: for readiness and liveness probes."""
-        runner = self._runner
-        queues = list(runner.queues) if runner is not None else []
-        counts = await asyncio.to_thread(health.available, self.dsn, queues)
-        return health.health_of(runner, counts)
+        return await health.probe(self.dsn, self._runner)
 
     async def start(
         self, queues: QueueSpec | None = None, *, processes: int | None = None, **config: Any

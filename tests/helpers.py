@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -76,3 +77,32 @@ async def run_until(
         await await_until(predicate, timeout=timeout)
     finally:
         await client.shutdown()
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (the system's pick, let go again)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def prometheus_samples(text: str) -> dict[str, float]:
+    """``{'name{labels}': value}`` of an exposition; every sample's metric has its HELP
+    and a counter or gauge TYPE before it."""
+    helped: set[str] = set()
+    typed: set[str] = set()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            helped.add(line.split()[2])
+        elif line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            assert kind in ("counter", "gauge"), line
+            typed.add(name)
+        else:
+            key, value = line.rsplit(" ", 1)
+            name = key.partition("{")[0]
+            assert name in helped and name in typed, line
+            assert key not in found, line
+            found[key] = float(value)
+    return found

@@ -136,8 +136,14 @@ def connect_hot(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
 
 
 async def connect_hot_async(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
+    """A hot connection; one whose task is cancelled while its settings are applied (a
+    runner stopped just after it started) is closed, not left open to the collector."""
     conn = await psycopg.AsyncConnection.connect(
         dsn, autocommit=True, prepare_threshold=0, **kwargs
     )
-    await conn.execute(_APPLY)
+    try:
+        await conn.execute(_APPLY)
+    except BaseException:
+        await conn.close()
+        raise
     return conn

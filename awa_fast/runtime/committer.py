@@ -126,6 +126,9 @@ class Committer:
         self._inflight = inflight
         self._progress = threading.Condition()
         self.committed = 0  # records settled (applied or stale): a milestone for tests
+        # The same records by their code (a tr.Target), for awa_fast_outcomes_committed_total:
+        # a list another thread may read while this one adds to it.
+        self.committed_by_code = [0] * len(tr.Target)
 
     # -- loop ---------------------------------------------------------------------------
 
@@ -203,9 +206,19 @@ class Committer:
                 self.stats.reconnects += 1
                 time.sleep(self._reconnect_backoff.delay(attempt))
         self.stats.batches += 1
+        self._count(records, plain, lost, mixed + followed)
         with self._progress:
             self.committed += len(records.ids)
             self._progress.notify_all()
+
+    def _count(self, r: Records, plain: list[int], lost: list[int], others: list[int]) -> None:
+        """Add a committed batch to ``committed_by_code``: its groups of plain completions
+        and lost attempts by their length, so a batch of those costs no loop over it."""
+        counts = self.committed_by_code
+        counts[_COMPLETED] += len(plain)
+        counts[_LOST] += len(lost)
+        for i in others:
+            counts[r.codes[i]] += 1
 
     def _partition(self, r: Records) -> tuple[list[int], list[int], list[int], list[int]]:
         """Split a batch into plain completions, other outcomes, lost attempts, and outcomes

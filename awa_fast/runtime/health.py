@@ -5,6 +5,7 @@ shape, so a probe written for it reads the same fields.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -82,3 +83,10 @@ def health_of(runner: Runner | None, counts: Mapping[str, int] | None) -> Health
             for queue, concurrency in runner.queues.items()
         },
     )
+
+
+async def probe(dsn: str, runner: Runner | None) -> HealthCheck:
+    """The health of a client on ``dsn`` whose runner is ``runner``, from an event loop
+    (:func:`available` blocks, so it runs in a thread)."""
+    queues = list(runner.queues) if runner is not None else []
+    return health_of(runner, await asyncio.to_thread(available, dsn, queues))

@@ -74,6 +74,10 @@ class LocalWorkers:
     def accepting(self) -> Sequence[int]:
         return (0,)
 
+    def alive(self) -> int:
+        """This process runs the handlers."""
+        return 1
+
     def deliver(self, worker: int, rows: list[tuple[Any, ...]]) -> None:
         for row in rows:
             attempt = (row[ID], row[LEASE])

@@ -156,6 +156,10 @@ class ForkedWorkers:
     def accepting(self) -> Sequence[int]:
         return [w for w, p in enumerate(self.procs) if p is not None and p.transport is not None]
 
+    def alive(self) -> int:
+        """Worker processes forked and not yet reaped."""
+        return sum(proc is not None for proc in self.procs)
+
     def deliver(self, worker: int, rows: list[tuple[Any, ...]]) -> None:
         proc = self.procs[worker]
         if proc is None or proc.transport is None or proc.transport.is_closing():

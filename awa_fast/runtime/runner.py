@@ -100,6 +100,8 @@ class RunnerConfig:
     dlq_queues: Mapping[str, bool] = field(default_factory=dict)
     queue_deadlines: Mapping[str, float] = field(default_factory=dict)
     queue_retention: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # Serve /metrics and /health on 127.0.0.1 at this port (awa_fast.runtime.metrics).
+    metrics_port: int | None = None
 
     def dlq_params(self) -> dict[str, Any]:
         """The DLQ policy as job_rescue_many's parameters (it may rescue any queue's jobs)."""
@@ -155,6 +157,11 @@ class RunnerConfig:
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0 seconds")
+        port = self.metrics_port
+        if port is not None and (
+            isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
+        ):
+            raise ConfigError(f"metrics_port must be None or a port in 1..65535, got {port!r}")
 
 
 # The keys of a queue given as a dict, as the Awa SDK's hard-reserved queue configs are.
@@ -233,6 +240,10 @@ class Workers(Protocol):
 
     def evict(self, job_id: int, run_lease: int, *, reason: str) -> None: ...
 
+    def alive(self) -> int:
+        """Processes running handlers now (for awa_fast_worker_processes)."""
+        ...
+
 
 class Runner:
     """The host side: claims for every worker, heartbeats, promotes, commits.
@@ -302,7 +313,8 @@ class Runner:
         self._claimers: list[asyncio.Task[None]] = []
         self._heartbeat: asyncio.Task[None] | None = None
         self._last_beat = 0.0  # time.monotonic() of the last heartbeat that landed
-        self.claimed = 0
+        self.claimed_by_queue = [0] * len(self.queues)  # jobs claimed, by queue index
+        self._metrics: asyncio.Server | None = None
         self.host_id: int | None = None  # this host's row in awa_fast.hosts, once started
 
     def make_executor(self, threads: ThreadPoolExecutor | None = None) -> Executor:
@@ -330,6 +342,10 @@ class Runner:
         """Some claim loop is running (each retries a lost connection on its own)."""
         return any(not task.done() for task in self._claimers)
 
+    def heartbeat_age(self, now: float) -> float | None:
+        """Seconds since the last heartbeat landed; None before this host registered."""
+        return None if self.host_id is None else now - self._last_beat
+
     def heartbeat_alive(self, now: float) -> bool:
         """The heartbeat loop runs and its last beat landed within two intervals."""
         fresh = now - self._last_beat <= 2 * self.config.heartbeat_interval
@@ -349,7 +365,20 @@ class Runner:
         self.workers.prefork()
 
     async def start(self) -> None:
+        """Serve metrics first, so that a port in use refuses to start with nothing
+        running; a start that fails later lets the port go again."""
+        from awa_fast.runtime.metrics import serve_metrics
+
         self._loop = asyncio.get_running_loop()
+        if self.config.metrics_port is not None:
+            self._metrics = await serve_metrics(self, self.config.metrics_port)
+        try:
+            await self._start()
+        except BaseException:
+            await self._stop_metrics()
+            raise
+
+    async def _start(self) -> None:
         await self._at_start(self._require_migrated, what="schema check")
         if self.handlers.schedules:
             await self._at_start(self._register_schedules, what="periodic job registration")
@@ -392,6 +421,15 @@ class Runner:
             await asyncio.to_thread(self._commit_thread.join)
         await self._forget_host()
         self.hooks.stop()
+        await self._stop_metrics()
+
+    async def _stop_metrics(self) -> None:
+        """Close the metrics endpoint (kept until the end, so that a probe during the
+        drain sees the client shutting down)."""
+        server, self._metrics = self._metrics, None
+        if server is not None:
+            server.close()
+            await server.wait_closed()
 
     async def _require_migrated(self) -> None:
         """Refuse to start, before anything runs, on a schema older than this code's."""
@@ -543,7 +581,6 @@ class Runner:
         """Claim what capacity allows in every queue on ``cur`` (a binary cursor of a claim
         connection); True when a queue gave all that was asked of it (more may be
         waiting)."""
-        claimed = 0
         full = starved = False
         # Marked before capacity is read: outcomes drained after the read wake the next
         # watcher.
@@ -570,9 +607,8 @@ class Runner:
                     self.inflight.release(self.capacity_index(queue_index, worker), n)
                 raise
             self._dispatch(rows, queue_index, reserved)
-            claimed += len(rows)
+            self.claimed_by_queue[queue_index] += len(rows)
             full = full or len(rows) == want
-        self.claimed += claimed
         self._starved = starved
         return full
 

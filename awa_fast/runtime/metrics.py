@@ -1,0 +1,237 @@
+"""Prometheus metrics and a health endpoint for a runner, on 127.0.0.1 only.
+
+``GET /metrics`` answers in the Prometheus text format (0.0.4), ``GET /health`` with the
+client's :class:`~awa_fast.runtime.health.HealthCheck` as JSON (503 when not healthy).
+The numbers are the runtime's own counters, read when scraped: serving them costs a job
+nothing. The HTTP side is a minimal HTTP/1.0 server on the runner's loop, written here to
+add no dependency: one request per connection, answered and closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import TYPE_CHECKING
+
+import orjson
+
+from awa_fast.db.transitions import Target
+from awa_fast.runtime import health
+
+if TYPE_CHECKING:
+    from awa_fast.runtime.runner import Runner
+
+LOOPBACK = "127.0.0.1"
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+# A client gets this long to send its request line and headers; a silent one is dropped.
+READ_TIMEOUT = 10.0
+MAX_HEADERS = 100
+
+# A metric's value: one number, or one per value of its label; None: none yet.
+Value = float | Mapping[str, float] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    name: str
+    type: str  # "counter" or "gauge"
+    help: str
+    read: Callable[[Runner], Value]
+    label: str | None = None  # the label ``read`` keys its numbers by
+
+
+def _by_queue(numbers: Callable[[Runner], list[int]]) -> Callable[[Runner], Value]:
+    """A reading per queue from a list in the runner's queue order."""
+    return lambda runner: dict(zip(runner.queues, numbers(runner), strict=True))
+
+
+def _catalogue() -> tuple[Metric, ...]:
+    """Every metric, in the order served. (Built in a function: the type checker reads
+    its lambdas after Runner, a module that imports this one.)"""
+    return (
+        Metric(
+            "awa_fast_jobs_claimed_total",
+            "counter",
+            "Jobs this runner claimed.",
+            _by_queue(lambda r: r.claimed_by_queue),
+            "queue",
+        ),
+        Metric(
+            "awa_fast_outcomes_committed_total",
+            "counter",
+            "Handler outcomes the committer settled, by the state each asked for "
+            "(lost: cut short, retried or failed as attempts allow; stale ones included).",
+            lambda r: {t.name.lower(): r.committer.committed_by_code[t] for t in Target},
+            "outcome",
+        ),
+        Metric(
+            "awa_fast_outcomes_stale_total",
+            "counter",
+            "Outcomes dropped because their attempt no longer owned its job.",
+            lambda r: r.committer.stats.stale,
+        ),
+        Metric(
+            "awa_fast_commit_batches_total",
+            "counter",
+            "Batches of outcomes committed.",
+            lambda r: r.committer.stats.batches,
+        ),
+        Metric(
+            "awa_fast_commit_failed_batches_total",
+            "counter",
+            "Batches that could not be committed (their jobs stay running until rescued).",
+            lambda r: r.committer.stats.failed_batches,
+        ),
+        Metric(
+            "awa_fast_jobs_in_flight",
+            "gauge",
+            "Attempts running on this runner (and capacity a claim under way holds).",
+            lambda r: r.in_flight_by_queue(),
+            "queue",
+        ),
+        Metric(
+            "awa_fast_queue_concurrency",
+            "gauge",
+            "Attempts this runner may run at once.",
+            lambda r: r.queues,
+            "queue",
+        ),
+        Metric(
+            "awa_fast_worker_processes",
+            "gauge",
+            "Processes running handlers: forked workers alive, or 1 when they run in-process.",
+            lambda r: r.workers.alive(),
+        ),
+        Metric(
+            "awa_fast_leader",
+            "gauge",
+            "1 while this runner is its database's maintenance leader.",
+            lambda r: int(r.maintenance.leader.is_leader),
+        ),
+        Metric(
+            "awa_fast_heartbeat_age_seconds",
+            "gauge",
+            "Seconds since this runner's last heartbeat landed.",
+            lambda r: r.heartbeat_age(time.monotonic()),
+        ),
+        Metric(
+            "awa_fast_jobs_promoted_total",
+            "counter",
+            "Scheduled and retryable jobs made available while this runner led.",
+            lambda r: r.maintenance.stats.promoted,
+        ),
+        Metric(
+            "awa_fast_jobs_rescued_total",
+            "counter",
+            "Attempts rescued while this runner led, by the sweep that found them.",
+            lambda r: r.maintenance.stats.rescued,
+            "sweep",
+        ),
+        Metric(
+            "awa_fast_jobs_deleted_total",
+            "counter",
+            "Finished jobs deleted past their retention while this runner led.",
+            lambda r: r.maintenance.stats.deleted,
+        ),
+    )
+
+
+METRICS = _catalogue()
+
+
+def render(runner: Runner) -> str:
+    """Every metric of ``runner`` in the Prometheus text exposition format."""
+    lines: list[str] = []
+    for metric in METRICS:
+        lines += (f"# HELP {metric.name} {metric.help}", f"# TYPE {metric.name} {metric.type}")
+        value = metric.read(runner)
+        if isinstance(value, Mapping):
+            lines += (
+                f'{metric.name}{{{metric.label}="{_escape(key)}"}} {number}'
+                for key, number in value.items()
+            )
+        elif value is not None:
+            lines.append(f"{metric.name} {value}")
+    return "\n".join(lines) + "\n"
+
+
+def _escape(label_value: str) -> str:
+    return label_value.replace("\\", r"\\").replace('"', r"\"").replace("\n", r"\n")
+
+
+async def serve_metrics(
+    runner: Runner, port: int, *, read_timeout: float = READ_TIMEOUT
+) -> asyncio.Server:
+    """Serve ``runner``'s /metrics and /health on 127.0.0.1:``port`` from this loop."""
+    answer = functools.partial(_connection, runner, read_timeout)
+    return await asyncio.start_server(answer, LOOPBACK, port)
+
+
+async def _connection(
+    runner: Runner, read_timeout: float, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """Answer one request and close. A client silent for ``read_timeout`` is dropped
+    unanswered."""
+    try:
+        try:
+            method, path = await asyncio.wait_for(_request(reader), read_timeout)
+        except ValueError:
+            response = _response(HTTPStatus.BAD_REQUEST, "text/plain", b"bad request\n")
+        else:
+            response = await _answer(runner, method, path)
+        writer.write(response)
+        await writer.drain()
+        # Sends the end of the stream even if a worker forked meanwhile holds a copy of
+        # this socket (closing the supervisor's copy alone would not).
+        writer.write_eof()
+    except (TimeoutError, ConnectionError):
+        pass  # nothing to answer: a silent client, or one that went away
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+async def _request(reader: asyncio.StreamReader) -> tuple[str, str]:
+    """The method and path of the request on ``reader``; its headers are read and
+    ignored. A malformed request raises ValueError (as does a line past the reader's
+    limit)."""
+    parts = (await reader.readline()).decode("ascii").split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+        raise ValueError("not an HTTP request line")
+    for _ in range(MAX_HEADERS):
+        line = await reader.readline()
+        if line in (b"\r\n", b"\n"):
+            return parts[0], parts[1].partition("?")[0]
+        if not line.endswith(b"\n"):
+            raise ValueError("the request ended inside its headers")
+    raise ValueError("too many headers")
+
+
+async def _answer(runner: Runner, method: str, path: str) -> bytes:
+    if method != "GET":
+        return _response(HTTPStatus.METHOD_NOT_ALLOWED, "text/plain", b"only GET\n")
+    if path == "/metrics":
+        return _response(HTTPStatus.OK, PROMETHEUS_TEXT, render(runner).encode())
+    if path == "/health":
+        check = await health.probe(runner.dsn, runner)
+        body = orjson.dumps({"healthy": check.healthy, **dataclasses.asdict(check)})
+        status = HTTPStatus.OK if check.healthy else HTTPStatus.SERVICE_UNAVAILABLE
+        return _response(status, "application/json", body)
+    return _response(HTTPStatus.NOT_FOUND, "text/plain", b"not found\n")
+
+
+def _response(status: HTTPStatus, content_type: str, body: bytes) -> bytes:
+    head = (
+        f"HTTP/1.0 {status.value} {status.phrase}\r\n"
+        f"Content-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body

@@ -348,8 +348,9 @@ class Runner:
 
     def heartbeat_alive(self, now: float) -> bool:
         """The heartbeat loop runs and its last beat landed within two intervals."""
-        fresh = now - self._last_beat <= 2 * self.config.heartbeat_interval
-        return self._heartbeat is not None and not self._heartbeat.done() and fresh
+        age = self.heartbeat_age(now)
+        running = self._heartbeat is not None and not self._heartbeat.done()
+        return running and age is not None and age <= 2 * self.config.heartbeat_interval
 
     def in_flight_by_queue(self) -> dict[str, int]:
         workers = range(self.workers.count)
@@ -380,8 +381,6 @@ class Runner:
 
     async def _start(self) -> None:
         await self._at_start(self._require_migrated, what="schema check")
-        if self.handlers.schedules:
-            await self._at_start(self._register_schedules, what="periodic job registration")
         await self.workers.start()
         await self._at_start(self._register_new_host, what="host registration")
         claim_conns = [
@@ -435,12 +434,11 @@ class Runner:
         """Refuse to start, before anything runs, on a schema older than this code's."""
         await asyncio.to_thread(require_migrated, self.dsn)
 
-    async def _register_schedules(self) -> None:
+    async def _register_new_host(self) -> None:
+        """This host's row, and the periodic jobs registered on its client, on one
+        connection."""
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
             await periodic.register(conn, list(self.handlers.schedules.values()))
-
-    async def _register_new_host(self) -> None:
-        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
             await self._register_host(conn)
 
     async def _register_host(self, conn: psycopg.AsyncConnection[Any]) -> None:

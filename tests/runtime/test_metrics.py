@@ -126,8 +126,13 @@ def test_health_says_503_while_draining_and_gauges_show_what_runs(dsn: str) -> N
             await client.insert_many([Ping(n) for n in range(5)], queue="q")
             runner = await client.start({"q": 3}, metrics_port=port)
             try:
+                # Capacity is reserved before a claim runs and counted as claimed after
+                # it returns: wait for both.
                 await await_until(
-                    lambda: runner.in_flight_by_queue() == {"q": 3}, what="3 jobs held"
+                    lambda: (
+                        runner.in_flight_by_queue() == {"q": 3} and runner.claimed_by_queue == [3]
+                    ),
+                    what="3 jobs claimed and held",
                 )
                 found = prometheus_samples((await get(port, "/metrics")).body.decode())
                 assert found['awa_fast_jobs_in_flight{queue="q"}'] == 3

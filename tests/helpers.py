@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+import urllib.request
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -106,3 +107,15 @@ def prometheus_samples(text: str) -> dict[str, float]:
             assert key not in found, line
             found[key] = float(value)
     return found
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The samples a runner's metrics endpoint on 127.0.0.1:``port`` serves now."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return prometheus_samples(response.read().decode())
+
+
+def worker_exits(samples: dict[str, float]) -> dict[str, float]:
+    """awa_fast_worker_exits_total by cause, from ``samples``."""
+    prefix = 'awa_fast_worker_exits_total{cause="'
+    return {k[len(prefix) : -2]: v for k, v in samples.items() if k.startswith(prefix)}

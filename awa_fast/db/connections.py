@@ -130,8 +130,14 @@ psycopg.adapters.register_dumper(IdMap, _IdMapDumper)
 
 
 def connect_hot(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """A hot connection; closed again if its settings cannot be applied (an interrupt, a
+    server gone in between), not left open to the collector."""
     conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=0, **kwargs)
-    conn.execute(_APPLY)
+    try:
+        conn.execute(_APPLY)
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 

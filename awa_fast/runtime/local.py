@@ -64,6 +64,7 @@ class LocalWorkers:
         # beside the dict, cost each job 1.3 us more (benches/RESULTS.md).
         self.running: dict[tuple[int, int], asyncio.Task[None]] = {}
         self.evicted: dict[tuple[int, int], str] = {}
+        self.exits: Mapping[str, int] = {}  # no worker processes to end
 
     def prefork(self) -> None:
         """Nothing to fork."""

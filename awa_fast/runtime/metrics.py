@@ -23,6 +23,7 @@ import orjson
 
 from awa_fast.db.transitions import Target
 from awa_fast.runtime import health
+from awa_fast.runtime.pool import EXIT_CAUSES
 
 if TYPE_CHECKING:
     from awa_fast.runtime.runner import Runner
@@ -107,6 +108,15 @@ def _catalogue() -> tuple[Metric, ...]:
             "gauge",
             "Processes running handlers: forked workers alive, or 1 when they run in-process.",
             lambda r: r.workers.alive(),
+        ),
+        Metric(
+            "awa_fast_worker_exits_total",
+            "counter",
+            "Worker processes that ended, by cause (evicted: killed for a handler past its "
+            "deadline; recycled: job or memory limit; retired: drained; crashed: anything "
+            "else). Each is replaced at once unless the pool is stopping.",
+            lambda r: {cause: r.workers.exits.get(cause, 0) for cause in EXIT_CAUSES},
+            "cause",
         ),
         Metric(
             "awa_fast_leader",

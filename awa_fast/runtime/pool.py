@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("awa_fast.pool")
 
 RECYCLED_EXIT = 75  # a worker that retired after its job or memory limit
+# evicted: killed for a handler past its deadline; recycled: its job or memory limit;
+# retired: asked to drain; crashed: any other end (a signal, os._exit, a fault).
+EXIT_CAUSES = ("evicted", "recycled", "retired", "crashed")
 _FRAME = struct.Struct("<I")
 _PIPE_BYTES = 1 << 20
 _F_SETPIPE_SZ = 1031
@@ -56,6 +59,15 @@ _PR_SET_PDEATHSIG = 1
 def _grow_pipe(fd: int) -> None:
     with contextlib.suppress(OSError):
         fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_BYTES)
+
+
+def exit_cause(code: int, *, evicted: bool) -> str:
+    """Why a worker process ended, as the awa_fast_worker_exits_total metric labels it."""
+    if evicted:
+        return "evicted"
+    if code == RECYCLED_EXIT:
+        return "recycled"
+    return "retired" if code == 0 else "crashed"
 
 
 def describe_exit(pid: int, code: int) -> str:
@@ -94,8 +106,7 @@ class ForkedWorkers:
         self.runner = runner
         self.count = count
         self.procs: list[Proc | None] = [None] * count
-        self.pids: list[int] = []  # every worker pid ever started, in order
-        self.exits: list[tuple[int, int]] = []  # (pid, exit code) of every worker that ended
+        self.exits = dict.fromkeys(EXIT_CAUSES, 0)  # workers ended, by exit_cause
         self._encoder = msgspec.msgpack.Encoder()
         self._stopping = False
         self._changed: asyncio.Event | None = None
@@ -128,7 +139,6 @@ class ForkedWorkers:
                 os._exit(code)
         os.close(read_fd)
         self.procs[worker] = Proc(pid, write_fd, _file_id(write_fd))
-        self.pids.append(pid)
 
     async def start(self) -> None:
         self._changed = asyncio.Event()
@@ -191,8 +201,8 @@ class ForkedWorkers:
             if pid == 0:
                 continue
             code = os.waitstatus_to_exitcode(status)
-            self.exits.append((pid, code))
             why = self._evicted.pop(pid, None)
+            self.exits[exit_cause(code, evicted=why is not None)] += 1
             ended = f"worker process {pid} was recycled: {why}" if why else describe_exit(pid, code)
             self.procs[worker] = None
             _close_handles(proc)

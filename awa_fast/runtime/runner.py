@@ -244,6 +244,12 @@ class Workers(Protocol):
         """Processes running handlers now (for awa_fast_worker_processes)."""
         ...
 
+    @property
+    def exits(self) -> Mapping[str, int]:
+        """Worker processes ended, by cause (awa_fast.runtime.pool.EXIT_CAUSES): none
+        when handlers run in-process."""
+        ...
+
 
 class Runner:
     """The host side: claims for every worker, heartbeats, promotes, commits.

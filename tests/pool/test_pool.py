@@ -13,7 +13,7 @@ import pytest
 
 import awa_fast
 from awa_fast.runtime import collector
-from tests.helpers import job, states, wait_until
+from tests.helpers import free_port, job, scrape, states, wait_until, worker_exits
 from tests.pool.app import Burn, Step
 
 
@@ -46,7 +46,8 @@ def test_ten_thousand_jobs_over_two_processes_each_run_once(serve: Any, dsn: str
 
 def test_sigkill_mid_handler_retries_on_a_new_worker(serve: Any, dsn: str) -> None:
     [job_id] = _insert(dsn, [Step("hang_once")])
-    serve("--processes", "2")
+    port = free_port()
+    serve("--processes", "2", "--metrics-port", str(port))
     wait_until(lambda: bool(_query(dsn, "SELECT 1 FROM calls WHERE note = 'started'")))
     [(victim,)] = _query(dsn, "SELECT pid FROM calls WHERE note = 'started'")
     os.kill(victim, signal.SIGKILL)
@@ -57,6 +58,7 @@ def test_sigkill_mid_handler_retries_on_a_new_worker(serve: Any, dsn: str) -> No
     assert final["errors"][0]["attempt"] == 1
     [(finisher,)] = _query(dsn, "SELECT pid FROM calls WHERE note = 'done'")
     assert finisher != victim
+    assert worker_exits(scrape(port)) == {"evicted": 0, "recycled": 0, "retired": 0, "crashed": 1}
 
 
 @pytest.mark.parametrize("in_process", [False, True], ids=["worker", "client.run"])
@@ -192,13 +194,21 @@ def test_killing_the_committer_connection_loses_nothing(serve: Any, dsn: str) ->
 
 def test_recycling_after_n_jobs_replaces_workers_and_loses_nothing(serve: Any, dsn: str) -> None:
     _insert(dsn, [Step("record") for _ in range(600)])
-    server = serve("--processes", "2", "--queue", "default=10", "--max-jobs-per-worker", "50")
+    port = free_port()
+    server = serve(
+        "--processes", "2", "--queue", "default=10", "--max-jobs-per-worker", "50",
+        "--metrics-port", str(port),
+    )  # fmt: skip
     wait_until(lambda: _completed(dsn, 600), timeout=60)
     [(total, distinct, pids)] = _query(
         dsn, "SELECT count(*), count(DISTINCT job_id), count(DISTINCT pid) FROM calls"
     )
     assert (total, distinct) == (600, 600)
     assert pids >= 600 // (50 + 10)
+    # Every worker that ran a job and is gone was recycled; none crashed.
+    exits = worker_exits(scrape(port))
+    assert exits["recycled"] >= pids - 2, exits
+    assert exits["evicted"] == exits["retired"] == exits["crashed"] == 0, exits
     server.signal()
     assert server.wait(30) == 0
     log = server.log()

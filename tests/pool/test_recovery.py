@@ -13,7 +13,7 @@ import pytest
 
 import awa_fast
 from awa_fast.localpg import LocalCluster
-from tests.helpers import job, states, wait_until
+from tests.helpers import free_port, job, scrape, states, wait_until, worker_exits
 from tests.pool.app import Spin, Step
 from tests.pool.conftest import Serve
 
@@ -48,7 +48,11 @@ def test_cpu_loop_ignoring_cancellation_gets_its_worker_replaced(serve: Any, dsn
     shared machine: at 1 s a second attempt was once cut off too)."""
     with awa_fast.Client(dsn) as client:
         job_id = client.insert(Spin(seconds=120)).id
-    server = serve("--processes", "2", "--set", "deadline=3", "--set", "deadline_grace=0.5", *FAST)
+    port = free_port()
+    server = serve(
+        "--processes", "2", "--set", "deadline=3", "--set", "deadline_grace=0.5", *FAST,
+        "--metrics-port", str(port),
+    )  # fmt: skip
     wait_until(lambda: bool(_query(dsn, "SELECT 1 FROM calls WHERE note = 'started'")))
     [(spinner,)] = _query(dsn, "SELECT pid FROM calls WHERE note = 'started'")
     wait_until(lambda: job(dsn, job_id)["state"] == "completed", timeout=30)
@@ -61,6 +65,7 @@ def test_cpu_loop_ignoring_cancellation_gets_its_worker_replaced(serve: Any, dsn
     wait_until(lambda: not _alive(spinner), what="the spinning worker to be killed")
     [(finisher,)] = _query(dsn, "SELECT pid FROM calls WHERE note = 'done'")
     assert finisher != spinner
+    assert worker_exits(scrape(port))["evicted"] == 1
 
 
 def _leader(servers: list[Serve]) -> Serve | None:

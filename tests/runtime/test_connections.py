@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
+import pytest
 
 import awa_fast
-from tests.helpers import await_until, run
+from awa_fast.db.connections import connect_hot, connect_hot_async
+from tests.helpers import await_until, run, wait_until
 
 
 @dataclass
@@ -57,3 +60,33 @@ def test_every_connection_of_a_running_client_says_what_it_is(dsn: str) -> None:
     names = run(main())
     assert set(names) >= PARTS
     assert all(name.startswith("awa-fast ") for name in names), names
+
+
+class _Refused(Exception):
+    pass
+
+
+class _RefusingCursor(psycopg.Cursor[Any]):
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        raise _Refused
+
+
+class _RefusingAsyncCursor(psycopg.AsyncCursor[Any]):
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        raise _Refused
+
+
+def test_a_hot_connection_whose_settings_fail_is_closed_not_leaked(dsn: str) -> None:
+    """The settings statement failing (here its cursor refuses; in life an interrupt or a
+    server gone) must not leave a session open on the server until the collector runs."""
+    name = "awa-fast refused"
+    with pytest.raises(_Refused):
+        connect_hot(dsn, application_name=name, cursor_factory=_RefusingCursor)
+
+    async def connect_async() -> None:
+        await connect_hot_async(dsn, application_name=name, cursor_factory=_RefusingAsyncCursor)
+
+    with pytest.raises(_Refused):
+        run(connect_async())
+    # Closing is synchronous in the client; the server ends the session a moment later.
+    wait_until(lambda: name not in application_names(dsn), what="the sessions to end")

@@ -16,8 +16,16 @@ import pytest
 import awa_fast
 from awa_fast.errors import ConfigError
 from awa_fast.runtime.metrics import serve_metrics
+from awa_fast.runtime.pool import EXIT_CAUSES
 from awa_fast.runtime.runner import RunnerConfig
-from tests.helpers import await_until, free_port, prometheus_samples, run, states
+from tests.helpers import (
+    await_until,
+    free_port,
+    prometheus_samples,
+    run,
+    states,
+    worker_exits,
+)
 
 N = 40
 
@@ -93,6 +101,7 @@ def test_metrics_count_the_jobs_run_and_health_answers_until_shutdown(
             assert found['awa_fast_jobs_in_flight{queue="q"}'] == 0
             assert found['awa_fast_queue_concurrency{queue="q"}'] == 8
             assert found["awa_fast_worker_processes"] == (processes or 1)
+            assert worker_exits(found) == dict.fromkeys(EXIT_CAUSES, 0)
             assert found["awa_fast_leader"] == 1
             age = found["awa_fast_heartbeat_age_seconds"]
             assert 0 <= age <= 2 * runner.config.heartbeat_interval

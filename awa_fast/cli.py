@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from awa_fast import logs
 from awa_fast.db.migrate import migrate
 
 _SCENARIOS = ("drain", "cpu", "io", "latency", "sustained", "retry", "scheduled", "promote")
@@ -173,9 +173,7 @@ def _setting_arg(text: str) -> tuple[str, float | int]:
 def _cmd_serve(opts: argparse.Namespace) -> int:
     from awa_fast.runtime.serve import serve
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
-    )
+    logs.configure(fmt=opts.log_format, level=opts.log_level)
     app = load_app(opts.app)
     url = database_url(opts.database_url) if opts.database_url or not app.dsn else app.dsn
     migrate(url)
@@ -246,6 +244,13 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--metrics-port", type=int, help="serve /metrics and /health on 127.0.0.1 at this port"
     )
+    serve.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="json: one object a line, with job_id, worker_pid, ... as fields",
+    )
+    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     serve.add_argument(
         "--set",
         action="append",

@@ -138,7 +138,7 @@ async def enqueue_due(conn: psycopg.AsyncConnection[Any], *, now: datetime | Non
         try:
             schedule, zone = cron.parse(expression), cron.zone(zone_name)
         except ValidationError as exc:
-            log.warning("periodic job %r skipped: %s", name, exc)
+            log.warning("periodic job %r skipped: %s", name, exc, extra={"periodic_job": name})
             continue
         if policy == "coalesce":  # the latest fire only: the others are skipped
             fires = schedule.fires(since, now or server_now, zone)[-1:]

@@ -181,7 +181,12 @@ class Maintenance:
                 rescued = await self._rescue(conn, found, "running", STALE)
                 counts["host_take_dead"] = len(rescued)
         if dead:
-            log.warning("hosts %s stopped heartbeating: %d attempts rescued", dead, len(rescued))
+            log.warning(
+                "hosts %s stopped heartbeating: %d attempts rescued",
+                dead,
+                len(rescued),
+                extra={"hosts": dead, "job_ids": rescued, "reason": STALE},
+            )
             await self._after_rescue(rescued, STALE)
         for select, from_state, reason, is_backstop in RESCUES:
             if is_backstop and not backstop:
@@ -192,7 +197,12 @@ class Maintenance:
             rescued = await self._rescue(conn, found, from_state, reason)
             counts[select] = len(rescued)
             if rescued:
-                log.warning("rescued %d attempts: %s", len(rescued), reason)
+                log.warning(
+                    "rescued %d attempts: %s",
+                    len(rescued),
+                    reason,
+                    extra={"job_ids": rescued, "reason": reason},
+                )
                 await self._after_rescue(rescued, reason)
         for key, value in counts.items():
             self.stats.rescued[key] = self.stats.rescued.get(key, 0) + value
@@ -244,7 +254,11 @@ class Maintenance:
             with psycopg.connect(self.dsn) as conn, conn.transaction():
                 insert_followups(conn, specs, row, orjson.dumps(row.args), ctx)
         except Exception:
-            log.exception("job %s: rescue follow-up failed; the rescue stands", row.id)
+            log.exception(
+                "job %s: rescue follow-up failed; the rescue stands",
+                row.id,
+                extra={"job_id": row.id},
+            )
 
     async def vacuum_once(self, conn: psycopg.AsyncConnection[Any]) -> list[str]:
         """VACUUM the job tables whose dead tuples passed ``vacuum_dead_tuples``: under a

@@ -162,6 +162,7 @@ class Committer:
                 "a batch of %d outcomes could not be committed; its jobs stay "
                 "running until rescued",
                 len(batch),
+                extra={"jobs": len(batch)},
             )
 
     def close(self) -> None:
@@ -201,7 +202,8 @@ class Committer:
                 log.warning(
                     "committer lost its connection (%s); retrying %d outcomes",
                     exc,
-                    sum(len(i) for _, i in pending),
+                    waiting := sum(len(i) for _, i in pending),
+                    extra={"jobs": waiting},
                 )
                 self.stats.reconnects += 1
                 time.sleep(self._reconnect_backoff.delay(attempt))
@@ -250,7 +252,10 @@ class Committer:
             if self._connection_lost(exc):
                 raise
             log.warning(
-                "batch of %d outcomes failed (%s); finalizing each directly", len(indices), exc
+                "batch of %d outcomes failed (%s); finalizing each directly",
+                len(indices),
+                exc,
+                extra={"jobs": len(indices)},
             )
             self.stats.fallbacks += 1
             applied = {}
@@ -264,6 +269,7 @@ class Committer:
                         "job %s: direct finalize failed (%s); left running for rescue",
                         r.ids[i],
                         one_exc,
+                        extra={"job_id": r.ids[i], "run_lease": r.leases[i]},
                     )
         self._settled(r, indices, applied)
 
@@ -329,7 +335,9 @@ class Committer:
     def _followup_failed(self, r: Records, i: int) -> None:
         self.stats.followup_failures += 1
         log.exception(
-            "job %s: follow-up failed; transition rolled back, job left running", r.ids[i]
+            "job %s: follow-up failed; transition rolled back, job left running",
+            r.ids[i],
+            extra={"job_id": r.ids[i], "run_lease": r.leases[i]},
         )
 
     def _context(
@@ -380,6 +388,7 @@ class Committer:
                 "could not read %d jobs for their lifecycle events (%s); events dropped",
                 len(wanted),
                 exc,
+                extra={"jobs": len(wanted)},
             )
             return
         by_id = {row["id"]: JobRow.from_row(row) for row in rows}

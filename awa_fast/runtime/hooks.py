@@ -116,5 +116,9 @@ class HookDispatcher:
                 loop.run_until_complete(result)
         except Exception:
             log.exception(
-                "lifecycle hook %r raised for job %s (%s); ignored", hook, row.id, event_type
+                "lifecycle hook %r raised for job %s (%s); ignored",
+                hook,
+                row.id,
+                event_type,
+                extra={"job_id": row.id, "kind": row.kind, "event": str(event_type)},
             )

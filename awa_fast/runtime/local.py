@@ -89,7 +89,12 @@ class LocalWorkers:
         from outside; its later outcome is stale and dropped.)"""
         task = self.running.get((job_id, run_lease))
         if task is not None:
-            log.warning("job %s: cancelling its task: %s", job_id, reason)
+            log.warning(
+                "job %s: cancelling its task: %s",
+                job_id,
+                reason,
+                extra={"job_id": job_id, "run_lease": run_lease},
+            )
             self.evicted[(job_id, run_lease)] = reason
             task.cancel()
 

@@ -27,7 +27,6 @@ import signal
 import struct
 import sys
 import threading
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -134,7 +133,7 @@ class ForkedWorkers:
                 _become_worker(parent)
                 code = WorkerProcess(self.runner, worker, read_fd).run()
             except BaseException:
-                traceback.print_exc()
+                log.exception("worker process %d failed", os.getpid())
             finally:
                 os._exit(code)
         os.close(read_fd)
@@ -202,13 +201,18 @@ class ForkedWorkers:
                 continue
             code = os.waitstatus_to_exitcode(status)
             why = self._evicted.pop(pid, None)
-            self.exits[exit_cause(code, evicted=why is not None)] += 1
+            cause = exit_cause(code, evicted=why is not None)
+            self.exits[cause] += 1
             ended = f"worker process {pid} was recycled: {why}" if why else describe_exit(pid, code)
             self.procs[worker] = None
             _close_handles(proc)
             self._lose_attempts(worker, ended)
             if code not in (0, RECYCLED_EXIT):
-                log.error("%s; its unfinished jobs will be retried", ended)
+                log.error(
+                    "%s; its unfinished jobs will be retried",
+                    ended,
+                    extra={"worker_pid": pid, "exit_code": code, "cause": cause},
+                )
             if not self._stopping:
                 self._replace(worker, proc)
         if self._changed is not None:
@@ -252,7 +256,13 @@ class ForkedWorkers:
         and retried; a replacement is forked."""
         for worker, proc in enumerate(self.procs):
             if proc is not None and (job_id, run_lease) in self.runner.inflight.held_by(worker):
-                log.warning("job %s: killing worker %d: %s", job_id, proc.pid, reason)
+                log.warning(
+                    "job %s: killing worker %d: %s",
+                    job_id,
+                    proc.pid,
+                    reason,
+                    extra={"job_id": job_id, "run_lease": run_lease, "worker_pid": proc.pid},
+                )
                 self._evicted[proc.pid] = f"job {job_id} {reason}"
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGKILL)
@@ -508,7 +518,11 @@ class WorkerProcess:
                 rss_mb = int(statm.read().split()[1]) * page / 2**20
             if rss_mb > limit:
                 log.info(
-                    "worker %d: %.0f MB resident > %s MB; recycling", os.getpid(), rss_mb, limit
+                    "worker %d: %.0f MB resident > %s MB; recycling",
+                    os.getpid(),
+                    rss_mb,
+                    limit,
+                    extra={"worker_pid": os.getpid(), "rss_mb": round(rss_mb), "limit_mb": limit},
                 )
                 self.retire(RECYCLED_EXIT)
             await asyncio.sleep(0.5)

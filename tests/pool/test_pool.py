@@ -8,6 +8,7 @@ import signal
 import time
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 
@@ -45,9 +46,10 @@ def test_ten_thousand_jobs_over_two_processes_each_run_once(serve: Any, dsn: str
 
 
 def test_sigkill_mid_handler_retries_on_a_new_worker(serve: Any, dsn: str) -> None:
+    """...and the crash is counted, and logged with what it was about as fields."""
     [job_id] = _insert(dsn, [Step("hang_once")])
     port = free_port()
-    serve("--processes", "2", "--metrics-port", str(port))
+    server = serve("--processes", "2", "--metrics-port", str(port), "--log-format", "json")
     wait_until(lambda: bool(_query(dsn, "SELECT 1 FROM calls WHERE note = 'started'")))
     [(victim,)] = _query(dsn, "SELECT pid FROM calls WHERE note = 'started'")
     os.kill(victim, signal.SIGKILL)
@@ -59,6 +61,16 @@ def test_sigkill_mid_handler_retries_on_a_new_worker(serve: Any, dsn: str) -> No
     [(finisher,)] = _query(dsn, "SELECT pid FROM calls WHERE note = 'done'")
     assert finisher != victim
     assert worker_exits(scrape(port)) == {"evicted": 0, "recycled": 0, "retired": 0, "crashed": 1}
+    server.signal()
+    assert server.wait(30) == 0
+    lines = [orjson.loads(line) for line in server.log().splitlines()]
+    [crash] = [line for line in lines if line["level"] == "ERROR"]
+    assert crash["worker_pid"] == victim and crash["pid"] == server.proc.pid
+    assert (crash["cause"], crash["exit_code"]) == ("crashed", -signal.SIGKILL)
+    assert crash["message"] == f"worker process {victim} was killed by SIGKILL; " + (
+        "its unfinished jobs will be retried"
+    )
+    assert crash["logger"] == "awa_fast.pool" and crash["time"].endswith("+00:00")
 
 
 @pytest.mark.parametrize("in_process", [False, True], ids=["worker", "client.run"])

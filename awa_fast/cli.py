@@ -89,6 +89,23 @@ def _queue_arg(text: str) -> tuple[str, int]:
     return name, int(concurrency)
 
 
+def _rate_limit_arg(text: str) -> tuple[str, tuple[float, int]]:
+    from awa_fast.errors import ConfigError
+    from awa_fast.runtime.ratelimit import check_rate_limit
+
+    name, sep, limit = text.partition("=")
+    rate, _, burst = limit.partition(":")
+    try:
+        if not sep or not name:
+            raise ValueError
+        return name, check_rate_limit(name, (float(rate), int(burst or 1)))
+    except (ValueError, ConfigError) as exc:
+        detail = f" ({exc})" if isinstance(exc, ConfigError) else ""
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=RATE[:BURST] (jobs a second, burst default 1), got {text!r}{detail}"
+        ) from None
+
+
 # Admin commands: (name, help, positional args, client method, how to print the result).
 ADMIN_COMMANDS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("status", "job counts per queue and state", (), "queue_stats"),
@@ -185,6 +202,8 @@ def _cmd_serve(opts: argparse.Namespace) -> int:
         config["max_worker_memory_mb"] = opts.max_worker_memory_mb
     if opts.metrics_port is not None:
         config["metrics_port"] = opts.metrics_port
+    if opts.rate_limit:
+        config["queue_rate_limits"] = dict(opts.rate_limit)
     queues = dict(opts.queue) if opts.queue else None
     processes = opts.processes or os.cpu_count() or 1
     return serve(app, queues, processes=processes, **config)
@@ -238,6 +257,13 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("app", help="module:client, the Client/AsyncClient with the handlers")
     serve.add_argument("--processes", type=int, default=0, help="worker processes (CPUs)")
     serve.add_argument("--queue", action="append", type=_queue_arg, metavar="NAME=CONCURRENCY")
+    serve.add_argument(
+        "--rate-limit",
+        action="append",
+        type=_rate_limit_arg,
+        metavar="NAME=RATE[:BURST]",
+        help="start at most RATE jobs a second of queue NAME (in bursts of up to BURST)",
+    )
     serve.add_argument("--shutdown-timeout", type=float, default=30.0)
     serve.add_argument("--max-jobs-per-worker", type=int)
     serve.add_argument("--max-worker-memory-mb", type=float)

@@ -373,7 +373,7 @@ class AsyncClient(_Handlers):
             self.dsn,
             self.handlers,
             parse_queues(queues if queues is not None else self.default_queues()),
-            runner_config(config),
+            runner_config(config, queues=queues),
             processes=processes,
         )
         await runner.start()

@@ -110,8 +110,54 @@ def test_weighted_queue_configs_are_refused_by_name() -> None:
         "email": 4,
         "bulk": 2,
     }
-    with pytest.raises(ConfigError, match="queue 'email': min_workers, weight not supported"):
+    with pytest.raises(ConfigError, match=r"queue 'email': min_workers not supported \(the SDK"):
         parse_queues([{"name": "email", "min_workers": 1, "weight": 3}])
+    with pytest.raises(ConfigError, match="queue 'email': claim_batch_size not supported"):
+        parse_queues([{"name": "email", "max_workers": 4, "claim_batch_size": 64}])
+    with pytest.raises(ConfigError, match=r"queue 'email': unknown key\(s\) max_worker;"):
+        parse_queues([{"name": "email", "max_worker": 4}])
+
+
+def test_sdk_queue_dicts_set_rate_limits_deadlines_and_retention_per_queue() -> None:
+    queues = [
+        {"name": "email", "max_workers": 4, "rate_limit": (10.0, 5)},
+        {"name": "reports", "max_workers": 2, "deadline_duration_ms": 90_000},
+        {"name": "audit", "max_workers": 1, "retention": {"failed_hours": 1}},
+        ("bulk", 8),
+    ]
+    config = runner_config({"completed_retention_hours": 2}, queues=queues)
+    assert config.queue_rate_limits == {"email": (10.0, 5)}
+    assert config.queue_deadlines == {"reports": 90.0}
+    # A retention left out keeps the runner's: 2 h completed here, failed the default.
+    assert config.queue_retention == {"audit": (7200.0, 3600.0)}
+    assert config.deadline_for("reports") == 90.0
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"rate_limit": 10}, r"queue 'q': rate_limit must be \(max_rate, burst\), got 10"),
+        ({"rate_limit": (0, 5)}, "queue 'q': rate_limit max_rate must be > 0, got 0"),
+        ({"rate_limit": (5, 0)}, "queue 'q': rate_limit burst must be an integer >= 1, got 0"),
+        ({"rate_limit": (5, 2.5)}, "rate_limit burst must be an integer >= 1, got 2.5"),
+        ({"deadline_duration_ms": -1}, "queue 'q': deadline_duration_ms must be a number > 0"),
+        ({"retention": {"completed_days": 1}}, "queue 'q': retention must be a dict of"),
+        ({"retention": {"failed_hours": "1"}}, "queue 'q': retention failed_hours must be"),
+    ],
+)
+def test_bad_per_queue_settings_are_refused_naming_the_queue(
+    entry: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        runner_config({}, queues=[{"name": "q", "max_workers": 1, **entry}])
+
+
+def test_a_queue_setting_given_in_two_places_is_refused() -> None:
+    with pytest.raises(ConfigError, match="queue_rate_limits: queue\\(s\\) q given in two places"):
+        runner_config(
+            {"queue_rate_limits": {"q": (1.0, 1)}},
+            queues=[{"name": "q", "max_workers": 1, "rate_limit": (2.0, 2)}],
+        )
 
 
 def test_the_sdk_worker_lifecycle_runs_jobs(dsn: str) -> None:

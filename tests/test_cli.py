@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+import pytest
 
 import awa_fast
+from awa_fast.cli import parser
 from awa_fast.maintenance import periodic
 from tests.helpers import job, run
 
@@ -77,3 +79,14 @@ def test_periodic_jobs_are_listed_and_deleted(dsn: str) -> None:
     missing = _cli(dsn, "cron-delete", "nightly")
     assert missing.returncode == 1 and "no periodic job named 'nightly'" in missing.stderr
     assert _json(_cli(dsn, "cron")) == []
+
+
+def test_serve_rate_limits_are_parsed_and_bad_ones_refused(capsys: Any) -> None:
+    opts = parser().parse_args(
+        ["serve", "app:client", "--rate-limit", "email=10:5", "--rate-limit", "sms=0.5"]
+    )
+    assert dict(opts.rate_limit) == {"email": (10.0, 5), "sms": (0.5, 1)}
+    for bad in ("email", "email=fast", "email=10:0", "=10"):
+        with pytest.raises(SystemExit):
+            parser().parse_args(["serve", "app:client", "--rate-limit", bad])
+        assert "expected NAME=RATE[:BURST]" in capsys.readouterr().err

@@ -12,11 +12,13 @@ name: dropping it silently would leave the caller believing it took effect.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from awa_fast.errors import ConfigError
-from awa_fast.runtime.runner import RunnerConfig
+from awa_fast.runtime.ratelimit import check_rate_limit
+from awa_fast.runtime.runner import QueueSpec, RunnerConfig
 
 # SDK name -> (RunnerConfig field, factor to that field's unit; None for a count)
 AWA_OPTIONS: Mapping[str, tuple[str, float | None]] = {
@@ -52,9 +54,76 @@ AWA_UNSUPPORTED: Mapping[str, str] = {
 _FIELDS = frozenset(f.name for f in dataclasses.fields(RunnerConfig))
 
 
-def runner_config(options: Mapping[str, Any]) -> RunnerConfig:
-    """A validated :class:`RunnerConfig` from ``options``; a name it cannot honour raises
-    :class:`ConfigError` naming it."""
+def runner_config(options: Mapping[str, Any], *, queues: QueueSpec | None = None) -> RunnerConfig:
+    """A validated :class:`RunnerConfig` from ``options`` and the per-queue settings of
+    ``queues`` given as the SDK's dicts (:func:`queue_settings`); a name it cannot honour
+    raises :class:`ConfigError` naming it."""
+    config = _runner_options(options)
+    settings = queue_settings(queues or (), config)
+    merged = {field: _merged(field, getattr(config, field), s) for field, s in settings.items()}
+    return dataclasses.replace(
+        config,
+        queue_rate_limits=merged["queue_rate_limits"],
+        queue_deadlines=merged["queue_deadlines"],
+        queue_retention=merged["queue_retention"],
+    )
+
+
+def _merged(field: str, given: Mapping[str, Any], from_queues: dict[str, Any]) -> dict[str, Any]:
+    twice = sorted(given.keys() & from_queues.keys())
+    if twice:
+        raise ConfigError(f"{field}: queue(s) {', '.join(twice)} given in two places")
+    return {**given, **from_queues}
+
+
+def queue_settings(queues: QueueSpec, config: RunnerConfig) -> dict[str, dict[str, Any]]:
+    """RunnerConfig's per-queue settings from SDK queue dicts: ``rate_limit`` (max_rate,
+    burst) → queue_rate_limits, ``deadline_duration_ms`` → queue_deadlines (seconds),
+    ``retention`` {completed_hours, failed_hours} → queue_retention (seconds; one left
+    out keeps ``config``'s)."""
+    settings: dict[str, dict[str, Any]] = {
+        "queue_rate_limits": {},
+        "queue_deadlines": {},
+        "queue_retention": {},
+    }
+    entries = [] if isinstance(queues, Mapping) else queues
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            continue
+        name = str(entry["name"])  # checked by parse_queues
+        if entry.get("rate_limit") is not None:
+            settings["queue_rate_limits"][name] = check_rate_limit(name, entry["rate_limit"])
+        if entry.get("deadline_duration_ms") is not None:
+            ms = _number(f"queue {name!r}: deadline_duration_ms", entry["deadline_duration_ms"])
+            settings["queue_deadlines"][name] = ms / 1000
+        if entry.get("retention") is not None:
+            settings["queue_retention"][name] = _retention(name, entry["retention"], config)
+    return settings
+
+
+def _retention(name: str, retention: object, config: RunnerConfig) -> tuple[float, float]:
+    keys = {"completed_hours", "failed_hours"}
+    if not isinstance(retention, Mapping) or not retention.keys() <= keys:
+        raise ConfigError(
+            f"queue {name!r}: retention must be a dict of completed_hours and/or "
+            f"failed_hours, got {retention!r}"
+        )
+    hours = {k: _number(f"queue {name!r}: retention {k}", v) for k, v in retention.items()}
+    return (
+        hours["completed_hours"] * 3600
+        if "completed_hours" in hours
+        else config.completed_retention,
+        hours["failed_hours"] * 3600 if "failed_hours" in hours else config.failed_retention,
+    )
+
+
+def _number(what: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ConfigError(f"{what} must be a number > 0, got {value!r}")
+    return float(value)
+
+
+def _runner_options(options: Mapping[str, Any]) -> RunnerConfig:
     own = {name: value for name, value in options.items() if name in _FIELDS}
     translated: dict[str, Any] = {}
     for name, value in options.items():

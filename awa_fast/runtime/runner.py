@@ -39,6 +39,7 @@ from awa_fast.runtime.committer import Committer
 from awa_fast.runtime.executor import JSONB_BINARY_VERSION, Executor
 from awa_fast.runtime.followups import FollowupRegistry
 from awa_fast.runtime.hooks import EventType, HookDispatcher, HookRegistry
+from awa_fast.runtime.ratelimit import TokenBucket, check_rate_limit
 from awa_fast.types import JobRow, JobState
 from awa_fast.worker import Registry, instant
 
@@ -100,6 +101,8 @@ class RunnerConfig:
     dlq_queues: Mapping[str, bool] = field(default_factory=dict)
     queue_deadlines: Mapping[str, float] = field(default_factory=dict)
     queue_retention: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # queue -> (max_rate jobs/s, burst) this runner may start (awa_fast.runtime.ratelimit)
+    queue_rate_limits: Mapping[str, tuple[float, int]] = field(default_factory=dict)
     # Serve /metrics and /health on 127.0.0.1 at this port (awa_fast.runtime.metrics).
     metrics_port: int | None = None
 
@@ -157,6 +160,8 @@ class RunnerConfig:
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0 seconds")
+        for queue, limit in self.queue_rate_limits.items():
+            check_rate_limit(queue, limit)
         port = self.metrics_port
         if port is not None and (
             isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
@@ -164,9 +169,18 @@ class RunnerConfig:
             raise ConfigError(f"metrics_port must be None or a port in 1..65535, got {port!r}")
 
 
-# The keys of a queue given as a dict, as the Awa SDK's hard-reserved queue configs are.
-# Its weighted mode's keys (min_workers, weight, rate limits) have no counterpart here.
-_QUEUE_KEYS = frozenset({"name", "max_workers"})
+# The keys of a queue given as a dict, as the Awa SDK's hard-reserved queue configs are:
+# its concurrency here; the others become RunnerConfig's per-queue settings
+# (awa_fast.runtime.options.queue_settings).
+QUEUE_KEYS = frozenset({"name", "max_workers", "rate_limit", "deadline_duration_ms", "retention"})
+# The SDK's other keys, refused by name: nothing here would act on them.
+_QUEUE_KEYS_REFUSED = {
+    "min_workers": "the SDK's weighted mode; give the queue max_workers",
+    "weight": "the SDK's weighted mode; give the queue max_workers",
+    "priority_aging_interval_ms": "a queue here claims in priority, run_at, id order",
+    "claimers": "claimers serve every queue here (RunnerConfig.claimers)",
+    "claim_batch_size": "one claim batch serves every queue here (RunnerConfig.claim_batch)",
+}
 
 
 def parse_queues(
@@ -182,12 +196,7 @@ def parse_queues(
             if isinstance(entry, str):
                 items.append((entry, default_concurrency))
             elif isinstance(entry, Mapping):
-                unknown = sorted(map(str, entry.keys() - _QUEUE_KEYS))
-                if unknown:
-                    raise ConfigError(
-                        f"queue {entry.get('name')!r}: {', '.join(unknown)} not supported; a "
-                        f"queue is given by name and max_workers (its concurrency)"
-                    )
+                _check_queue_keys(entry)
                 items.append((entry.get("name"), entry.get("max_workers", default_concurrency)))
             else:
                 items.append(tuple(entry))  # type: ignore[arg-type]
@@ -205,6 +214,20 @@ def parse_queues(
     if not parsed:
         raise ConfigError("at least one queue is required")
     return parsed
+
+
+def _check_queue_keys(entry: Mapping[str, Any]) -> None:
+    name = entry.get("name")
+    for key in sorted(map(str, entry.keys() - QUEUE_KEYS)):
+        reason = _QUEUE_KEYS_REFUSED.get(key)
+        if reason is not None:
+            raise ConfigError(f"queue {name!r}: {key} not supported ({reason})")
+    unknown = sorted(map(str, entry.keys() - QUEUE_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"queue {name!r}: unknown key(s) {', '.join(unknown)}; a queue dict takes "
+            f"{', '.join(sorted(QUEUE_KEYS))}"
+        )
 
 
 @dataclass(slots=True)
@@ -320,6 +343,13 @@ class Runner:
         self._heartbeat: asyncio.Task[None] | None = None
         self._last_beat = 0.0  # time.monotonic() of the last heartbeat that landed
         self.claimed_by_queue = [0] * len(self.queues)  # jobs claimed, by queue index
+        self._buckets = [
+            TokenBucket(*check_rate_limit(q, config.queue_rate_limits[q]))
+            if q in config.queue_rate_limits
+            else None
+            for q in self.queues
+        ]
+        self._refill_wake: asyncio.TimerHandle | None = None
         self._metrics: asyncio.Server | None = None
         self.host_id: int | None = None  # this host's row in awa_fast.hosts, once started
 
@@ -571,6 +601,13 @@ class Runner:
         if total_free < threshold and total_free < capacity:
             return []
         remaining = self.config.claim_batch
+        bucket = self._buckets[queue_index]
+        if bucket is not None:
+            now = time.monotonic()
+            remaining = min(remaining, bucket.available(now))
+            if not remaining:
+                self._wake_at_refill(bucket.wait(now))
+                return []
         reserved = []
         for available, cap, worker in free:
             if remaining == 0 or available == 0:
@@ -579,7 +616,24 @@ class Runner:
             if got:
                 reserved.append((worker, got))
                 remaining -= got
+        if bucket is not None:
+            bucket.spend(sum(n for _, n in reserved))
         return reserved
+
+    def _wake_at_refill(self, delay: float) -> None:
+        """Claim again once a rate-limited queue has a token (one timer for all queues:
+        the earliest is enough, the claim round looks at every queue)."""
+        handle = self._refill_wake
+        loop = asyncio.get_running_loop()
+        if handle is not None:
+            if handle.when() <= loop.time() + delay:
+                return
+            handle.cancel()
+        self._refill_wake = loop.call_later(delay, self._refilled)
+
+    def _refilled(self) -> None:
+        self._refill_wake = None
+        self.wake()
 
     async def _claim_round(self, cur: psycopg.AsyncCursor[Any]) -> bool:
         """Claim what capacity allows in every queue on ``cur`` (a binary cursor of a claim
@@ -609,12 +663,20 @@ class Runner:
             except BaseException:
                 for worker, n in reserved:
                     self.inflight.release(self.capacity_index(queue_index, worker), n)
+                self._unspend(queue_index, want)
                 raise
+            self._unspend(queue_index, want - len(rows))
             self._dispatch(rows, queue_index, reserved)
             self.claimed_by_queue[queue_index] += len(rows)
             full = full or len(rows) == want
         self._starved = starved
         return full
+
+    def _unspend(self, queue_index: int, tokens: int) -> None:
+        """Give a rate-limited queue back the tokens of jobs its claim did not start."""
+        bucket = self._buckets[queue_index]
+        if bucket is not None and tokens:
+            bucket.spend(-tokens)
 
     def _dispatch(
         self, rows: list[tuple[Any, ...]], queue_index: int, reserved: list[tuple[int, int]]

@@ -32,7 +32,8 @@ def serve(
 ) -> int:
     """Run ``client``'s handlers until signalled; ``processes=None`` runs them in-process."""
     parsed = parse_queues(queues if queues is not None else client.default_queues())
-    runner = Runner(client.dsn, client.handlers, parsed, runner_config(config), processes=processes)
+    settings = runner_config(config, queues=queues)
+    runner = Runner(client.dsn, client.handlers, parsed, settings, processes=processes)
     runner.prefork()
     with collector.settled():  # the process runs jobs until it returns
         return uvloop.run(_until_signalled(runner))

@@ -192,3 +192,39 @@ def test_start_retries_a_cut_session_then_fails_fast(
         run(main())
     retries = [r for r in caplog.records if "schema check failed at start" in r.message]
     assert len(retries) == 3
+
+
+@pytest.mark.parametrize("processes", [None, 2])
+def test_a_rate_limited_queue_starts_no_more_than_its_bucket_allows(
+    dsn: str, processes: int | None
+) -> None:
+    """25 jobs on a queue limited to 10 a second with bursts of 5, concurrency 50: the
+    first claim takes the burst, then claims follow the refill, so the last starts 2 s
+    after the first at the earliest. Every job of one claim shares its attempted_at (the
+    claim's transaction time), which is how the claims are told apart here."""
+    rate, burst, total = 10.0, 5, 25
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Mark, queue="limited")(lambda job: None)
+
+    async def main() -> None:
+        async with client:
+            await client.insert_many([Mark(str(n)) for n in range(total)], queue="limited")
+            queues = [{"name": "limited", "max_workers": 50, "rate_limit": (rate, burst)}]
+            await run_until(client, queues, lambda: settled(dsn), processes=processes)
+
+    run(main())
+    assert states(dsn) == {"completed": total}
+    with psycopg.connect(dsn) as conn:
+        claims = conn.execute(
+            "SELECT extract(epoch FROM attempted_at)::float8, count(*) FROM awa_fast.jobs"
+            " GROUP BY attempted_at ORDER BY attempted_at"
+        ).fetchall()
+    assert sum(n for _, n in claims) == total
+    # Replay the bucket on the claims' server times. A claim's time is taken a moment
+    # after the runner read its bucket, and that moment varies: allow it one token.
+    tokens, previous = float(burst), claims[0][0]
+    for at, n in claims:
+        tokens = min(float(burst), tokens + (at - previous) * rate)
+        assert n <= tokens + 1, claims
+        tokens, previous = tokens - n, at
+    assert claims[-1][0] - claims[0][0] >= (total - burst) / rate - 0.1, claims

@@ -20,6 +20,7 @@ from awa_fast.runtime.followups import OutcomeContext
 from awa_fast.runtime.health import HealthCheck, QueueHealth
 from awa_fast.runtime.hooks import Event, EventType
 from awa_fast.runtime.runner import RunnerConfig
+from awa_fast.transaction import SyncTransaction, Transaction
 from awa_fast.types import InsertRequest, JobRow, JobState, UniqueOpts
 from awa_fast.worker import CallbackToken, Job, Worker
 
@@ -46,7 +47,9 @@ __all__ = [
     "SchemaNotMigrated",
     "SerializationError",
     "Snooze",
+    "SyncTransaction",
     "TerminalError",
+    "Transaction",
     "UniqueConflict",
     "UniqueOpts",
     "ValidationError",

@@ -28,6 +28,7 @@ from awa_fast.runtime.hooks import Hook, HookRegistry
 from awa_fast.runtime.options import runner_config
 from awa_fast.runtime.runner import DEFAULT_CONCURRENCY, Handlers, QueueSpec, Runner, parse_queues
 from awa_fast.runtime.serve import serve
+from awa_fast.transaction import SyncTransaction, Transaction
 from awa_fast.types import InsertOptions, JobRow
 from awa_fast.worker import HandlerFunc, Registry, Worker
 
@@ -169,6 +170,12 @@ class Client(_Handlers):
         """:meth:`insert_many` returning how many jobs it inserted (the Awa SDK's name)."""
         return len(self.insert_many(items, **options))
 
+    def transaction(self) -> SyncTransaction:
+        """Open a transaction on one of this client's connections, for the application's
+        statements and job inserts together (``with client.transaction() as tx:``); the
+        block commits when it ends and rolls back on an exception."""
+        return SyncTransaction.begin(self._conn())
+
     def _run(self, op: admin.Op[T]) -> T:
         with self._conn() as conn:
             cur = conn.cursor(row_factory=dict_row)
@@ -290,6 +297,13 @@ class AsyncClient(_Handlers):
     ) -> int:
         """:meth:`insert_many` returning how many jobs it inserted (the Awa SDK's name)."""
         return len(await self.insert_many(items, **options))
+
+    async def transaction(self) -> Transaction:
+        """Open a transaction on one of this client's connections, for the application's
+        statements and job inserts together (``async with await client.transaction() as
+        tx:``); the block commits when it ends and rolls back on an exception or a
+        cancellation."""
+        return await Transaction.begin(await self._conn())
 
     async def _run(self, op: admin.Op[T]) -> T:
         async with await self._conn() as conn:

@@ -160,6 +160,8 @@ def test_list_dlq_pages_with_its_cursor(
         client.list_dlq(limit=0)
     with pytest.raises(awa_fast.ValidationError, match="before_id"):
         client.list_dlq(before_id=0)
+    with pytest.raises(awa_fast.ValidationError, match="before_dlq_at"):
+        client.purge_dlq(kind="k", before_dlq_at=datetime.now())  # naive
 
 
 def test_a_live_job_holding_the_unique_key_keeps_the_entry_dead(

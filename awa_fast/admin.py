@@ -9,13 +9,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 import orjson
 
+from awa_fast.codec import encode_args
 from awa_fast.db.queries import Q
-from awa_fast.errors import ValidationError
-from awa_fast.types import JOB_STATES, JobRow
+from awa_fast.errors import UniqueConflict, ValidationError
+from awa_fast.producer import _int_in, _name, _run_at, unique_key
+from awa_fast.types import JOB_STATES, JobRow, JobState
 
 T = TypeVar("T")
 Rows = Sequence[dict[str, Any]]
@@ -30,17 +33,25 @@ class Op(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class QueueStat:
+    """A queue's jobs by state. ``total_queued`` is every unfinished job (running and
+    parked ones included), ``completed_last_hour`` the completions of the last hour,
+    ``lag_seconds`` how long the oldest available job has been due; ``paused_by`` is who
+    paused the queue, when given. Failed and cancelled jobs count until retention deletes
+    them."""
+
     queue: str
+    total_queued: int
     available: int
     running: int
     scheduled: int
     retryable: int
     waiting_external: int
-    completed: int
     failed: int
     cancelled: int
-    paused: bool
+    completed_last_hour: int
     lag_seconds: float | None
+    paused: bool
+    paused_by: str | None
 
 
 def _any(rows: Rows) -> bool:
@@ -64,10 +75,7 @@ def _jobs(rows: Rows) -> list[JobRow]:
 
 
 def _stats(rows: Rows) -> list[QueueStat]:
-    return [
-        QueueStat(**{**r, "lag_seconds": float(r["lag_seconds"]) if r["lag_seconds"] else None})
-        for r in rows
-    ]
+    return [QueueStat(**r) for r in rows]
 
 
 def get_job(job_id: int) -> Op[JobRow | None]:
@@ -82,6 +90,84 @@ def get_jobs(job_ids: Sequence[int]) -> Op[list[JobRow]]:
         return [JobRow.from_row(found[i]) for i in job_ids if i in found]
 
     return Op(Q.job_get_many, {"ids": list(job_ids)}, in_order)
+
+
+def dump_job(job_id: int) -> Op[str]:
+    """A job and its lifecycle as pretty JSON, in the Awa SDK's shape (``awa job dump``):
+    ``job`` (every column), ``summary``, ``timeline`` and, for a dead-lettered job,
+    ``dlq``. Raises ValidationError for an id with no job (the SDK raises too)."""
+
+    def shape(rows: Rows) -> str:
+        if not rows:
+            raise ValidationError("job_id", f"no job with id {job_id}")
+        return _dump(dict(rows[0]))
+
+    return Op(Q.job_dump, {"id": job_id}, shape)
+
+
+def _dump(row: dict[str, Any]) -> str:
+    reason, dlq_at = row.pop("dlq_reason"), row.pop("dlq_at")
+    job: dict[str, Any] = {
+        k: v.astimezone(UTC) if isinstance(v, datetime) else v for k, v in row.items()
+    }
+    state, errors = JobState(job["state"]), job["errors"]
+    finished = state in (JobState.Completed, JobState.Failed, JobState.Cancelled)
+    dump: dict[str, Any] = {
+        "job": job,
+        "summary": {
+            "original_priority": job["priority"],
+            "can_retry": reason is None and state in (JobState.Failed, JobState.Cancelled),
+            "can_cancel": reason is None and not finished,
+            "error_count": len(errors),
+            "latest_error": errors[-1] if errors else None,
+        },
+        "timeline": _timeline(job, state, finished),
+    }
+    if reason is not None:
+        dump["dlq"] = {"reason": reason, "dlq_at": dlq_at, "original_run_lease": job["run_lease"]}
+    return orjson.dumps(dump, option=orjson.OPT_INDENT_2 | orjson.OPT_UTC_Z, default=_hex).decode()
+
+
+def _hex(value: object) -> str:
+    """orjson's fallback: bytes (a unique key) as hex."""
+    if isinstance(value, bytes):
+        return value.hex()
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def _event(
+    at: datetime, label: str, state: str | None, *, detail: str | None = None, error: bool = False
+) -> dict[str, Any]:
+    return {"timestamp": at, "label": label, "state": state, "detail": detail, "is_error": error}
+
+
+def _timeline(job: dict[str, Any], state: JobState, finished: bool) -> list[dict[str, Any]]:
+    """Created, each recorded error, the last attempt's start and the finish, by time."""
+    attempt = job["attempt"]
+    events = [_event(job["created_at"], "Created", None)]
+    for entry in job["errors"]:
+        at = entry.get("at") if isinstance(entry, dict) else None
+        if isinstance(at, str):
+            label = (
+                "Error" if entry.get("attempt") is None else f"Attempt {entry['attempt']} failed"
+            )
+            when = datetime.fromisoformat(at).astimezone(UTC)
+            events.append(_event(when, label, "failed", detail=entry.get("error"), error=True))
+    if job["attempted_at"] is not None:
+        if state is JobState.WaitingExternal:
+            label, shown = f"Attempt {attempt} — waiting for callback", state.value
+        else:
+            label = f"Attempt {attempt} {'started' if finished else 'running'}"
+            shown = "running" if finished else state.value
+        events.append(_event(job["attempted_at"], label, shown))
+    if finished and job["finalized_at"] is not None:
+        plural = "" if attempt == 1 else "s"
+        label = {
+            JobState.Completed: f"Completed (attempt {attempt})",
+            JobState.Failed: f"Failed after {attempt} attempt{plural}",
+        }.get(state, "Cancelled")
+        events.append(_event(job["finalized_at"], label, state.value))
+    return sorted(events, key=lambda event: event["timestamp"])
 
 
 def list_cron_jobs() -> Op[list[dict[str, Any]]]:
@@ -108,12 +194,49 @@ def retry_failed(*, kind: str | None = None, queue: str | None = None) -> Op[int
     return Op(Q.job_retry, {"id": None, "kind": kind, "queue": queue}, _count)
 
 
-def pause_queue(queue: str) -> Op[None]:
-    return Op(Q.queue_pause, {"queue": queue}, _nothing)
+def discard_failed(kind: str) -> Op[int]:
+    """Delete every failed job of ``kind``; returns how many."""
+    return Op(Q.job_discard_failed, {"kind": _name("kind", kind)}, _count)
+
+
+def unique_key_holder(
+    kind: str,
+    *,
+    queue: str | None = None,
+    args: object = None,
+    period_bucket: int | None = None,
+) -> Op[int | None]:
+    """The oldest unfinished job with the unique key of these components; give each of
+    ``queue``, ``args`` and ``period_bucket`` exactly when the insert's UniqueOpts took it
+    (``by_queue``, ``by_args``, ``by_period``), as the Awa SDK asks."""
+    key = unique_key(
+        _name("kind", kind),
+        queue=None if queue is None else _name("queue", queue),
+        args=None if args is None else encode_args(args).decode(),
+        period_bucket=None
+        if period_bucket is None
+        else _int_in("period_bucket", period_bucket, 0, 2**63 - 1),
+    )
+    return Op(
+        Q.job_select_by_unique_key, {"key": key}, lambda rows: rows[0]["id"] if rows else None
+    )
+
+
+def pause_queue(queue: str, paused_by: str | None = None) -> Op[None]:
+    """Stop claims from ``queue``; ``paused_by`` records who did (shown by queue_stats)."""
+    if paused_by is not None and not isinstance(paused_by, str):
+        raise ValidationError("paused_by", f"must be a string or None, got {paused_by!r}")
+    return Op(Q.queue_pause, {"queue": _name("queue", queue), "paused_by": paused_by}, _nothing)
 
 
 def resume_queue(queue: str) -> Op[None]:
     return Op(Q.queue_resume, {"queue": queue}, _nothing)
+
+
+def drain_queue(queue: str) -> Op[int]:
+    """Cancel every job of ``queue`` that waits (available, scheduled, retryable, parked on
+    a callback); running attempts finish as they would. Returns how many were cancelled."""
+    return Op(Q.queue_drain, {"queue": _name("queue", queue)}, _count)
 
 
 def queue_stats() -> Op[list[QueueStat]]:
@@ -136,28 +259,170 @@ def list_jobs(
 
 @dataclass(frozen=True, slots=True)
 class DlqEntry:
+    """A dead-lettered job, why it died, when, and the run lease of its last attempt."""
+
     job: JobRow
     reason: str
-    dlq_at: Any
+    dlq_at: datetime
+    original_run_lease: int
+
+
+def _dlq_entry(row: dict[str, Any]) -> DlqEntry:
+    return DlqEntry(JobRow.from_row(row), row["dlq_reason"], row["dlq_at"], row["run_lease"])
 
 
 def _dlq(rows: Rows) -> list[DlqEntry]:
-    return [DlqEntry(JobRow.from_row(r), r["dlq_reason"], r["dlq_at"]) for r in rows]
+    return [_dlq_entry(r) for r in rows]
+
+
+def _dlq_one(rows: Rows) -> DlqEntry | None:
+    return _dlq_entry(rows[0]) if rows else None
+
+
+def _scoped(operation: str, allow_all: bool, **filters: object) -> None:
+    """Refuse a bulk operation over the whole dead-letter queue (or every failed job)
+    unless asked for by ``allow_all``: an empty filter from a form or a script must not
+    revive or delete everything (the Awa SDK's guard)."""
+    if not allow_all and all(value is None for value in filters.values()):
+        names = ", ".join(filters)
+        raise ValidationError(
+            "allow_all", f"{operation} needs at least one of {names}, or allow_all=True"
+        )
+
+
+def _cursor(before_id: int | None, before_dlq_at: datetime | None) -> dict[str, Any]:
+    if before_id is not None:
+        _int_in("before_id", before_id, 1, 2**63 - 1)
+    if before_dlq_at is not None and not (
+        isinstance(before_dlq_at, datetime) and before_dlq_at.tzinfo is not None
+    ):
+        raise ValidationError("before_dlq_at", f"must be an aware datetime, got {before_dlq_at!r}")
+    return {"before_id": before_id, "before_dlq_at": before_dlq_at}
 
 
 def list_dlq(
-    *, kind: str | None = None, queue: str | None = None, limit: int = 100
+    *,
+    kind: str | None = None,
+    queue: str | None = None,
+    tag: str | None = None,
+    before_id: int | None = None,
+    before_dlq_at: datetime | None = None,
+    limit: int = 100,
 ) -> Op[list[DlqEntry]]:
-    return Op(Q.dlq_list, {"kind": kind, "queue": queue, "limit": limit}, _dlq)
+    """Newest first; the next page is below the last entry's ``(dlq_at, job.id)``."""
+    if limit < 1:
+        raise ValidationError("limit", f"must be >= 1, got {limit}")
+    params = {"kind": kind, "queue": queue, "tag": tag, "limit": limit}
+    return Op(Q.dlq_list, {**params, **_cursor(before_id, before_dlq_at)}, _dlq)
 
 
-def retry_from_dlq(job_id: int) -> Op[bool]:
-    """Move a dead-lettered job back to available with fresh attempts."""
-    return Op(Q.dlq_retry, {"id": job_id}, _any)
+def get_dlq_job(job_id: int) -> Op[DlqEntry | None]:
+    return Op(Q.dlq_get, {"id": job_id}, _dlq_one)
 
 
-def purge_dlq(*, kind: str | None = None, queue: str | None = None) -> Op[int]:
-    return Op(Q.dlq_purge, {"kind": kind, "queue": queue}, _count)
+def dlq_depth(*, queue: str | None = None) -> Op[int]:
+    return Op(Q.dlq_depth, {"queue": queue}, lambda rows: int(rows[0]["depth"]))
+
+
+def dlq_depth_by_queue() -> Op[list[tuple[str, int]]]:
+    """Entries per queue, deepest first."""
+    return Op(Q.dlq_depth_by_queue, {}, lambda rows: [(r["queue"], r["depth"]) for r in rows])
+
+
+def _revived_one(rows: Rows) -> int | None:
+    """The revived job's id; None if there was no such entry. An entry held off by a live
+    job with its unique key raises UniqueConflict naming that job, and stays."""
+    for row in rows:
+        if row["holder"] is not None:
+            raise UniqueConflict(row["holder"])
+    return rows[0]["id"] if rows else None
+
+
+def _revived_count(rows: Rows) -> int:
+    """How many were revived (entries held off by a live job's unique key stay)."""
+    return sum(1 for row in rows if row["holder"] is None)
+
+
+def retry_from_dlq(
+    job_id: int,
+    *,
+    run_at: datetime | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
+) -> Op[int | None]:
+    """Move a dead-lettered job back with fresh attempts: available now, or scheduled at a
+    later ``run_at``, in ``queue`` and at ``priority`` when given. Returns its id, None if
+    it is not in the dead-letter queue."""
+    params = {
+        "id": job_id,
+        "kind": None,
+        "queue": None,
+        "tag": None,
+        "run_at": _run_at(run_at),
+        "priority": None if priority is None else _int_in("priority", priority, 1, 4),
+        "new_queue": None if queue is None else _name("queue", queue),
+    }
+    return Op(Q.dlq_retry, params, _revived_one)
+
+
+def bulk_retry_from_dlq(
+    *,
+    kind: str | None = None,
+    queue: str | None = None,
+    tag: str | None = None,
+    allow_all: bool = False,
+) -> Op[int]:
+    """Revive every dead-lettered job matching the filters (available now); returns how
+    many. An entry whose unique key a live job holds stays in the dead-letter queue."""
+    _scoped("bulk_retry_from_dlq", allow_all, kind=kind, queue=queue, tag=tag)
+    params = {"id": None, "kind": kind, "queue": queue, "tag": tag}
+    unchanged = {"run_at": None, "priority": None, "new_queue": None}
+    return Op(Q.dlq_retry, {**params, **unchanged}, _revived_count)
+
+
+def _reason(reason: object) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValidationError("reason", f"must be a non-empty string, got {reason!r}")
+    return reason
+
+
+def move_failed_to_dlq(job_id: int, reason: str) -> Op[DlqEntry | None]:
+    """Move a failed job into the dead-letter queue; None if it is not failed."""
+    params = {"id": job_id, "kind": None, "queue": None, "reason": _reason(reason)}
+    return Op(Q.dlq_move_failed, params, _dlq_one)
+
+
+def bulk_move_failed_to_dlq(
+    *,
+    kind: str | None = None,
+    queue: str | None = None,
+    reason: str = "manual",
+    allow_all: bool = False,
+) -> Op[int]:
+    _scoped("bulk_move_failed_to_dlq", allow_all, kind=kind, queue=queue)
+    params = {"id": None, "kind": kind, "queue": queue, "reason": _reason(reason)}
+    return Op(Q.dlq_move_failed, params, _count)
+
+
+def purge_dlq_job(job_id: int) -> Op[bool]:
+    params = {"id": job_id, "kind": None, "queue": None, "tag": None, **_cursor(None, None)}
+    return Op(Q.dlq_purge, params, _any)
+
+
+def purge_dlq(
+    *,
+    kind: str | None = None,
+    queue: str | None = None,
+    tag: str | None = None,
+    before_id: int | None = None,
+    before_dlq_at: datetime | None = None,
+    allow_all: bool = False,
+) -> Op[int]:
+    """Delete the dead-lettered jobs matching the filters (a cursor alone is no filter);
+    returns how many."""
+    _scoped("purge_dlq", allow_all, kind=kind, queue=queue, tag=tag)
+    params = {"id": None, "kind": kind, "queue": queue, "tag": tag}
+    return Op(Q.dlq_purge, {**params, **_cursor(before_id, before_dlq_at)}, _count)
 
 
 def _resolve(

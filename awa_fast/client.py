@@ -12,6 +12,7 @@ import asyncio
 import os
 import warnings
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any, TypeVar, Unpack
 
 from psycopg.rows import dict_row
@@ -193,14 +194,37 @@ class Client(_Handlers):
         """Run a failed or cancelled job again; None if it was not failed or cancelled."""
         return self.get_job(job_id) if self._run(admin.retry(job_id)) else None
 
+    def cancel_by_unique_key(
+        self,
+        kind: str,
+        *,
+        queue: str | None = None,
+        args: object = None,
+        period_bucket: int | None = None,
+    ) -> JobRow | None:
+        """Cancel the oldest unfinished job with this unique key (give ``queue``, ``args``,
+        ``period_bucket`` as its UniqueOpts took them); None if there is none."""
+        holder = admin.unique_key_holder(kind, queue=queue, args=args, period_bucket=period_bucket)
+        job_id = self._run(holder)
+        return None if job_id is None else self.cancel(job_id)
+
     def retry_failed(self, *, kind: str | None = None, queue: str | None = None) -> int:
         return self._run(admin.retry_failed(kind=kind, queue=queue))
 
-    def pause_queue(self, queue: str) -> None:
-        self._run(admin.pause_queue(queue))
+    def discard_failed(self, kind: str) -> int:
+        return self._run(admin.discard_failed(kind))
+
+    def dump_job(self, job_id: int) -> str:
+        return self._run(admin.dump_job(job_id))
+
+    def pause_queue(self, queue: str, paused_by: str | None = None) -> None:
+        self._run(admin.pause_queue(queue, paused_by))
 
     def resume_queue(self, queue: str) -> None:
         self._run(admin.resume_queue(queue))
+
+    def drain_queue(self, queue: str) -> int:
+        return self._run(admin.drain_queue(queue))
 
     def queue_stats(self) -> list[admin.QueueStat]:
         return self._run(admin.queue_stats())
@@ -210,14 +234,81 @@ class Client(_Handlers):
         return self._run(admin.list_jobs(**filters))
 
     def list_dlq(self, **filters: Any) -> list[admin.DlqEntry]:
-        """Dead-lettered jobs, newest first; filters: ``kind``, ``queue``, ``limit``."""
+        """Dead-lettered jobs, newest first; filters: ``kind``, ``queue``, ``tag``, the
+        cursor ``before_dlq_at``/``before_id``, ``limit``."""
         return self._run(admin.list_dlq(**filters))
 
-    def retry_from_dlq(self, job_id: int) -> JobRow | None:
-        return self.get_job(job_id) if self._run(admin.retry_from_dlq(job_id)) else None
+    def get_dlq_job(self, job_id: int) -> admin.DlqEntry | None:
+        return self._run(admin.get_dlq_job(job_id))
 
-    def purge_dlq(self, *, kind: str | None = None, queue: str | None = None) -> int:
-        return self._run(admin.purge_dlq(kind=kind, queue=queue))
+    def dlq_depth(self, *, queue: str | None = None) -> int:
+        return self._run(admin.dlq_depth(queue=queue))
+
+    def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
+        return self._run(admin.dlq_depth_by_queue())
+
+    def retry_from_dlq(
+        self,
+        job_id: int,
+        *,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+    ) -> JobRow | None:
+        op = admin.retry_from_dlq(job_id, run_at=run_at, priority=priority, queue=queue)
+        return self._resolved(op)
+
+    def bulk_retry_from_dlq(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        tag: str | None = None,
+        allow_all: bool = False,
+    ) -> int:
+        return self._run(
+            admin.bulk_retry_from_dlq(kind=kind, queue=queue, tag=tag, allow_all=allow_all)
+        )
+
+    def move_failed_to_dlq(self, job_id: int, reason: str) -> admin.DlqEntry | None:
+        return self._run(admin.move_failed_to_dlq(job_id, reason))
+
+    def bulk_move_failed_to_dlq(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        reason: str = "manual",
+        allow_all: bool = False,
+    ) -> int:
+        return self._run(
+            admin.bulk_move_failed_to_dlq(
+                kind=kind, queue=queue, reason=reason, allow_all=allow_all
+            )
+        )
+
+    def purge_dlq_job(self, job_id: int) -> bool:
+        return self._run(admin.purge_dlq_job(job_id))
+
+    def purge_dlq(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        tag: str | None = None,
+        before_id: int | None = None,
+        before_dlq_at: datetime | None = None,
+        allow_all: bool = False,
+    ) -> int:
+        op = admin.purge_dlq(
+            kind=kind,
+            queue=queue,
+            tag=tag,
+            before_id=before_id,
+            before_dlq_at=before_dlq_at,
+            allow_all=allow_all,
+        )
+        return self._run(op)
 
     def complete_external(self, callback_id: str, payload: object = None) -> JobRow | None:
         """Complete the job waiting on ``callback_id``; None if no job waits on it."""
@@ -322,14 +413,37 @@ class AsyncClient(_Handlers):
         """Run a failed or cancelled job again; None if it was not failed or cancelled."""
         return await self.get_job(job_id) if await self._run(admin.retry(job_id)) else None
 
+    async def cancel_by_unique_key(
+        self,
+        kind: str,
+        *,
+        queue: str | None = None,
+        args: object = None,
+        period_bucket: int | None = None,
+    ) -> JobRow | None:
+        """Cancel the oldest unfinished job with this unique key (give ``queue``, ``args``,
+        ``period_bucket`` as its UniqueOpts took them); None if there is none."""
+        holder = admin.unique_key_holder(kind, queue=queue, args=args, period_bucket=period_bucket)
+        job_id = await self._run(holder)
+        return None if job_id is None else await self.cancel(job_id)
+
     async def retry_failed(self, *, kind: str | None = None, queue: str | None = None) -> int:
         return await self._run(admin.retry_failed(kind=kind, queue=queue))
 
-    async def pause_queue(self, queue: str) -> None:
-        await self._run(admin.pause_queue(queue))
+    async def discard_failed(self, kind: str) -> int:
+        return await self._run(admin.discard_failed(kind))
+
+    async def dump_job(self, job_id: int) -> str:
+        return await self._run(admin.dump_job(job_id))
+
+    async def pause_queue(self, queue: str, paused_by: str | None = None) -> None:
+        await self._run(admin.pause_queue(queue, paused_by))
 
     async def resume_queue(self, queue: str) -> None:
         await self._run(admin.resume_queue(queue))
+
+    async def drain_queue(self, queue: str) -> int:
+        return await self._run(admin.drain_queue(queue))
 
     async def queue_stats(self) -> list[admin.QueueStat]:
         return await self._run(admin.queue_stats())
@@ -339,15 +453,81 @@ class AsyncClient(_Handlers):
         return await self._run(admin.list_jobs(**filters))
 
     async def list_dlq(self, **filters: Any) -> list[admin.DlqEntry]:
-        """Dead-lettered jobs, newest first; filters: ``kind``, ``queue``, ``limit``."""
+        """Dead-lettered jobs, newest first; filters: ``kind``, ``queue``, ``tag``, the
+        cursor ``before_dlq_at``/``before_id``, ``limit``."""
         return await self._run(admin.list_dlq(**filters))
 
-    async def retry_from_dlq(self, job_id: int) -> JobRow | None:
-        applied = await self._run(admin.retry_from_dlq(job_id))
-        return await self.get_job(job_id) if applied else None
+    async def get_dlq_job(self, job_id: int) -> admin.DlqEntry | None:
+        return await self._run(admin.get_dlq_job(job_id))
 
-    async def purge_dlq(self, *, kind: str | None = None, queue: str | None = None) -> int:
-        return await self._run(admin.purge_dlq(kind=kind, queue=queue))
+    async def dlq_depth(self, *, queue: str | None = None) -> int:
+        return await self._run(admin.dlq_depth(queue=queue))
+
+    async def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
+        return await self._run(admin.dlq_depth_by_queue())
+
+    async def retry_from_dlq(
+        self,
+        job_id: int,
+        *,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+    ) -> JobRow | None:
+        op = admin.retry_from_dlq(job_id, run_at=run_at, priority=priority, queue=queue)
+        return await self._resolved(op)
+
+    async def bulk_retry_from_dlq(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        tag: str | None = None,
+        allow_all: bool = False,
+    ) -> int:
+        return await self._run(
+            admin.bulk_retry_from_dlq(kind=kind, queue=queue, tag=tag, allow_all=allow_all)
+        )
+
+    async def move_failed_to_dlq(self, job_id: int, reason: str) -> admin.DlqEntry | None:
+        return await self._run(admin.move_failed_to_dlq(job_id, reason))
+
+    async def bulk_move_failed_to_dlq(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        reason: str = "manual",
+        allow_all: bool = False,
+    ) -> int:
+        return await self._run(
+            admin.bulk_move_failed_to_dlq(
+                kind=kind, queue=queue, reason=reason, allow_all=allow_all
+            )
+        )
+
+    async def purge_dlq_job(self, job_id: int) -> bool:
+        return await self._run(admin.purge_dlq_job(job_id))
+
+    async def purge_dlq(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        tag: str | None = None,
+        before_id: int | None = None,
+        before_dlq_at: datetime | None = None,
+        allow_all: bool = False,
+    ) -> int:
+        op = admin.purge_dlq(
+            kind=kind,
+            queue=queue,
+            tag=tag,
+            before_id=before_id,
+            before_dlq_at=before_dlq_at,
+            allow_all=allow_all,
+        )
+        return await self._run(op)
 
     async def complete_external(self, callback_id: str, payload: object = None) -> JobRow | None:
         """Complete the job waiting on ``callback_id``; None if no job waits on it."""

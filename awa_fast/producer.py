@@ -136,13 +136,32 @@ def _unique(value: UniqueOpts | Mapping[str, Any] | None) -> UniqueOpts | None:
 
 
 def _unique_key(opts: UniqueOpts, kind: str, queue: str, args: str) -> bytes:
+    period = opts.by_period
+    return unique_key(
+        kind,
+        queue=queue if opts.by_queue else None,
+        args=args if opts.by_args else None,
+        period_bucket=None if period is None else int(datetime.now().timestamp()) // period,
+    )
+
+
+def unique_key(
+    kind: str,
+    *,
+    queue: str | None = None,
+    args: str | None = None,
+    period_bucket: int | None = None,
+) -> bytes:
+    """The unique key of a kind and, each where the job's UniqueOpts take it, its queue,
+    its encoded args and its period bucket (epoch seconds // by_period). Inserts and
+    ``cancel_by_unique_key`` both hash here, so the two agree."""
     parts: list[object] = [kind]
-    if opts.by_queue:
+    if queue is not None:
         parts.append(queue)
-    if opts.by_args:
+    if args is not None:
         parts.append(orjson.loads(args))
-    if opts.by_period is not None:
-        parts.append(int(datetime.now().timestamp()) // opts.by_period)
+    if period_bucket is not None:
+        parts.append(period_bucket)
     return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).digest()
 
 

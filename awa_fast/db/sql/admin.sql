@@ -54,6 +54,33 @@ SELECT id, kind, queue, args, 'available', priority, 0, max_attempts, now(), cre
 FROM revived
 RETURNING id;
 
+-- name: job_discard_failed
+-- Delete the failed jobs of a kind (jobs_done_failed finds them among the completed).
+DELETE FROM awa_fast.jobs_done
+WHERE state = 'failed' AND kind = %(kind)s
+RETURNING id;
+
+-- name: job_select_by_unique_key
+-- The oldest unfinished job holding a unique key (the Awa SDK cancels that one: a key's
+-- states may leave out some, so two unfinished jobs can share it). No index: the two
+-- tables hold only unfinished work, and this is an admin's call.
+SELECT id FROM (
+    SELECT id FROM awa_fast.jobs_hot WHERE unique_key = %(key)s
+    UNION ALL
+    SELECT id FROM awa_fast.jobs_deferred WHERE unique_key = %(key)s
+) AS holders
+ORDER BY id
+LIMIT 1;
+
+-- name: job_dump
+-- A job wherever it is, the dead-letter queue included, in the jobs view's columns plus
+-- the dead-letter ones (NULL elsewhere).
+SELECT j.*, NULL::text AS dlq_reason, NULL::timestamptz AS dlq_at
+FROM awa_fast.jobs j WHERE j.id = %(id)s
+UNION ALL
+SELECT (jsonb_populate_record(NULL::awa_fast.jobs, to_jsonb(d))).*, d.dlq_reason, d.dlq_at
+FROM awa_fast.dlq d WHERE d.id = %(id)s;
+
 -- name: job_list
 SELECT * FROM awa_fast.jobs
 WHERE (%(state)s::text IS NULL OR state::text = %(state)s)
@@ -63,62 +90,221 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: queue_pause
-INSERT INTO awa_fast.queue_meta (queue, paused, paused_at, updated_at)
-VALUES (%(queue)s, true, now(), now())
-ON CONFLICT (queue) DO UPDATE SET paused = true, paused_at = now(), updated_at = now();
+INSERT INTO awa_fast.queue_meta (queue, paused, paused_at, paused_by, updated_at)
+VALUES (%(queue)s, true, now(), %(paused_by)s, now())
+ON CONFLICT (queue) DO UPDATE
+SET paused = true, paused_at = now(), paused_by = %(paused_by)s, updated_at = now();
 
 -- name: queue_resume
 WITH resumed AS (
     INSERT INTO awa_fast.queue_meta (queue, paused, updated_at)
     VALUES (%(queue)s, false, now())
-    ON CONFLICT (queue) DO UPDATE SET paused = false, paused_at = NULL, updated_at = now()
+    ON CONFLICT (queue) DO UPDATE
+    SET paused = false, paused_at = NULL, paused_by = NULL, updated_at = now()
     RETURNING queue
 )
 SELECT pg_notify('awa_fast_jobs', queue) FROM resumed;
 
+-- name: queue_drain
+-- Cancel every job of a queue that waits: available or parked on a callback (jobs_hot),
+-- scheduled or retryable (jobs_deferred). A running attempt is left alone: the delete is
+-- guarded by state, so a job a claim took meanwhile is skipped once the claim commits.
+WITH hot AS (
+    DELETE FROM awa_fast.jobs_hot
+    WHERE queue = %(queue)s AND state IN ('available', 'waiting_external')
+    RETURNING *
+),
+deferred AS (
+    DELETE FROM awa_fast.jobs_deferred WHERE queue = %(queue)s RETURNING *
+),
+waiting AS (
+    SELECT * FROM hot UNION ALL SELECT * FROM deferred
+)
+INSERT INTO awa_fast.jobs_done (
+    id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+    attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
+    callback_id, callback_result, deadline_seconds)
+SELECT id, kind, queue, args, 'cancelled', priority, attempt, max_attempts, run_at,
+       created_at, attempted_at, now(), run_lease,
+       errors || jsonb_build_array(jsonb_build_object(
+           'error', 'cancelled: queue drained', 'attempt', attempt, 'at', now())),
+       metadata, tags, progress, unique_key, callback_id, callback_result, deadline_seconds
+FROM waiting
+RETURNING id;
+
 -- name: queue_stats
-SELECT q.queue,
-       count(j.id) FILTER (WHERE j.state = 'available') AS available,
-       count(j.id) FILTER (WHERE j.state = 'running') AS running,
-       count(j.id) FILTER (WHERE j.state = 'scheduled') AS scheduled,
-       count(j.id) FILTER (WHERE j.state = 'retryable') AS retryable,
-       count(j.id) FILTER (WHERE j.state = 'waiting_external') AS waiting_external,
-       count(j.id) FILTER (WHERE j.state = 'completed') AS completed,
-       count(j.id) FILTER (WHERE j.state = 'failed') AS failed,
-       count(j.id) FILTER (WHERE j.state = 'cancelled') AS cancelled,
-       COALESCE(bool_or(m.paused), false) AS paused,
-       EXTRACT(EPOCH FROM now() - min(j.run_at) FILTER (WHERE j.state = 'available'))
-           AS lag_seconds
-FROM (SELECT queue FROM awa_fast.jobs UNION SELECT queue FROM awa_fast.queue_meta) q
-LEFT JOIN awa_fast.jobs j ON j.queue = q.queue
-LEFT JOIN awa_fast.queue_meta m ON m.queue = q.queue
-GROUP BY q.queue
-ORDER BY q.queue;
+-- Per queue: the work that waits or runs, read whole from jobs_hot and jobs_deferred (they
+-- hold nothing else, and counting it visits it anyway); from the history in jobs_done only
+-- what an index reaches: failed and cancelled jobs through jobs_done_failed, the last
+-- hour's completions through jobs_done_finalized. (A count of every completed job would
+-- read the whole retention window: it is not here.) A queue shows once it has one of
+-- these, or was ever paused.
+WITH hot AS (
+    SELECT queue,
+           count(*) FILTER (WHERE state = 'available') AS available,
+           count(*) FILTER (WHERE state = 'running') AS running,
+           count(*) FILTER (WHERE state = 'waiting_external') AS waiting_external,
+           min(run_at) FILTER (WHERE state = 'available') AS oldest_available
+    FROM awa_fast.jobs_hot
+    GROUP BY queue
+),
+deferred AS (
+    SELECT queue,
+           count(*) FILTER (WHERE state = 'scheduled') AS scheduled,
+           count(*) FILTER (WHERE state = 'retryable') AS retryable
+    FROM awa_fast.jobs_deferred
+    GROUP BY queue
+),
+unsuccessful AS (
+    SELECT queue,
+           count(*) FILTER (WHERE state = 'failed') AS failed,
+           count(*) FILTER (WHERE state = 'cancelled') AS cancelled
+    FROM awa_fast.jobs_done
+    WHERE state IN ('failed', 'cancelled')
+    GROUP BY queue
+),
+recent AS (
+    SELECT queue, count(*) AS completed_last_hour
+    FROM awa_fast.jobs_done
+    WHERE finalized_at > now() - interval '1 hour' AND state = 'completed'
+    GROUP BY queue
+)
+SELECT queue,
+       COALESCE(available, 0) + COALESCE(running, 0) + COALESCE(waiting_external, 0)
+           + COALESCE(scheduled, 0) + COALESCE(retryable, 0) AS total_queued,
+       COALESCE(available, 0) AS available,
+       COALESCE(running, 0) AS running,
+       COALESCE(scheduled, 0) AS scheduled,
+       COALESCE(retryable, 0) AS retryable,
+       COALESCE(waiting_external, 0) AS waiting_external,
+       COALESCE(failed, 0) AS failed,
+       COALESCE(cancelled, 0) AS cancelled,
+       COALESCE(completed_last_hour, 0) AS completed_last_hour,
+       EXTRACT(EPOCH FROM now() - oldest_available)::float8 AS lag_seconds,
+       COALESCE(m.paused, false) AS paused,
+       m.paused_by
+FROM hot
+FULL JOIN deferred USING (queue)
+FULL JOIN unsuccessful USING (queue)
+FULL JOIN recent USING (queue)
+FULL JOIN awa_fast.queue_meta m USING (queue)
+ORDER BY queue;
+
+-- The dead-letter filters (each NULL for any): kind, queue, a tag the job carries, and a
+-- cursor below (before_dlq_at, before_id) in list order; before_id alone is below that id,
+-- before_dlq_at alone is before that time (ids start at 1).
 
 -- name: dlq_list
 SELECT * FROM awa_fast.dlq
 WHERE (%(kind)s::text IS NULL OR kind = %(kind)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(tag)s::text IS NULL OR tags @> ARRAY[%(tag)s::text])
+  AND (%(before_id)s::bigint IS NULL OR %(before_dlq_at)s::timestamptz IS NOT NULL
+       OR id < %(before_id)s)
+  AND (%(before_dlq_at)s::timestamptz IS NULL
+       OR (dlq_at, id) < (%(before_dlq_at)s, COALESCE(%(before_id)s, 0)))
 ORDER BY dlq_at DESC, id DESC
 LIMIT %(limit)s;
 
--- name: dlq_retry
--- Back from the dead-letter queue into the claimable table, with fresh attempts.
-WITH revived AS (
-    DELETE FROM awa_fast.dlq WHERE id = %(id)s RETURNING *
+-- name: dlq_get
+SELECT * FROM awa_fast.dlq WHERE id = %(id)s;
+
+-- name: dlq_depth
+SELECT count(*) AS depth FROM awa_fast.dlq
+WHERE %(queue)s::text IS NULL OR queue = %(queue)s;
+
+-- name: dlq_depth_by_queue
+SELECT queue, count(*) AS depth FROM awa_fast.dlq
+GROUP BY queue
+ORDER BY depth DESC, queue;
+
+-- name: dlq_move_failed
+-- Failed jobs (by id, or every one of `kind` and `queue`) into the dead-letter queue with a
+-- reason. Guarded by state: a job retried meanwhile is no longer failed, and is left.
+WITH moved AS (
+    DELETE FROM awa_fast.jobs_done
+    WHERE state = 'failed'
+      AND (%(id)s::bigint IS NULL OR id = %(id)s)
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+    RETURNING *
 )
-INSERT INTO awa_fast.jobs_hot (
+INSERT INTO awa_fast.dlq (
     id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-    run_lease, errors, metadata, tags, progress, unique_key, deadline_seconds)
-SELECT id, kind, queue, args, 'available', priority, 0, max_attempts, now(), created_at,
-       run_lease, errors, metadata, tags, progress, unique_key, deadline_seconds
-FROM revived
-RETURNING id;
+    attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
+    deadline_seconds, dlq_reason)
+SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at, created_at,
+       attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
+       deadline_seconds, %(reason)s
+FROM moved
+RETURNING *;
+
+-- name: dlq_retry
+-- Back from the dead-letter queue with fresh attempts (by id, or every entry the filters
+-- match): available now, or scheduled at a later `run_at`, optionally in another queue or
+-- at another priority. The entries are locked first, so of two retries of one entry the
+-- second finds it gone. An entry whose unique key a live job holds meanwhile stays, and is
+-- returned with that job's id as `holder`; a revived one takes its key's claim back.
+WITH picked AS (
+    SELECT id, unique_key FROM awa_fast.dlq
+    WHERE (%(id)s::bigint IS NULL OR id = %(id)s)
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+      AND (%(tag)s::text IS NULL OR tags @> ARRAY[%(tag)s::text])
+    FOR UPDATE
+),
+held AS (
+    SELECT p.id, c.job_id AS holder
+    FROM picked p
+    JOIN awa_fast.unique_claims c ON c.unique_key = p.unique_key AND c.job_id <> p.id
+    WHERE EXISTS (SELECT 1 FROM awa_fast.jobs j WHERE j.id = c.job_id AND j.state = ANY(c.states))
+),
+revived AS (
+    DELETE FROM awa_fast.dlq
+    WHERE id IN (SELECT id FROM picked EXCEPT SELECT id FROM held)
+    RETURNING *, COALESCE(%(run_at)s::timestamptz > now(), false) AS later
+),
+reclaimed AS (
+    UPDATE awa_fast.unique_claims c SET job_id = r.id
+    FROM revived r WHERE c.unique_key = r.unique_key
+),
+now_due AS (
+    INSERT INTO awa_fast.jobs_hot (
+        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+        run_lease, errors, metadata, tags, progress, unique_key, deadline_seconds)
+    SELECT id, kind, COALESCE(%(new_queue)s, queue), args, 'available',
+           COALESCE(%(priority)s::smallint, priority), 0, max_attempts, now(), created_at,
+           run_lease, errors, metadata, tags, progress, unique_key, deadline_seconds
+    FROM revived WHERE NOT later
+    RETURNING id
+),
+scheduled AS (
+    INSERT INTO awa_fast.jobs_deferred (
+        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+        run_lease, errors, metadata, tags, progress, unique_key, deadline_seconds)
+    SELECT id, kind, COALESCE(%(new_queue)s, queue), args, 'scheduled',
+           COALESCE(%(priority)s::smallint, priority), 0, max_attempts, %(run_at)s,
+           created_at, run_lease, errors, metadata, tags, progress, unique_key,
+           deadline_seconds
+    FROM revived WHERE later
+    RETURNING id
+)
+SELECT id, NULL::bigint AS holder FROM now_due
+UNION ALL
+SELECT id, NULL FROM scheduled
+UNION ALL
+SELECT id, holder FROM held;
 
 -- name: dlq_purge
 DELETE FROM awa_fast.dlq
-WHERE (%(kind)s::text IS NULL OR kind = %(kind)s)
+WHERE (%(id)s::bigint IS NULL OR id = %(id)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(tag)s::text IS NULL OR tags @> ARRAY[%(tag)s::text])
+  AND (%(before_id)s::bigint IS NULL OR %(before_dlq_at)s::timestamptz IS NOT NULL
+       OR id < %(before_id)s)
+  AND (%(before_dlq_at)s::timestamptz IS NULL
+       OR (dlq_at, id) < (%(before_dlq_at)s, COALESCE(%(before_id)s, 0)))
 RETURNING id;
 
 -- name: callback_resolve

@@ -14,6 +14,15 @@ this one takes the runner's path, so a test shows what a worker run would:
 * the runner's :class:`~awa_fast.runtime.committer.Committer` applies the transition,
   guarded by (id, run_lease, state), with the client's follow-ups and lifecycle hooks,
   which have run by the time ``work_one`` returns.
+
+So its results are a worker's where the SDK's helper took shortcuts: jobs are claimed by
+priority first and not from a paused queue; a snooze schedules the job (state
+"scheduled", outcome "snoozed"); a retry sets the job's next run (backoff for an
+exception) and fails it on its last attempt; ``WaitForCallback`` parks the job (outcome
+"waiting_external"); a result of another type fails the job rather than raising
+``TypeError``. Handlers may be ``async def`` or plain ``def`` (run on a thread).
+:class:`JobRow` is :class:`awa_fast.JobRow`, whose ``state`` equals the SDK's strings.
+Importing this module needs pytest (for the fixture), as the SDK's needs pytest-asyncio.
 """
 
 from __future__ import annotations

@@ -32,8 +32,8 @@ from awa_fast.testing import (
 )
 from awa_fast.types import JobRow
 from tests.factories import insert_job
+from tests.helpers import await_until, run, states
 from tests.helpers import job as stored_job
-from tests.helpers import run, states
 
 
 @dataclass
@@ -329,6 +329,36 @@ def test_work_one_for_different_kinds_of_one_queue_each_get_their_own(
     assert row == (1,)
 
 
+def test_work_one_beside_a_running_worker_runs_each_job_once(dsn: str) -> None:
+    """work_one and a runner's claims race for the same jobs: each runs once."""
+
+    async def scenario() -> tuple[list[int], list[int], list[int]]:
+        by_worker: list[int] = []
+        by_test: list[int] = []
+        async with awa_fast.AsyncClient(dsn) as client:
+
+            @client.task(SendEmail)
+            async def handle(job: awa_fast.Job[SendEmail]) -> None:
+                by_worker.append(job.id)
+
+            async def handler(job: awa_fast.Job[SendEmail]) -> None:
+                by_test.append(job.id)
+
+            tc = AwaTestClient(client)
+            ids = await client.insert_many([EMAIL] * 60)
+            await client.start({"default": 2})
+            try:
+                while not (await tc.work_one(SendEmail, handler)).is_no_job():
+                    pass
+                await await_until(lambda: states(dsn) == {"completed": 60}, what="all done")
+            finally:
+                await client.shutdown()
+        return ids, by_worker, by_test
+
+    ids, by_worker, by_test = run(scenario())
+    assert sorted(by_worker + by_test) == ids
+
+
 def test_an_outcome_for_a_job_cancelled_meanwhile_is_dropped(
     tc: AwaTestClient, client: awa_fast.Client
 ) -> None:
@@ -388,6 +418,15 @@ def test_followups_and_hooks_of_the_client_run_as_a_worker_runs_them(
 
 
 # -- clients, clean, the fixture ---------------------------------------------------------
+
+
+def test_dict_args_without_a_kind_is_refused_before_anything_is_claimed(
+    tc: AwaTestClient, dsn: str
+) -> None:
+    run(tc.insert({"n": 1}, kind="custom"))
+    with pytest.raises(awa_fast.ConfigError, match="explicit kind="):
+        work(tc, returning(None), dict)
+    assert states(dsn) == {"available": 1}
 
 
 def test_an_async_client_works_as_the_sync_one(dsn: str) -> None:

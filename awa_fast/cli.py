@@ -114,32 +114,48 @@ ADMIN_COMMANDS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("cancel", "cancel a job (a running handler sees is_cancelled())", ("job_id",), "cancel"),
     ("retry", "run a failed or cancelled job again", ("job_id",), "retry"),
     ("retry-failed", "run every failed job again", (), "retry_failed"),
+    ("discard-failed", "delete the failed jobs of a kind", ("kind",), "discard_failed"),
+    ("dump", "a job and its timeline, as JSON", ("job_id",), "dump_job"),
     ("pause", "stop claiming a queue", ("queue",), "pause_queue"),
     ("resume", "claim a paused queue again", ("queue",), "resume_queue"),
+    ("drain", "cancel every job of a queue that waits to run", ("queue",), "drain_queue"),
     ("dlq", "list dead-lettered jobs", (), "list_dlq"),
+    ("dlq-depth", "how many jobs the dead-letter queue holds", (), "dlq_depth"),
     (
         "dlq-retry",
         "move a job from the dead-letter queue back to available",
         ("job_id",),
         "retry_from_dlq",
     ),
-    ("dlq-purge", "delete dead-lettered jobs", (), "purge_dlq"),
+    ("dlq-retry-all", "revive the dead-lettered jobs the filters match", (), "bulk_retry_from_dlq"),
+    (
+        "dlq-move",
+        "move a failed job into the dead-letter queue, saying why",
+        ("job_id", "reason"),
+        "move_failed_to_dlq",
+    ),
+    ("dlq-purge", "delete the dead-lettered jobs the filters match", (), "purge_dlq"),
     ("cron", "list periodic jobs", (), "list_cron_jobs"),
     ("cron-delete", "remove a periodic job", ("name",), "delete_cron_job"),
 )
 # Commands about one thing that may not be there (a result of None or False): what to say.
 _NOT_FOUND = {
     **dict.fromkeys(
-        ("get_job", "cancel", "retry", "retry_from_dlq"),
+        ("get_job", "cancel", "retry", "retry_from_dlq", "move_failed_to_dlq"),
         "job {} not found, or not in a state that allows it",
     ),
     "delete_cron_job": "no periodic job named {!r}",
 }
+# Options of each admin command; ``allow_all`` is the flag --all (bulk commands refuse to
+# run with no filter without it).
 _FILTERS = {
     "list_jobs": ("state", "kind", "queue", "limit"),
     "retry_failed": ("kind", "queue"),
-    "list_dlq": ("kind", "queue", "limit"),
-    "purge_dlq": ("kind", "queue"),
+    "pause_queue": ("paused_by",),
+    "list_dlq": ("kind", "queue", "tag", "limit"),
+    "dlq_depth": ("queue",),
+    "bulk_retry_from_dlq": ("kind", "queue", "tag", "allow_all"),
+    "purge_dlq": ("kind", "queue", "tag", "allow_all"),
 }
 
 
@@ -159,7 +175,9 @@ def _cmd_admin(opts: argparse.Namespace) -> int:
     if result in (None, False) and opts.method in _NOT_FOUND:
         print(f"awa-fast {opts.command}: {_NOT_FOUND[opts.method].format(*args)}", file=sys.stderr)
         return 1
-    if result is not None:
+    if isinstance(result, str):  # already JSON (dump_job)
+        print(result)
+    elif result is not None:
         print(orjson.dumps(result, default=_plain, option=orjson.OPT_INDENT_2).decode())
     return 0
 
@@ -291,7 +309,14 @@ def parser() -> argparse.ArgumentParser:
         for arg in positional:
             cmd.add_argument(arg, type=int if arg == "job_id" else str)
         for option in _FILTERS.get(method, ()):
-            cmd.add_argument(f"--{option}", type=int if option == "limit" else str)
+            if option == "allow_all":
+                cmd.add_argument("--all", dest="allow_all", action="store_true", help="no filter")
+            else:
+                cmd.add_argument(
+                    f"--{option.replace('_', '-')}",
+                    dest=option,
+                    type=int if option == "limit" else str,
+                )
         cmd.set_defaults(run=_cmd_admin, method=method, positional_names=positional)
 
     bench = command("bench", "run benchmark scenarios, each run on a fresh database")

@@ -14,6 +14,7 @@ import pytest
 import awa_fast
 from awa_fast.cli import parser
 from awa_fast.maintenance import periodic
+from awa_fast.testing import AwaTestClient
 from tests.helpers import job, run
 
 
@@ -90,3 +91,40 @@ def test_serve_rate_limits_are_parsed_and_bad_ones_refused(capsys: Any) -> None:
         with pytest.raises(SystemExit):
             parser().parse_args(["serve", "app:client", "--rate-limit", bad])
         assert "expected NAME=RATE[:BURST]" in capsys.readouterr().err
+
+
+@dataclass
+class Doomed:
+    n: int
+
+
+async def _fail_one(dsn: str) -> int:
+    """A job that failed for good, as a worker would leave it."""
+
+    async def handler(job: awa_fast.Job[Doomed]) -> None:
+        raise awa_fast.TerminalError("no way")
+
+    async with awa_fast.AsyncClient(dsn) as client:
+        tester = AwaTestClient(client)
+        job = await tester.insert(Doomed(1), queue="dq")
+        assert (await tester.work_one(Doomed, handler, queue="dq")).is_failed()
+        return job.id
+
+
+def test_drain_dump_and_the_dead_letter_queue(dsn: str) -> None:
+    waiting = [_json(_cli(dsn, "enqueue", "k", "--queue", "q"))["id"] for _ in range(2)]
+    assert _json(_cli(dsn, "drain", "q")) == 2
+    dumped = _json(_cli(dsn, "dump", str(waiting[0])))
+    assert dumped["job"]["state"] == "cancelled"
+
+    failed = run(_fail_one(dsn))
+    moved = _json(_cli(dsn, "dlq-move", str(failed), "bad address"))
+    assert (moved["job"]["id"], moved["reason"]) == (failed, "bad address")
+    assert _json(_cli(dsn, "dlq-depth")) == 1
+    refused = _cli(dsn, "dlq-purge")
+    assert refused.returncode == 2 and "allow_all=True" in refused.stderr
+    assert _json(_cli(dsn, "dlq-depth", "--queue", "dq")) == 1
+    assert _json(_cli(dsn, "dlq-purge", "--all")) == 1
+    assert _json(_cli(dsn, "dlq-depth")) == 0
+    again = _cli(dsn, "dlq-move", str(failed), "twice")
+    assert again.returncode == 1 and f"job {failed} not found" in again.stderr

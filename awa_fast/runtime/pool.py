@@ -169,6 +169,12 @@ class ForkedWorkers:
         """Worker processes forked and not yet reaped."""
         return sum(proc is not None for proc in self.procs)
 
+    @property
+    def pids(self) -> list[int]:
+        """The worker processes forked and not yet reaped (the benchmark reads their peak
+        RSS)."""
+        return [proc.pid for proc in self.procs if proc is not None]
+
     def deliver(self, worker: int, rows: list[tuple[Any, ...]]) -> None:
         proc = self.procs[worker]
         if proc is None or proc.transport is None or proc.transport.is_closing():

@@ -212,19 +212,23 @@ class Client(_Handlers):
     def purge_dlq(self, *, kind: str | None = None, queue: str | None = None) -> int:
         return self._run(admin.purge_dlq(kind=kind, queue=queue))
 
-    def complete_external(self, callback_id: str, payload: object = None) -> JobRow | None:
-        """Complete the job waiting on ``callback_id``; None if no job waits on it."""
-        return self._resolved(admin.complete_external(callback_id, payload))
+    def complete_external(self, callback_id: str, payload: object = None) -> JobRow:
+        """Complete the job waiting on ``callback_id`` (CallbackNotFound if none waits)."""
+        return self._run(admin.complete_external(callback_id, payload))
 
-    def fail_external(self, callback_id: str, error: str) -> JobRow | None:
-        return self._resolved(admin.fail_external(callback_id, error))
+    def fail_external(self, callback_id: str, error: str) -> JobRow:
+        return self._run(admin.fail_external(callback_id, error))
 
-    def retry_external(self, callback_id: str) -> JobRow | None:
-        return self._resolved(admin.retry_external(callback_id))
+    def retry_external(self, callback_id: str) -> JobRow:
+        return self._run(admin.retry_external(callback_id))
 
-    def _resolved(self, op: admin.Op[int | None]) -> JobRow | None:
-        job_id = self._run(op)
-        return None if job_id is None else self.get_job(job_id)
+    def resume_external(self, callback_id: str, payload: object = None) -> JobRow:
+        """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``."""
+        return self._run(admin.resume_external(callback_id, payload))
+
+    def heartbeat_callback(self, callback_id: str, timeout_seconds: float = 3600.0) -> JobRow:
+        """Push the callback's timeout to ``timeout_seconds`` from now."""
+        return self._run(admin.heartbeat_callback(callback_id, timeout_seconds))
 
     def list_cron_jobs(self) -> list[dict[str, Any]]:
         return self._run(admin.list_cron_jobs())
@@ -335,19 +339,23 @@ class AsyncClient(_Handlers):
     async def purge_dlq(self, *, kind: str | None = None, queue: str | None = None) -> int:
         return await self._run(admin.purge_dlq(kind=kind, queue=queue))
 
-    async def complete_external(self, callback_id: str, payload: object = None) -> JobRow | None:
-        """Complete the job waiting on ``callback_id``; None if no job waits on it."""
-        return await self._resolved(admin.complete_external(callback_id, payload))
+    async def complete_external(self, callback_id: str, payload: object = None) -> JobRow:
+        """Complete the job waiting on ``callback_id`` (CallbackNotFound if none waits)."""
+        return await self._run(admin.complete_external(callback_id, payload))
 
-    async def fail_external(self, callback_id: str, error: str) -> JobRow | None:
-        return await self._resolved(admin.fail_external(callback_id, error))
+    async def fail_external(self, callback_id: str, error: str) -> JobRow:
+        return await self._run(admin.fail_external(callback_id, error))
 
-    async def retry_external(self, callback_id: str) -> JobRow | None:
-        return await self._resolved(admin.retry_external(callback_id))
+    async def retry_external(self, callback_id: str) -> JobRow:
+        return await self._run(admin.retry_external(callback_id))
 
-    async def _resolved(self, op: admin.Op[int | None]) -> JobRow | None:
-        job_id = await self._run(op)
-        return None if job_id is None else await self.get_job(job_id)
+    async def resume_external(self, callback_id: str, payload: object = None) -> JobRow:
+        """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``."""
+        return await self._run(admin.resume_external(callback_id, payload))
+
+    async def heartbeat_callback(self, callback_id: str, timeout_seconds: float = 3600.0) -> JobRow:
+        """Push the callback's timeout to ``timeout_seconds`` from now."""
+        return await self._run(admin.heartbeat_callback(callback_id, timeout_seconds))
 
     async def list_cron_jobs(self) -> list[dict[str, Any]]:
         return await self._run(admin.list_cron_jobs())

@@ -153,7 +153,7 @@ class AttemptWriter:
         job_id, run_lease = key
         row = rows.get(job_id)
         if row is not None and row[LEASE] == run_lease:
-            if row[CALLBACK_ID] == wait.callback_id:  # still waiting
+            if row[STATE] == "waiting_external" and row[CALLBACK_ID] == wait.callback_id:
                 if not wait.cancelled():
                     return False
                 if not await self._park(job_id, run_lease, wait.callback_id):

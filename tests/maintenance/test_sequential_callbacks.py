@@ -404,16 +404,20 @@ async def _won(step: Awaitable[object]) -> bool:
     return result != {"job_select_callback_expired": 0} if isinstance(result, dict) else True
 
 
+@pytest.mark.parametrize("first", ["resume", "rival"])
 @pytest.mark.parametrize("rival", ["timeout rescue", "complete_external"])
 def test_resume_races_its_rivals_and_exactly_one_wins(
-    dsn: str, conn: psycopg.Connection[Any], rival: str
+    dsn: str, conn: psycopg.Connection[Any], rival: str, first: str
 ) -> None:
     """resume_external and a rival (the timeout sweep of a callback that has just timed
-    out, or another caller completing it) released onto one row at the same moment."""
+    out, or another caller completing it), both blocked on the row's lock, then released
+    at once: the one queued first wins, the other finds the job decided and changes
+    nothing."""
+    job_id = _waiting_job(conn, timeout="-1 second")  # timed out, not swept yet
+    callback_id = str(row_of(dsn, job_id)["callback_id"])
     maintenance = _maintenance(dsn)
-    outcomes: list[tuple[bool, bool]] = []
 
-    async def race(job_id: int, callback_id: str) -> tuple[bool, bool]:
+    async def race() -> dict[str, bool]:
         async with (
             awa_fast.AsyncClient(dsn) as client,
             await psycopg.AsyncConnection.connect(dsn) as locker,
@@ -422,35 +426,32 @@ def test_resume_races_its_rivals_and_exactly_one_wins(
             await locker.execute(
                 "SELECT 1 FROM awa_fast.jobs_hot WHERE id = %s FOR UPDATE", (job_id,)
             )
-            other: Awaitable[object] = (
-                maintenance.rescue_once(sweeper, backstop=False)
-                if rival == "timeout rescue"
-                else client.complete_external(callback_id, {"by": "rival"})
-            )
-            tasks = [
-                asyncio.create_task(_won(client.resume_external(callback_id, {"by": "resume"}))),
-                asyncio.create_task(_won(other)),
-            ]
-            await await_until(
-                lambda: _blocked_on_locks(dsn, 2), what="both parties blocked on the row's lock"
-            )
+            steps: dict[str, Awaitable[object]] = {
+                "resume": client.resume_external(callback_id, {"by": "resume"}),
+                "rival": (
+                    maintenance.rescue_once(sweeper, backstop=False)
+                    if rival == "timeout rescue"
+                    else client.complete_external(callback_id, {"by": "rival"})
+                ),
+            }
+            order = sorted(steps, key=lambda name: name != first)
+            tasks = {}
+            for queued, name in enumerate(order, start=1):
+                tasks[name] = asyncio.create_task(_won(steps[name]))
+                await await_until(
+                    lambda queued=queued: _blocked_on_locks(dsn, queued),
+                    what=f"{name} to queue on the row's lock",
+                )
             await locker.commit()
-            resumed, rival_won = await asyncio.gather(*tasks)
-            return resumed, rival_won
+            return {name: await task for name, task in tasks.items()}
 
-    for _ in range(3):
-        job_id = _waiting_job(conn, timeout="-1 second")  # timed out, not swept yet
-        callback_id = str(row_of(dsn, job_id)["callback_id"])
-        resumed, rival_won = run(race(job_id, callback_id))
-        outcomes.append((resumed, rival_won))
-        final = row_of(dsn, job_id)
-        if resumed:
-            assert (final["state"], final["callback_result"]) == ("running", {"by": "resume"})
-        elif rival == "timeout rescue":
-            assert (final["state"], final["errors"][-1]["error"]) == (
-                "failed",
-                "callback timed out",
-            )
-        else:
-            assert (final["state"], final["callback_result"]) == ("completed", {"by": "rival"})
-    assert all(resumed != rival_won for resumed, rival_won in outcomes), outcomes
+    won = run(race())
+    assert won == {"resume": first == "resume", "rival": first == "rival"}
+    final = row_of(dsn, job_id)
+    if first == "resume":
+        assert (final["state"], final["callback_result"]) == ("running", {"by": "resume"})
+    elif rival == "timeout rescue":
+        assert final["state"] == "failed"
+        assert [e["error"] for e in final["errors"]] == ["callback timed out"]
+    else:
+        assert (final["state"], final["callback_result"]) == ("completed", {"by": "rival"})

@@ -36,10 +36,12 @@ WHERE id = ANY(%(ids)s::bigint[]);
 -- name: job_park_callback
 -- A waiting handler was cut short (shutdown, eviction): its job stays on its callback, as
 -- if the handler had returned WaitForCallback, for the callback or its timeout to decide.
--- No row: the callback answered first.
+-- No row: the callback answered first. The state is compared as text, which keeps the
+-- partial index of waiting rows (jobs_hot_waiting, for the timeout sweep) out of reach:
+-- its generic plan read every parked row for this one; the row is reached by its key.
 UPDATE awa_fast.jobs_hot
 SET heartbeat_at = NULL, deadline_at = NULL
-WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'waiting_external'
+WHERE id = %(id)s AND run_lease = %(lease)s AND state::text = 'waiting_external'
   AND callback_id = %(callback_id)s::uuid
 RETURNING id;
 

@@ -6,6 +6,7 @@ from awa_fast.db.migrate import migrate
 from awa_fast.db.transitions import Backoff
 from awa_fast.errors import (
     AwaError,
+    CallbackNotFound,
     ConfigError,
     LeaseLost,
     SchemaNotMigrated,
@@ -28,6 +29,7 @@ __all__ = [
     "AsyncClient",
     "AwaError",
     "Backoff",
+    "CallbackNotFound",
     "CallbackToken",
     "Cancel",
     "Client",

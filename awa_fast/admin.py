@@ -14,10 +14,10 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-from awa_fast.codec import encode_args
+from awa_fast.codec import encode_args, encode_json
 from awa_fast.db.queries import Q
-from awa_fast.errors import UniqueConflict, ValidationError
-from awa_fast.producer import _int_in, _name, _run_at, unique_key
+from awa_fast.errors import CallbackNotFound, UniqueConflict, ValidationError
+from awa_fast.producer import _int_in, _name, _run_at, positive_seconds, unique_key
 from awa_fast.types import JOB_STATES, JobRow, JobState
 
 T = TypeVar("T")
@@ -425,31 +425,79 @@ def purge_dlq(
     return Op(Q.dlq_purge, {**params, **_cursor(before_id, before_dlq_at)}, _count)
 
 
-def _resolve(
-    callback_id: str, state: str, *, payload: object = None, error: str | None = None
-) -> Op[int | None]:
+def _callback_id(callback_id: str) -> str:
     try:
-        uuid.UUID(str(callback_id))
+        return str(uuid.UUID(str(callback_id)))
     except ValueError:
         raise ValidationError("callback_id", f"not a callback id: {callback_id!r}") from None
+
+
+def _payload(payload: object) -> str | None:
+    return None if payload is None else encode_json("payload", payload).decode()
+
+
+def _answered(callback_id: str) -> Callable[[Rows], JobRow]:
+    """The job a callback statement answered, as it now is; CallbackNotFound if none."""
+
+    def shape(rows: Rows) -> JobRow:
+        if not rows:
+            raise CallbackNotFound(callback_id)
+        return JobRow.from_row(rows[0])
+
+    return shape
+
+
+def _resolve(
+    callback_id: str, state: str, *, payload: object = None, error: str | None = None
+) -> Op[JobRow]:
     params = {
-        "callback_id": str(callback_id),
+        "callback_id": _callback_id(callback_id),
         "state": state,
-        "payload": None if payload is None else orjson.dumps(payload).decode(),
+        "payload": _payload(payload),
         "error": error,
     }
-    return Op(Q.callback_resolve, params, lambda rows: rows[0]["id"] if rows else None)
+    return Op(Q.callback_resolve, params, _answered(callback_id))
 
 
-def complete_external(callback_id: str, payload: object = None) -> Op[int | None]:
-    """Complete the job parked on ``callback_id``; returns its id (None if none waits)."""
+def complete_external(callback_id: str, payload: object = None) -> Op[JobRow]:
+    """Complete the job waiting on ``callback_id``, with ``payload`` as its callback_result."""
     return _resolve(callback_id, "completed", payload=payload)
 
 
-def fail_external(callback_id: str, error: str) -> Op[int | None]:
+def fail_external(callback_id: str, error: str) -> Op[JobRow]:
     return _resolve(callback_id, "failed", error=f"callback failed: {error}")
 
 
-def retry_external(callback_id: str) -> Op[int | None]:
+def retry_external(callback_id: str) -> Op[JobRow]:
     """Give the parked job another attempt (the callback's attempt counts as used)."""
     return _resolve(callback_id, "available")
+
+
+def resume_external(callback_id: str, payload: object = None) -> Op[JobRow]:
+    """Hand ``payload`` to the handler waiting on ``callback_id`` (``job.wait_for_callback``):
+    its job goes back to running, the same attempt, and the handler decides the outcome. A
+    parked job (its handler returned WaitForCallback) has no handler to resume: it is
+    resolved by complete/fail/retry_external, and resuming it raises CallbackNotFound."""
+    params = {"callback_id": _callback_id(callback_id), "payload": _payload(payload)}
+
+    def shape(rows: Rows) -> JobRow:
+        if rows and not rows[0]["resumed"]:
+            raise CallbackNotFound(
+                callback_id,
+                f"job {rows[0]['id']} is parked (its handler returned WaitForCallback and "
+                "waits for no payload): resolve it with complete_external, fail_external "
+                "or retry_external",
+            )
+        return _answered(callback_id)(rows)
+
+    return Op(Q.callback_resume, params, shape)
+
+
+def heartbeat_callback(callback_id: str, timeout_seconds: float = 3600.0) -> Op[JobRow]:
+    """The external system behind ``callback_id`` is still at work: its job, waiting on it,
+    times out ``timeout_seconds`` from now instead."""
+    params = {
+        "callback_id": _callback_id(callback_id),
+        "timeout_s": positive_seconds("timeout_seconds", timeout_seconds),
+    }
+    return Op(Q.callback_heartbeat, params, _answered(callback_id))

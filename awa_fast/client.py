@@ -258,6 +258,10 @@ class Client(_Handlers):
         op = admin.retry_from_dlq(job_id, run_at=run_at, priority=priority, queue=queue)
         return self._resolved(op)
 
+    def _resolved(self, op: admin.Op[int | None]) -> JobRow | None:
+        job_id = self._run(op)
+        return None if job_id is None else self.get_job(job_id)
+
     def bulk_retry_from_dlq(
         self,
         *,
@@ -310,19 +314,23 @@ class Client(_Handlers):
         )
         return self._run(op)
 
-    def complete_external(self, callback_id: str, payload: object = None) -> JobRow | None:
-        """Complete the job waiting on ``callback_id``; None if no job waits on it."""
-        return self._resolved(admin.complete_external(callback_id, payload))
+    def complete_external(self, callback_id: str, payload: object = None) -> JobRow:
+        """Complete the job waiting on ``callback_id`` (CallbackNotFound if none waits)."""
+        return self._run(admin.complete_external(callback_id, payload))
 
-    def fail_external(self, callback_id: str, error: str) -> JobRow | None:
-        return self._resolved(admin.fail_external(callback_id, error))
+    def fail_external(self, callback_id: str, error: str) -> JobRow:
+        return self._run(admin.fail_external(callback_id, error))
 
-    def retry_external(self, callback_id: str) -> JobRow | None:
-        return self._resolved(admin.retry_external(callback_id))
+    def retry_external(self, callback_id: str) -> JobRow:
+        return self._run(admin.retry_external(callback_id))
 
-    def _resolved(self, op: admin.Op[int | None]) -> JobRow | None:
-        job_id = self._run(op)
-        return None if job_id is None else self.get_job(job_id)
+    def resume_external(self, callback_id: str, payload: object = None) -> JobRow:
+        """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``."""
+        return self._run(admin.resume_external(callback_id, payload))
+
+    def heartbeat_callback(self, callback_id: str, timeout_seconds: float = 3600.0) -> JobRow:
+        """Push the callback's timeout to ``timeout_seconds`` from now."""
+        return self._run(admin.heartbeat_callback(callback_id, timeout_seconds))
 
     def list_cron_jobs(self) -> list[dict[str, Any]]:
         return self._run(admin.list_cron_jobs())
@@ -477,6 +485,10 @@ class AsyncClient(_Handlers):
         op = admin.retry_from_dlq(job_id, run_at=run_at, priority=priority, queue=queue)
         return await self._resolved(op)
 
+    async def _resolved(self, op: admin.Op[int | None]) -> JobRow | None:
+        job_id = await self._run(op)
+        return None if job_id is None else await self.get_job(job_id)
+
     async def bulk_retry_from_dlq(
         self,
         *,
@@ -529,19 +541,23 @@ class AsyncClient(_Handlers):
         )
         return await self._run(op)
 
-    async def complete_external(self, callback_id: str, payload: object = None) -> JobRow | None:
-        """Complete the job waiting on ``callback_id``; None if no job waits on it."""
-        return await self._resolved(admin.complete_external(callback_id, payload))
+    async def complete_external(self, callback_id: str, payload: object = None) -> JobRow:
+        """Complete the job waiting on ``callback_id`` (CallbackNotFound if none waits)."""
+        return await self._run(admin.complete_external(callback_id, payload))
 
-    async def fail_external(self, callback_id: str, error: str) -> JobRow | None:
-        return await self._resolved(admin.fail_external(callback_id, error))
+    async def fail_external(self, callback_id: str, error: str) -> JobRow:
+        return await self._run(admin.fail_external(callback_id, error))
 
-    async def retry_external(self, callback_id: str) -> JobRow | None:
-        return await self._resolved(admin.retry_external(callback_id))
+    async def retry_external(self, callback_id: str) -> JobRow:
+        return await self._run(admin.retry_external(callback_id))
 
-    async def _resolved(self, op: admin.Op[int | None]) -> JobRow | None:
-        job_id = await self._run(op)
-        return None if job_id is None else await self.get_job(job_id)
+    async def resume_external(self, callback_id: str, payload: object = None) -> JobRow:
+        """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``."""
+        return await self._run(admin.resume_external(callback_id, payload))
+
+    async def heartbeat_callback(self, callback_id: str, timeout_seconds: float = 3600.0) -> JobRow:
+        """Push the callback's timeout to ``timeout_seconds`` from now."""
+        return await self._run(admin.heartbeat_callback(callback_id, timeout_seconds))
 
     async def list_cron_jobs(self) -> list[dict[str, Any]]:
         return await self._run(admin.list_cron_jobs())

@@ -54,9 +54,22 @@ class ConfigError(AwaError, ValueError):
 
 class LeaseLost(AwaError):
     """The attempt no longer owns its job: it was cancelled, rescued or resolved by its
-    callback while the handler ran. Whatever the handler does next is dropped."""
+    callback while the handler ran (or waited for the callback). Whatever the handler does
+    next is dropped. ``reason``, where known, says what became of the job."""
 
-    def __init__(self, job_id: int, run_lease: int) -> None:
-        super().__init__(f"job {job_id}: attempt with run_lease {run_lease} no longer owns it")
+    def __init__(self, job_id: int, run_lease: int, reason: str | None = None) -> None:
+        message = f"job {job_id}: attempt with run_lease {run_lease} no longer owns it"
+        super().__init__(message if reason is None else f"{message}: {reason}")
         self.job_id = job_id
         self.run_lease = run_lease
+        self.reason = reason
+
+
+class CallbackNotFound(AwaError):
+    """No job waits on this callback id: it is unknown, already answered, timed out, or
+    (for ``resume_external``) its job is parked with no handler waiting for a payload."""
+
+    def __init__(self, callback_id: str, detail: str | None = None) -> None:
+        message = f"no job waits on callback {callback_id}"
+        super().__init__(message if detail is None else f"{message}: {detail}")
+        self.callback_id = callback_id

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from awa_fast.codec import Decoder, decoder_for, kind_of
-from awa_fast.errors import ConfigError
+from awa_fast.errors import ConfigError, ValidationError
 
 if TYPE_CHECKING:
     from awa_fast.runtime.attempt_writer import AttemptWriter
@@ -160,16 +160,66 @@ class Job(Generic[T]):
     def metadata_updates(self) -> dict[str, Any]:
         return self._metadata_updates
 
-    async def register_callback(self, timeout_seconds: float = 3600.0) -> CallbackToken:
-        """A callback id for an external system; park with ``WaitForCallback(token)``.
+    async def register_callback(
+        self,
+        timeout_seconds: float = 3600.0,
+        filter: str | None = None,
+        on_complete: str | None = None,
+        on_fail: str | None = None,
+        transform: str | None = None,
+    ) -> CallbackToken:
+        """A callback id for an external system: park with ``WaitForCallback(token)``, or
+        wait here with :meth:`wait_for_callback`.
 
         The id is written onto the job before it is returned, so the external system may
         answer at once, even before this handler returns: the callback then decides the
         job and the handler's own result is dropped. Raises :class:`LeaseLost` if this
-        attempt no longer owns the job (cancelled, rescued or resolved meanwhile)."""
+        attempt no longer owns the job (cancelled, rescued or resolved meanwhile).
+
+        The Awa SDK's CEL expressions (``filter``, ``on_complete``, ``on_fail``,
+        ``transform``) are refused with a ValidationError naming the first one given:
+        awa-fast evaluates none, and accepting them would silently ignore them."""
+        expressions = {
+            "filter": filter,
+            "on_complete": on_complete,
+            "on_fail": on_fail,
+            "transform": transform,
+        }
+        for name, expression in expressions.items():
+            if expression is not None:
+                raise ValidationError(
+                    name,
+                    "CEL callback expressions are not supported by awa-fast: decide the "
+                    "payload in the handler (wait_for_callback) or in the system that calls "
+                    "complete_external/fail_external",
+                )
         callback_id = await self._writer.register_callback(self.id, self.run_lease, timeout_seconds)
         self.callback = CallbackToken(callback_id, float(timeout_seconds))
         return self.callback
+
+    async def wait_for_callback(self, token: CallbackToken | str) -> Any:
+        """Wait, the handler still running, until ``client.resume_external(token.id,
+        payload)`` answers the callback this attempt registered last; return its payload.
+
+        Meanwhile the job is in ``waiting_external``; the callback's timeout bounds the
+        wait and the attempt's deadline does not run. Then register another callback and
+        wait again, or return an outcome as usual. Raises :class:`LeaseLost` (saying what
+        became of the job) if the job is decided without this handler instead: completed,
+        failed or retried by the callback, timed out, or cancelled; the handler's outcome
+        is then dropped. Cut short (shutdown), the job stays parked on the callback as if
+        the handler had returned ``WaitForCallback(token)``."""
+        callback_id = token.id if isinstance(token, CallbackToken) else token
+        if self.callback is None or self.callback.id != callback_id:
+            raise ValidationError(
+                "token",
+                f"{callback_id!r} is not the callback this attempt registered last and has "
+                "not waited on yet: call register_callback() first",
+            )
+        payload = await self._writer.wait_for_callback(
+            self.id, self.run_lease, callback_id, self._cancelled
+        )
+        self.callback = None  # answered: this id resolves nothing any more
+        return payload
 
     def __repr__(self) -> str:
         return f"Job(id={self.id}, kind={self.kind!r}, attempt={self.attempt})"

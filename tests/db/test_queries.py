@@ -100,6 +100,15 @@ def _queue(conn: psycopg.Connection[Any], *, table: str) -> None:
             },
         ),
         (
+            "job_wait_callback",
+            {"id": 1, "lease": 1, "callback_id": "7c9e6679-7425-40de-944b-e07fc1f90ae7"},
+        ),
+        (
+            "job_park_callback",
+            {"id": 1, "lease": 1, "callback_id": "7c9e6679-7425-40de-944b-e07fc1f90ae7"},
+        ),
+        ("job_poll_callbacks", {"ids": [1, 2]}),
+        (
             "job_transition_many",
             {
                 "ids": [1, 2],
@@ -130,7 +139,12 @@ def test_generic_plans_reach_rows_by_key(
 ) -> None:
     _queue(conn, table=table)
     plan = _generic_plan(conn, getattr(Q, name), params)
-    key = "Tid Scan" if name == "job_claim_batch" else "jobs_hot_pkey"  # the rows it locked
+    keys = {  # the rows it locked, reached by their key
+        "job_claim_batch": "Tid Scan",
+        "job_wait_callback": "jobs_hot_callback",  # a callback id is unique
+        "job_park_callback": "jobs_hot_callback",
+    }
+    key = keys.get(name, "jobs_hot_pkey")
     assert key in plan and "Seq Scan" not in plan, plan
     assert "Nested Loop" not in plan, plan  # no join for the planner to turn inside out
     # The claim index serves the pick only: the claimed rows are reached by key, never by

@@ -47,7 +47,9 @@ def _park_three(dsn: str) -> tuple[list[int], list[str], list[int]]:
             done = await client.complete_external(tokens[0], {"receipt": "r-1"})
             assert done is not None and done.state == "completed"
             assert done.callback_result == {"receipt": "r-1"}
-            assert await client.complete_external(tokens[0]) is None  # already resolved
+            with pytest.raises(awa_fast.CallbackNotFound) as spent:  # already resolved
+                await client.complete_external(tokens[0])
+            assert spent.value.callback_id == tokens[0]
             failed = await client.fail_external(tokens[1], "card declined")
             assert failed is not None and failed.state == "failed"
             again = await client.retry_external(tokens[2])
@@ -84,7 +86,7 @@ async def _holds(conn: psycopg.AsyncConnection[Any], job_id: int, callback_id: s
     return row is not None and row[0] is True
 
 
-Resolve = Callable[[awa_fast.AsyncClient, str], Awaitable[awa_fast.JobRow | None]]
+Resolve = Callable[[awa_fast.AsyncClient, str], Awaitable[awa_fast.JobRow]]
 RESOLUTIONS: dict[str, tuple[Resolve, set[str], str, int]] = {
     # how: (resolve, states the row it returns may be in, final state, final attempt)
     "complete": (
@@ -192,7 +194,8 @@ def test_a_callback_id_answers_only_for_the_attempt_that_registered_it(dsn: str)
                     what="attempt 2",
                 )
                 first = job(dsn, row.id)["metadata"]["first_callback"]
-                assert await client.complete_external(first) is None
+                with pytest.raises(awa_fast.CallbackNotFound):
+                    await client.complete_external(first)
                 assert job(dsn, row.id)["state"] == "running"
                 cancelled = await client.cancel(row.id)
                 assert cancelled is not None and cancelled.state == "cancelled"

@@ -312,7 +312,8 @@ RETURNING id;
 -- the error), moving it to jobs_done, or back to available for another attempt. The job
 -- may still be running: its handler registered the id and has not returned yet. The
 -- callback decides then, and the attempt's own outcome, guarded by state = 'running',
--- finds no row and is dropped.
+-- finds no row and is dropped; a handler waiting on the callback (wait_for_callback) sees
+-- its job gone and stops waiting. Returns the job as it now is.
 WITH resolved AS (
     DELETE FROM awa_fast.jobs_hot
     WHERE callback_id = %(callback_id)s::uuid AND state IN ('waiting_external', 'running')
@@ -335,7 +336,7 @@ finished AS (
            max_attempts, run_at, created_at, attempted_at, now(), run_lease, new_errors,
            metadata, tags, progress, unique_key, payload, deadline_seconds
     FROM resolved_with WHERE %(state)s IN ('completed', 'failed')
-    RETURNING id
+    RETURNING *
 ),
 again AS (
     INSERT INTO awa_fast.jobs_hot (
@@ -346,9 +347,9 @@ again AS (
            created_at, attempted_at, run_lease, new_errors, metadata, tags, progress,
            unique_key, payload, deadline_seconds
     FROM resolved_with WHERE %(state)s = 'available'
-    RETURNING id
+    RETURNING *
 )
-SELECT id FROM finished UNION ALL SELECT id FROM again;
+SELECT * FROM finished UNION ALL SELECT * FROM again;
 
 -- name: queue_available
 -- Jobs waiting to be claimed in each of the given queues (a health check's view of them).

@@ -228,14 +228,18 @@ RETURNING id;
 -- reaches them (the map holds each job's newest lease the host runs: an older one cannot
 -- own the row). It returns the attempts the host still owns (a slot missing from the result
 -- was cancelled or rescued) and whether each is past its deadline (so the host can set its
--- cancel flag).
+-- cancel flag). An attempt whose handler waits for its callback (waiting_external with a
+-- heartbeat, see callbacks.sql) is still owned, and never overdue while it waits; a parked
+-- one (no heartbeat: its handler returned WaitForCallback or was cut short) is not, and
+-- must not look held again.
 -- It stamps them with the host's current id too: a host the leader took for dead, and
 -- that registered again, moves its attempts to its new row here.
 UPDATE awa_fast.jobs_hot j
 SET heartbeat_at = now(), host_id = %(host_id)s
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running'
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND (j.state = 'running' OR (j.state = 'waiting_external' AND j.heartbeat_at IS NOT NULL))
   AND j.run_lease = (%(leases)s::jsonb ->> j.id::text)::bigint
-RETURNING j.id, j.run_lease, j.deadline_at < now() AS overdue;
+RETURNING j.id, j.run_lease, j.state = 'running' AND j.deadline_at < now() AS overdue;
 
 -- name: host_register
 INSERT INTO awa_fast.hosts (name) VALUES (%(name)s) RETURNING id;

@@ -18,7 +18,7 @@ from awa_fast.codec import encode_args, encode_json
 from awa_fast.db.queries import Q
 from awa_fast.errors import CallbackNotFound, UniqueConflict, ValidationError
 from awa_fast.producer import _int_in, _name, _run_at, positive_seconds, unique_key
-from awa_fast.types import JOB_STATES, JobRow, JobState
+from awa_fast.types import DEFAULT_UNIQUE_STATES, JOB_STATES, JobRow, JobState
 
 T = TypeVar("T")
 Rows = Sequence[dict[str, Any]]
@@ -343,6 +343,10 @@ def _revived_count(rows: Rows) -> int:
     return sum(1 for row in rows if row["holder"] is None)
 
 
+# A revived job's unique key whose claim is gone is taken with the default live states.
+_UNCLAIMED_KEY_STATES = list(DEFAULT_UNIQUE_STATES)
+
+
 def retry_from_dlq(
     job_id: int,
     *,
@@ -361,6 +365,7 @@ def retry_from_dlq(
         "run_at": _run_at(run_at),
         "priority": None if priority is None else _int_in("priority", priority, 1, 4),
         "new_queue": None if queue is None else _name("queue", queue),
+        "unique_states": _UNCLAIMED_KEY_STATES,
     }
     return Op(Q.dlq_retry, params, _revived_one)
 
@@ -377,7 +382,8 @@ def bulk_retry_from_dlq(
     _scoped("bulk_retry_from_dlq", allow_all, kind=kind, queue=queue, tag=tag)
     params = {"id": None, "kind": kind, "queue": queue, "tag": tag}
     unchanged = {"run_at": None, "priority": None, "new_queue": None}
-    return Op(Q.dlq_retry, {**params, **unchanged}, _revived_count)
+    fixed = {"unique_states": _UNCLAIMED_KEY_STATES}
+    return Op(Q.dlq_retry, {**params, **unchanged, **fixed}, _revived_count)
 
 
 def _reason(reason: object) -> str:

@@ -6,13 +6,13 @@ The job is the one :func:`awa_fast.insert` would write: the same validation, kin
 key and statements (whose trigger sends the NOTIFY that wakes workers, delivered when the
 caller's transaction commits). Only how each statement reaches Postgres differs by driver:
 
-* a psycopg connection in autocommit mode goes through :mod:`awa_fast.producer` itself,
-  which opens a transaction (or a savepoint inside one already open) around a unique
-  insert;
-* every other connection is always inside the caller's transaction (psycopg and
-  SQLAlchemy open it implicitly at the first statement; a bare asyncpg connection gets
-  one here), so the producer's statements run there one by one (:func:`_steps`). A
-  psycopg ``conn.transaction()`` block would commit the caller's implicit transaction.
+* a psycopg connection goes through :mod:`awa_fast.producer` itself, which joins the
+  caller's transaction (a savepoint inside one already open, the caller's implicit one
+  otherwise) or, in autocommit mode, opens one around a unique insert;
+* asyncpg and SQLAlchemy connections run the producer's statements
+  (:func:`awa_fast.producer.insert_steps`) one by one inside the caller's transaction
+  (SQLAlchemy opens it implicitly at the first statement; a bare asyncpg connection gets
+  one here).
 
 asyncpg and SQLAlchemy are not dependencies: a connection is recognised by its type's
 module, as the SDK does, and SQLAlchemy's classes are imported only for its connections.
@@ -24,25 +24,16 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import fields
 from typing import Any, Unpack
 
 import orjson
 import psycopg
-from psycopg.rows import dict_row
 
 from awa_fast import producer
-from awa_fast.db.queries import Q
-from awa_fast.errors import UniqueConflict
-from awa_fast.producer import PreparedJob
+from awa_fast.producer import PreparedJob, Rows, drive, drive_async, insert_steps
 from awa_fast.types import InsertOptions, JobRow
-
-Rows = Sequence[Mapping[str, Any]]
-Step = tuple[str, dict[str, Any]]  # a named statement and its parameters
-Steps = Generator[Step, Rows, JobRow]
-Execute = Callable[[str, dict[str, Any]], Rows]
-ExecuteAsync = Callable[[str, dict[str, Any]], Awaitable[Rows]]
 
 # Columns holding JSON that is always an object or an array: a driver that hands jsonb back
 # as text (asyncpg, unless told otherwise) gives them as a str, decoded here.
@@ -66,43 +57,14 @@ def insert_job_sync(conn: object, args: object, **options: Unpack[InsertOptions]
     return _as_dict(insert(producer.prepare(producer.request_of(args, options))))
 
 
-def _steps(job: PreparedJob) -> Steps:
-    """The statements of one insert, as :func:`awa_fast.producer.insert` runs them, for a
-    driver to send inside the caller's transaction: each yields a named statement and
-    receives its rows. A unique key held by a live job raises :class:`UniqueConflict`
-    without failing a statement, so the caller's transaction stays usable."""
-    job_id = None
-    if job.unique_key is not None:
-        job_id = (yield Q.job_next_ids, {"count": 1})[0]["nextval"]
-        if not (yield Q.unique_claim_take, producer._claim_params(job, job_id)):
-            holder = yield Q.unique_claim_holder, {"key": job.unique_key}
-            raise UniqueConflict(holder[0]["job_id"] if holder else None)
-    rows = yield Q.job_insert_many, producer._statement_params(job, job_id)
-    row = dict(rows[0])
-    for column in _JSON_CONTAINERS:
-        if isinstance(row[column], str):
-            row[column] = orjson.loads(row[column])
-    return JobRow.from_row(row)
-
-
-def _drive(steps: Steps, execute: Execute) -> JobRow:
-    step = next(steps)
-    while True:
-        try:
-            step = steps.send(execute(*step))
-        except StopIteration as done:
-            row: JobRow = done.value
-            return row
-
-
-async def _drive_async(steps: Steps, execute: ExecuteAsync) -> JobRow:
-    step = next(steps)
-    while True:
-        try:
-            step = steps.send(await execute(*step))
-        except StopIteration as done:
-            row: JobRow = done.value
-            return row
+def _decoded(rows: Iterable[Mapping[Any, Any]]) -> Rows:
+    """Rows with their JSON containers decoded where the driver handed them over as text."""
+    decoded = [dict(row) for row in rows]
+    for row in decoded:
+        for column in _JSON_CONTAINERS:
+            if isinstance(row.get(column), str):
+                row[column] = orjson.loads(row[column])
+    return decoded
 
 
 def _as_dict(row: JobRow) -> dict[str, Any]:
@@ -114,10 +76,7 @@ def _as_dict(row: JobRow) -> dict[str, Any]:
 
 def _sync_inserter(conn: object) -> Callable[[PreparedJob], JobRow]:
     if isinstance(conn, psycopg.Connection):
-        if conn.autocommit:
-            return functools.partial(producer._insert_prepared, conn)
-        execute = functools.partial(_psycopg_rows, conn)
-        return lambda job: _drive(_steps(job), execute)
+        return functools.partial(producer._insert_prepared, conn)
     if _module(conn) == "sqlalchemy":
         from sqlalchemy.engine import Connection
         from sqlalchemy.orm import Session
@@ -126,7 +85,7 @@ def _sync_inserter(conn: object) -> Callable[[PreparedJob], JobRow]:
             conn = conn.connection()
         if isinstance(conn, Connection):
             run = functools.partial(_sqlalchemy_rows, conn)
-            return lambda job: _drive(_steps(job), run)
+            return lambda job: drive(insert_steps(job), run)
     raise _unsupported(
         conn,
         "insert_job_sync",
@@ -137,10 +96,7 @@ def _sync_inserter(conn: object) -> Callable[[PreparedJob], JobRow]:
 
 def _async_inserter(conn: object) -> Callable[[PreparedJob], Awaitable[JobRow]]:
     if isinstance(conn, psycopg.AsyncConnection):
-        if conn.autocommit:
-            return functools.partial(producer._insert_prepared_async, conn)
-        execute = functools.partial(_psycopg_rows_async, conn)
-        return lambda job: _drive_async(_steps(job), execute)
+        return functools.partial(producer._insert_prepared_async, conn)
     if _module(conn) == "asyncpg":
         return functools.partial(_asyncpg_insert, conn)
     if _module(conn) == "sqlalchemy":
@@ -175,19 +131,6 @@ def _unsupported(conn: object, function: str, supported: str) -> TypeError:
 # ---- each driver's way to run one statement ---------------------------------------------------
 
 
-def _psycopg_rows(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> Rows:
-    with psycopg.Cursor(conn, row_factory=dict_row) as cur:
-        return cur.execute(sql, params).fetchall()
-
-
-async def _psycopg_rows_async(
-    conn: psycopg.AsyncConnection[Any], sql: str, params: dict[str, Any]
-) -> Rows:
-    async with psycopg.AsyncCursor(conn, row_factory=dict_row) as cur:
-        await cur.execute(sql, params)
-        return await cur.fetchall()
-
-
 _NAMED = re.compile(r"%\((\w+)\)s")
 
 
@@ -217,17 +160,17 @@ def _bind(paramstyle: str, sql: str, params: dict[str, Any]) -> tuple[str, Any]:
 async def _asyncpg_insert(conn: Any, job: PreparedJob) -> JobRow:
     async def execute(sql: str, params: dict[str, Any]) -> Rows:
         numbered, args = _bind("numeric_dollar", sql, params)
-        return [dict(row) for row in await conn.fetch(numbered, *args)]
+        return _decoded(await conn.fetch(numbered, *args))
 
     if conn.is_in_transaction():
-        return await _drive_async(_steps(job), execute)
+        return await drive_async(insert_steps(job), execute)
     async with conn.transaction():  # a unique insert's statements stand or fall together
-        return await _drive_async(_steps(job), execute)
+        return await drive_async(insert_steps(job), execute)
 
 
 def _sqlalchemy_rows(conn: Any, sql: str, params: dict[str, Any]) -> Rows:
     result = conn.exec_driver_sql(*_bind(conn.dialect.paramstyle, sql, params))
-    return list(result.mappings().all())
+    return _decoded(result.mappings().all())
 
 
 async def _sqlalchemy_insert_async(conn: Any, job: PreparedJob) -> JobRow:
@@ -238,6 +181,6 @@ async def _sqlalchemy_insert_async(conn: Any, job: PreparedJob) -> JobRow:
     async def execute(sql: str, params: dict[str, Any]) -> Rows:
         statement = _bind(connection.dialect.paramstyle, sql, params)
         result = await connection.exec_driver_sql(*statement)
-        return list(result.mappings().all())
+        return _decoded(result.mappings().all())
 
-    return await _drive_async(_steps(job), execute)
+    return await drive_async(insert_steps(job), execute)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Unpack, overload
@@ -325,9 +325,14 @@ def _transaction(
     """A transaction around an insert, unless its one statement is a transaction by itself
     (an autocommit connection with no transaction open): atomic either way, and without
     BEGIN and COMMIT a one-statement insert costs one round trip instead of three. The
-    clients' own connections are autocommit."""
-    alone = conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
-    return contextlib.nullcontext() if one_statement and alone else conn.transaction()
+    clients' own connections are autocommit. Inside the caller's transaction it is a
+    savepoint; on a connection that is not autocommit and has no transaction open yet,
+    nothing: psycopg opens the caller's transaction at the first statement, and the caller
+    commits or rolls it back (a ``transaction()`` block there would commit it on exit)."""
+    idle = conn.info.transaction_status == TransactionStatus.IDLE
+    if idle and (not conn.autocommit or one_statement):
+        return contextlib.nullcontext()
+    return conn.transaction()
 
 
 def _one_copy(jobs: Sequence[PreparedJob]) -> bool:
@@ -349,21 +354,56 @@ def insert(conn: psycopg.Connection[Any], args: object, **options: Unpack[Insert
     return _insert_prepared(conn, prepare(request_of(args, options)))
 
 
+Rows = Sequence[Mapping[str, Any]]
+Step = tuple[str, dict[str, Any]]  # a named statement and its parameters
+InsertSteps = Generator[Step, Rows, JobRow]
+
+
+def insert_steps(job: PreparedJob) -> InsertSteps:
+    """The statements of one insert, in order, for a driver to run (:func:`drive`): each
+    step yields a named statement with its parameters and is sent the statement's rows
+    back. A unique key a live job holds raises :class:`UniqueConflict` between statements,
+    none failing, so the caller's transaction stays usable."""
+    job_id = None
+    if job.unique_key is not None:
+        job_id = (yield Q.job_next_ids, {"count": 1})[0]["nextval"]
+        holder = (yield Q.unique_claim_take, _claim_params(job, job_id))[0]["holder"]
+        if holder != job_id:
+            raise UniqueConflict(holder)
+    rows = yield Q.job_insert_many, _statement_params(job, job_id)
+    return JobRow.from_row(rows[0])
+
+
+def drive(steps: InsertSteps, execute: Callable[[str, dict[str, Any]], Rows]) -> JobRow:
+    """Run ``steps`` with ``execute`` (a statement and its parameters -> its rows)."""
+    step = next(steps)
+    while True:
+        try:
+            step = steps.send(execute(*step))
+        except StopIteration as done:
+            row: JobRow = done.value
+            return row
+
+
+async def drive_async(
+    steps: InsertSteps, execute: Callable[[str, dict[str, Any]], Awaitable[Rows]]
+) -> JobRow:
+    """The asyncio twin of :func:`drive`."""
+    step = next(steps)
+    while True:
+        try:
+            step = steps.send(await execute(*step))
+        except StopIteration as done:
+            row: JobRow = done.value
+            return row
+
+
 def _insert_prepared(conn: psycopg.Connection[Any], job: PreparedJob) -> JobRow:
     with (
         _transaction(conn, one_statement=job.unique_key is None),
         conn.cursor(row_factory=dict_row) as cur,
     ):
-        job_id = None
-        if job.unique_key is not None:
-            job_id = cur.execute(Q.job_next_ids, {"count": 1}).fetchone()["nextval"]  # type: ignore[index]
-            claim = cur.execute(Q.unique_claim_take, _claim_params(job, job_id)).fetchone()
-            if claim is None:
-                holder = cur.execute(Q.unique_claim_holder, {"key": job.unique_key}).fetchone()
-                raise UniqueConflict(holder["job_id"] if holder else None)
-        row = cur.execute(Q.job_insert_many, _statement_params(job, job_id)).fetchone()
-    assert row is not None
-    return JobRow.from_row(row)
+        return drive(insert_steps(job), lambda sql, params: cur.execute(sql, params).fetchall())
 
 
 async def insert_async(
@@ -378,19 +418,12 @@ async def _insert_prepared_async(conn: psycopg.AsyncConnection[Any], job: Prepar
         _transaction(conn, one_statement=job.unique_key is None),
         conn.cursor(row_factory=dict_row) as cur,
     ):
-        job_id = None
-        if job.unique_key is not None:
-            await cur.execute(Q.job_next_ids, {"count": 1})
-            job_id = (await cur.fetchone())["nextval"]  # type: ignore[index]
-            await cur.execute(Q.unique_claim_take, _claim_params(job, job_id))
-            if await cur.fetchone() is None:
-                await cur.execute(Q.unique_claim_holder, {"key": job.unique_key})
-                holder = await cur.fetchone()
-                raise UniqueConflict(holder["job_id"] if holder else None)
-        await cur.execute(Q.job_insert_many, _statement_params(job, job_id))
-        row = await cur.fetchone()
-    assert row is not None
-    return JobRow.from_row(row)
+
+        async def execute(sql: str, params: dict[str, Any]) -> Rows:
+            await cur.execute(sql, params)
+            return await cur.fetchall()
+
+        return await drive_async(insert_steps(job), execute)
 
 
 def _claim_params(job: PreparedJob, job_id: int) -> dict[str, Any]:

@@ -248,21 +248,7 @@ def test_a_unique_conflict_raises_and_leaves_the_transaction_usable(
     assert (order_ids(orders), job_count(orders)) == ([1], 1)
 
 
-@pytest.mark.parametrize(
-    "first_commits",
-    [
-        pytest.param(
-            True,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="producer bug, reported: after waiting on the first transaction's "
-                "claim, unique_claim_take checks the holder's job in its older snapshot, "
-                "misses it and takes the key, so both jobs are inserted",
-            ),
-        ),
-        False,
-    ],
-)
+@pytest.mark.parametrize("first_commits", [True, False])
 def test_two_transactions_racing_for_a_unique_key_insert_one_job(
     dsn: str, first_commits: bool
 ) -> None:

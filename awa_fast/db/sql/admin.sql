@@ -243,30 +243,34 @@ RETURNING *;
 -- Back from the dead-letter queue with fresh attempts (by id, or every entry the filters
 -- match): available now, or scheduled at a later `run_at`, optionally in another queue or
 -- at another priority. The entries are locked first, so of two retries of one entry the
--- second finds it gone. An entry whose unique key a live job holds meanwhile stays, and is
--- returned with that job's id as `holder`; a revived one takes its key's claim back.
+-- second finds it gone. A revived entry takes its unique key back as an insert does
+-- (awa_fast.unique_claim_take, migration 0011: a live job holding it meanwhile wins, even
+-- one whose insert committed while this waited), with the states its claim was taken
+-- with; one that cannot stays, returned with the holder's id as `holder`.
 WITH picked AS (
     SELECT id, unique_key FROM awa_fast.dlq
     WHERE (%(id)s::bigint IS NULL OR id = %(id)s)
       AND (%(kind)s::text IS NULL OR kind = %(kind)s)
       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
       AND (%(tag)s::text IS NULL OR tags @> ARRAY[%(tag)s::text])
+    ORDER BY id
     FOR UPDATE
 ),
-held AS (
-    SELECT p.id, c.job_id AS holder
+claimed AS (
+    SELECT p.id, CASE WHEN p.unique_key IS NULL THEN p.id ELSE awa_fast.unique_claim_take(
+        p.unique_key, p.id, COALESCE(
+            (SELECT c.states FROM awa_fast.unique_claims c WHERE c.unique_key = p.unique_key),
+            %(unique_states)s::awa_fast.job_state[]))
+    END AS holder
     FROM picked p
-    JOIN awa_fast.unique_claims c ON c.unique_key = p.unique_key AND c.job_id <> p.id
-    WHERE EXISTS (SELECT 1 FROM awa_fast.jobs j WHERE j.id = c.job_id AND j.state = ANY(c.states))
+),
+held AS (
+    SELECT id, holder FROM claimed WHERE holder <> id
 ),
 revived AS (
     DELETE FROM awa_fast.dlq
-    WHERE id IN (SELECT id FROM picked EXCEPT SELECT id FROM held)
+    WHERE id IN (SELECT id FROM claimed WHERE holder = id)
     RETURNING *, COALESCE(%(run_at)s::timestamptz > now(), false) AS later
-),
-reclaimed AS (
-    UPDATE awa_fast.unique_claims c SET job_id = r.id
-    FROM revived r WHERE c.unique_key = r.unique_key
 ),
 now_due AS (
     INSERT INTO awa_fast.jobs_hot (

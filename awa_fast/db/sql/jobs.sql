@@ -318,18 +318,11 @@ WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
 FOR UPDATE;
 
 -- name: unique_claim_take
--- Take the key for job_id unless a live job (one in the claim's states) holds it.
-INSERT INTO awa_fast.unique_claims AS c (unique_key, job_id, states)
-VALUES (%(key)s, %(job_id)s, %(states)s::awa_fast.job_state[])
-ON CONFLICT (unique_key) DO UPDATE
-SET job_id = EXCLUDED.job_id, states = EXCLUDED.states
-WHERE NOT EXISTS (
-    SELECT 1 FROM awa_fast.jobs j WHERE j.id = c.job_id AND j.state = ANY(c.states)
-)
-RETURNING job_id;
-
--- name: unique_claim_holder
-SELECT job_id FROM awa_fast.unique_claims WHERE unique_key = %(key)s;
+-- Take the key for job_id unless a live job (one in the claim's states) holds it: returns
+-- job_id when taken, else the holder's id (migration 0011 says why this is a function).
+SELECT awa_fast.unique_claim_take(
+    %(key)s, %(job_id)s, %(states)s::awa_fast.job_state[]
+) AS holder;
 
 -- name: job_rescue_many
 -- Attempts that cannot finish on their own — their process died, their host stopped

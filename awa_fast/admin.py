@@ -185,13 +185,22 @@ def cancel(job_id: int, reason: str = "by admin") -> Op[bool]:
     return Op(Q.job_cancel, {"id": job_id, "reason": reason}, _any)
 
 
-def retry(job_id: int) -> Op[bool]:
-    """Run a failed or cancelled job again (attempts reset); True if it was queued."""
-    return Op(Q.job_retry, {"id": job_id, "kind": None, "queue": None}, _any)
+# A revived job's unique key whose claim is gone is taken with the default live states.
+_UNCLAIMED_KEY_STATES = list(DEFAULT_UNIQUE_STATES)
+
+
+def retry(job_id: int) -> Op[int | None]:
+    """Run a failed or cancelled job again (attempts reset); its id if it was queued. A
+    live job holding its unique key meanwhile raises UniqueConflict naming that job."""
+    params = {"id": job_id, "kind": None, "queue": None, "unique_states": _UNCLAIMED_KEY_STATES}
+    return Op(Q.job_retry, params, _revived_one)
 
 
 def retry_failed(*, kind: str | None = None, queue: str | None = None) -> Op[int]:
-    return Op(Q.job_retry, {"id": None, "kind": kind, "queue": queue}, _count)
+    """Run every failed job of ``kind`` and ``queue`` again; returns how many (one whose
+    unique key a live job holds meanwhile stays failed)."""
+    params = {"id": None, "kind": kind, "queue": queue, "unique_states": _UNCLAIMED_KEY_STATES}
+    return Op(Q.job_retry, params, _revived_count)
 
 
 def discard_failed(kind: str) -> Op[int]:
@@ -341,10 +350,6 @@ def _revived_one(rows: Rows) -> int | None:
 def _revived_count(rows: Rows) -> int:
     """How many were revived (entries held off by a live job's unique key stay)."""
     return sum(1 for row in rows if row["holder"] is None)
-
-
-# A revived job's unique key whose claim is gone is taken with the default live states.
-_UNCLAIMED_KEY_STATES = list(DEFAULT_UNIQUE_STATES)
 
 
 def retry_from_dlq(

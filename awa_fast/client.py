@@ -192,7 +192,7 @@ class Client(_Handlers):
 
     def retry(self, job_id: int) -> JobRow | None:
         """Run a failed or cancelled job again; None if it was not failed or cancelled."""
-        return self.get_job(job_id) if self._run(admin.retry(job_id)) else None
+        return self._resolved(admin.retry(job_id))
 
     def cancel_by_unique_key(
         self,
@@ -419,7 +419,7 @@ class AsyncClient(_Handlers):
 
     async def retry(self, job_id: int) -> JobRow | None:
         """Run a failed or cancelled job again; None if it was not failed or cancelled."""
-        return await self.get_job(job_id) if await self._run(admin.retry(job_id)) else None
+        return await self._resolved(admin.retry(job_id))
 
     async def cancel_by_unique_key(
         self,

@@ -110,23 +110,37 @@ def test_an_insert_on_a_fresh_non_autocommit_connection_joins_its_implicit_trans
     assert row is not None and row.args == {"day": "kept"}
 
 
-def test_a_dead_lettered_job_revived_while_an_insert_takes_its_key_stays_dead_lettered(
-    dsn: str,
-) -> None:
-    """Reviving takes the key back as an insert does: once the racing insert commits, its
-    job holds the key and the revival is refused, the entry left in the dead-letter queue."""
+@pytest.mark.parametrize("revival", ["retry", "retry_from_dlq"])
+def test_a_job_revived_while_an_insert_takes_its_key_stays_finished(dsn: str, revival: str) -> None:
+    """Reviving a failed job (retry) or a dead-lettered one (retry_from_dlq) takes its key
+    back as an insert does: once the racing insert commits, its job holds the key, and the
+    revival is refused, the old job left where it was."""
     with awa_fast.Client(dsn) as client:
         dead = client.insert(Report("mon"), unique=UNIQUE)
         with psycopg.connect(dsn) as conn:
             finish_jobs(conn, "failed", [dead.id])
-        assert client.move_failed_to_dlq(dead.id, "gave up") is not None
+        if revival == "retry_from_dlq":
+            assert client.move_failed_to_dlq(dead.id, "gave up") is not None
 
     def revive(conn: psycopg.Connection[Any]) -> Any:
-        op = admin.retry_from_dlq(dead.id)
+        op = getattr(admin, revival)(dead.id)
         return op.shape(conn.cursor(row_factory=dict_row).execute(op.sql, op.params).fetchall())
 
     first, second = _race(dsn, _insert, commit=True, second=revive)
     assert isinstance(second, awa_fast.UniqueConflict) and second.job_id == first.id
     with awa_fast.Client(dsn) as client:
-        assert client.dlq_depth() == 1
-    assert states(dsn) == {"available": 1}
+        assert client.dlq_depth() == (revival == "retry_from_dlq")
+        old = client.get_job(dead.id)
+    assert revival == "retry_from_dlq" or (old is not None and old.state == "failed")
+    assert states(dsn).get("available") == 1
+
+
+def test_a_failed_unique_job_retried_takes_its_key_back(dsn: str) -> None:
+    with awa_fast.Client(dsn) as client:
+        dead = client.insert(Report("mon"), unique=UNIQUE)
+        with psycopg.connect(dsn) as conn:
+            finish_jobs(conn, "failed", [dead.id])
+        assert client.insert(Report("mon"), unique=UNIQUE).id != dead.id  # key free: failed
+        with pytest.raises(awa_fast.UniqueConflict):
+            client.retry(dead.id)  # the new job holds it now
+        assert client.retry_failed() == 0

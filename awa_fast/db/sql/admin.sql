@@ -33,26 +33,47 @@ FROM cancelled;
 
 -- name: job_retry
 -- Run failed (or, given by id, cancelled) jobs again, with their attempts reset: by id
--- when `id` is given, else every failed job of `kind` and `queue` (each NULL for any).
-WITH revived AS (
-    DELETE FROM awa_fast.jobs_done
+-- when `id` is given, else every failed job of `kind` and `queue` (each NULL for any). A
+-- job with a unique key takes it back as dlq_retry's entries do; one whose key a live job
+-- holds stays finished, returned with that job's id as `holder`.
+WITH picked AS (
+    SELECT id, unique_key FROM awa_fast.jobs_done
     WHERE id = ANY(CASE WHEN %(id)s::bigint IS NOT NULL THEN ARRAY[%(id)s::bigint]
                         ELSE ARRAY(SELECT id FROM awa_fast.jobs_done
                                    WHERE state = 'failed'
                                      AND (%(kind)s::text IS NULL OR kind = %(kind)s)
                                      AND (%(queue)s::text IS NULL OR queue = %(queue)s)) END)
       AND state IN ('failed', 'cancelled')
+    ORDER BY id
+    FOR UPDATE
+),
+claimed AS (
+    SELECT p.id, CASE WHEN p.unique_key IS NULL THEN p.id ELSE awa_fast.unique_claim_take(
+        p.unique_key, p.id, COALESCE(
+            (SELECT c.states FROM awa_fast.unique_claims c WHERE c.unique_key = p.unique_key),
+            %(unique_states)s::awa_fast.job_state[]))
+    END AS holder
+    FROM picked p
+),
+revived AS (
+    DELETE FROM awa_fast.jobs_done
+    WHERE id IN (SELECT id FROM claimed WHERE holder = id)
     RETURNING *
+),
+requeued AS (
+    INSERT INTO awa_fast.jobs_hot (
+        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+        attempted_at, run_lease, errors, metadata, tags, progress, unique_key,
+        callback_result, deadline_seconds)
+    SELECT id, kind, queue, args, 'available', priority, 0, max_attempts, now(), created_at,
+           attempted_at, run_lease, errors, metadata, tags, progress, unique_key,
+           callback_result, deadline_seconds
+    FROM revived
+    RETURNING id
 )
-INSERT INTO awa_fast.jobs_hot (
-    id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-    attempted_at, run_lease, errors, metadata, tags, progress, unique_key, callback_result,
-    deadline_seconds)
-SELECT id, kind, queue, args, 'available', priority, 0, max_attempts, now(), created_at,
-       attempted_at, run_lease, errors, metadata, tags, progress, unique_key, callback_result,
-       deadline_seconds
-FROM revived
-RETURNING id;
+SELECT id, NULL::bigint AS holder FROM requeued
+UNION ALL
+SELECT id, holder FROM claimed WHERE holder <> id;
 
 -- name: job_discard_failed
 -- Delete the failed jobs of a kind (jobs_done_failed finds them among the completed).

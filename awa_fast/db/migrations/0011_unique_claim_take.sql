@@ -35,3 +35,17 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- A finished job revived (retry, retry_from_dlq) takes its unique key back the same way,
+-- with the states its claim was taken with (``p_default_states`` when the claim is gone);
+-- a job without a key holds nothing. Returns p_job_id, or the live holder's id.
+CREATE FUNCTION awa_fast.unique_claim_retake(
+    p_key bytea, p_job_id bigint, p_default_states awa_fast.job_state[]
+) RETURNS bigint
+LANGUAGE sql AS $$
+    SELECT CASE WHEN p_key IS NULL THEN p_job_id ELSE awa_fast.unique_claim_take(
+        p_key, p_job_id, COALESCE(
+            (SELECT c.states FROM awa_fast.unique_claims c WHERE c.unique_key = p_key),
+            p_default_states))
+    END
+$$;

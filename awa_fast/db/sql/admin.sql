@@ -48,12 +48,9 @@ WITH picked AS (
     FOR UPDATE
 ),
 claimed AS (
-    SELECT p.id, CASE WHEN p.unique_key IS NULL THEN p.id ELSE awa_fast.unique_claim_take(
-        p.unique_key, p.id, COALESCE(
-            (SELECT c.states FROM awa_fast.unique_claims c WHERE c.unique_key = p.unique_key),
-            %(unique_states)s::awa_fast.job_state[]))
-    END AS holder
-    FROM picked p
+    SELECT id, awa_fast.unique_claim_retake(
+        unique_key, id, %(unique_states)s::awa_fast.job_state[]) AS holder
+    FROM picked
 ),
 revived AS (
     DELETE FROM awa_fast.jobs_done
@@ -265,9 +262,9 @@ RETURNING *;
 -- match): available now, or scheduled at a later `run_at`, optionally in another queue or
 -- at another priority. The entries are locked first, so of two retries of one entry the
 -- second finds it gone. A revived entry takes its unique key back as an insert does
--- (awa_fast.unique_claim_take, migration 0011: a live job holding it meanwhile wins, even
--- one whose insert committed while this waited), with the states its claim was taken
--- with; one that cannot stays, returned with the holder's id as `holder`.
+-- (awa_fast.unique_claim_retake, migration 0011: a live job holding it meanwhile wins,
+-- even one whose insert committed while this waited); one that cannot stays, returned
+-- with the holder's id as `holder`.
 WITH picked AS (
     SELECT id, unique_key FROM awa_fast.dlq
     WHERE (%(id)s::bigint IS NULL OR id = %(id)s)
@@ -278,12 +275,9 @@ WITH picked AS (
     FOR UPDATE
 ),
 claimed AS (
-    SELECT p.id, CASE WHEN p.unique_key IS NULL THEN p.id ELSE awa_fast.unique_claim_take(
-        p.unique_key, p.id, COALESCE(
-            (SELECT c.states FROM awa_fast.unique_claims c WHERE c.unique_key = p.unique_key),
-            %(unique_states)s::awa_fast.job_state[]))
-    END AS holder
-    FROM picked p
+    SELECT id, awa_fast.unique_claim_retake(
+        unique_key, id, %(unique_states)s::awa_fast.job_state[]) AS holder
+    FROM picked
 ),
 held AS (
     SELECT id, holder FROM claimed WHERE holder <> id

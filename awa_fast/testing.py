@@ -40,19 +40,18 @@ from typing import Any, Generic, TypeVar, Unpack, cast
 import orjson
 import psycopg
 import pytest
-from psycopg.types.numeric import Int8BinaryLoader
 
 from awa_fast._core import OutcomeRing
 from awa_fast.client import AsyncClient, Client
 from awa_fast.db import transitions as tr
-from awa_fast.db.connections import connect_hot, connect_hot_async
+from awa_fast.db.connections import connect_hot
 from awa_fast.db.migrate import migrate
 from awa_fast.db.queries import Q
 from awa_fast.runtime.attempt_writer import AttemptWriter
 from awa_fast.runtime.committer import Committer, Records
 from awa_fast.runtime.executor import ID, KIND, LEASE, Executor
 from awa_fast.runtime.hooks import EventType, HookDispatcher
-from awa_fast.runtime.runner import RunnerConfig, _started_row, load_jsonb_payloads
+from awa_fast.runtime.runner import RunnerConfig, connect_claimer, started_row
 from awa_fast.types import InsertOptions, JobRow, JobState
 from awa_fast.worker import HandlerFunc, Job, Registry
 
@@ -327,12 +326,7 @@ class _Worker:
                 await self._give_back(row)
 
     async def _claim_connection(self) -> psycopg.AsyncConnection[Any]:
-        """A connection set up as the runner's claimers are (Runner._connect): rows come
-        back in the shape the executor reads."""
-        conn = await connect_hot_async(self.dsn, application_name=_APPLICATION)
-        await load_jsonb_payloads(conn)
-        conn.adapters.register_loader("timestamptz", Int8BinaryLoader)
-        return conn
+        return await connect_claimer(self.dsn, application_name=_APPLICATION)
 
     async def _give_back(self, row: tuple[Any, ...]) -> None:
         payload = orjson.dumps({"reason": "claimed by work_one for another kind"})
@@ -344,7 +338,7 @@ class _Worker:
         """Run the handler on the claimed ``row`` and commit its outcome; returns the
         outcome record's variable part (error, reason, callback id, ...)."""
         if self.hooks.registry.wants(row[KIND]):
-            self.hooks.submit(EventType.STARTED, _started_row(row))
+            self.hooks.submit(EventType.STARTED, started_row(row))
         await self.executor.run(row, 0)
         return await self._commit()
 

@@ -515,14 +515,7 @@ class Runner:
     # -- claiming -------------------------------------------------------------------------
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        conn = await connect_hot_async(self.dsn, application_name="awa-fast claimer")
-        await load_jsonb_payloads(conn)
-        # A claimed row's timestamps as the integers Postgres sends (microseconds since
-        # 2000-01-01 UTC, whatever the server's TimeZone; awa_fast.worker.instant): a
-        # claimed row took the supervisor 0.38 us to load with run_at and created_at as
-        # datetimes in UTC, 0.19 with them as integers.
-        conn.adapters.register_loader("timestamptz", Int8BinaryLoader)
-        return conn
+        return await connect_claimer(self.dsn, application_name="awa-fast claimer")
 
     async def _at_start(
         self, step: Callable[[], Awaitable[T]], *, what: str, attempts: int = 4
@@ -698,7 +691,7 @@ class Runner:
             if wants_started:
                 for row in mine:
                     if self.hooks.registry.wants(row[2]):
-                        self.hooks.submit(EventType.STARTED, _started_row(row))
+                        self.hooks.submit(EventType.STARTED, started_row(row))
             self.workers.deliver(worker, batch)
 
     # -- services -------------------------------------------------------------------------
@@ -797,6 +790,18 @@ class Runner:
                 )
 
 
+async def connect_claimer(dsn: str, *, application_name: str) -> psycopg.AsyncConnection[Any]:
+    """A hot connection whose claimed rows come back in the shape the executor reads."""
+    conn = await connect_hot_async(dsn, application_name=application_name)
+    await load_jsonb_payloads(conn)
+    # A claimed row's timestamps as the integers Postgres sends (microseconds since
+    # 2000-01-01 UTC, whatever the server's TimeZone; awa_fast.worker.instant): a claimed
+    # row took the supervisor 0.38 us to load with run_at and created_at as datetimes in
+    # UTC, 0.19 with them as integers.
+    conn.adapters.register_loader("timestamptz", Int8BinaryLoader)
+    return conn
+
+
 async def load_jsonb_payloads(conn: psycopg.AsyncConnection[Any]) -> None:
     """Have this claim connection load jsonb whole, as its binary payload (a version byte,
     then the JSON text), with psycopg's C bytea loader: decoding happens once, where the
@@ -824,7 +829,8 @@ def _retry_delay(failures: int) -> float:
     return min(0.05 * 2.0**failures, 2.0)
 
 
-def _started_row(row: tuple[Any, ...]) -> JobRow:
+def started_row(row: tuple[Any, ...]) -> JobRow:
+    """The JobRow a Started event carries, from a claimed row."""
     from awa_fast.runtime.executor import (
         ARGS,
         ATTEMPT,

@@ -119,9 +119,13 @@ class Window:
         began = 0.0
         with psycopg.connect(server_url, autocommit=True) as conn:
             while not stop.is_set():
+                # The processes first, then who they are: a claimer's backend that exits as
+                # the pool stops may still be listed by the server after /proc lost it; a
+                # sample counts only when every claimer listed was in its snapshot.
+                now, taken = time.monotonic(), snapshot()
                 labels = backend_labels(conn, database)
-                if CLAIMER in labels.values():
-                    now, taken = time.monotonic(), snapshot()
+                claimers = [pid for pid, label in labels.items() if label == CLAIMER]
+                if claimers and all(pid in taken for pid in claimers):
                     if not self.before:
                         began, self.before = now, taken
                     self.after, self.seconds, self.labels = taken, now - began, labels

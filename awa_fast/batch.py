@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast, get_args
 
 import orjson
 
@@ -27,16 +27,10 @@ BatchOperationKind = Literal["set_priority", "move_queue"]
 BatchOperationState = Literal[
     "pending", "scanning", "running", "cancelling", "completed", "cancelled", "failed"
 ]
-KINDS: tuple[str, ...] = ("set_priority", "move_queue")
-STATES: tuple[str, ...] = (
-    "pending",
-    "scanning",
-    "running",
-    "cancelling",
-    "completed",
-    "cancelled",
-    "failed",
-)
+KINDS: tuple[str, ...] = get_args(BatchOperationKind)
+# The SDK's states; `scanning` never occurs here (the step that starts an operation takes
+# its snapshot), though list_batch_operations accepts it.
+STATES: tuple[str, ...] = get_args(BatchOperationState)
 # What a filter's `state` may ask for: the queued states an operation may change.
 QUEUED_STATES = ("available", "scheduled")
 PREVIEW_SAMPLE = 10  # jobs a preview shows (the SDK's sample size)
@@ -233,8 +227,8 @@ def submit(
     allow_all: bool = False,
 ) -> Op[BatchOperation]:
     """Store an operation for the leader to apply (``pending`` until it starts). A filter
-    that selects nothing in particular (absent, empty, or empty ``ids``) selects every
-    queued job: refused unless ``allow_all``, as the SDK does."""
+    with no condition (absent, empty, or only an empty ``ids``) is refused unless
+    ``allow_all``, as the SDK does; with it, no condition selects every queued job."""
     kind = _kind(op_kind)
     stored_spec = _spec(kind, spec)
     stored_filter = _filter(kind, filter)
@@ -254,6 +248,11 @@ def submit(
     return Op(Q.batch_operation_insert, params, lambda rows: _operation(dict(rows[0])))
 
 
+def _limit(limit: object) -> int:
+    """At least 1 (the SDK reads 0 as 1 for a listing and purges nothing for it)."""
+    return _int_in("limit", limit, 1, 2**63 - 1)
+
+
 def get(operation_id: str) -> Op[BatchOperation]:
     """The operation; ValidationError if there is none (as the SDK raises)."""
     op_id = _operation_id(operation_id)
@@ -266,9 +265,7 @@ def list_operations(
     """Newest first."""
     if state is not None and state not in STATES:
         raise ValidationError("state", f"must be one of {STATES}, got {state!r}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValidationError("limit", f"must be an integer >= 1, got {limit!r}")
-    params = {"state": state, "limit": limit}
+    params = {"state": state, "limit": _limit(limit)}
     return Op(Q.batch_operation_list, params, lambda rows: [_operation(dict(r)) for r in rows])
 
 
@@ -295,6 +292,4 @@ def purge(before: datetime, *, limit: int = 1000) -> Op[int]:
     """Delete up to ``limit`` finished operations finalized before ``before``; how many."""
     if not isinstance(before, datetime) or before.tzinfo is None:
         raise ValidationError("before", f"must be an aware datetime, got {before!r}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValidationError("limit", f"must be an integer >= 1, got {limit!r}")
-    return Op(Q.batch_operation_purge, {"before": before, "limit": limit}, len)
+    return Op(Q.batch_operation_purge, {"before": before, "limit": _limit(limit)}, len)

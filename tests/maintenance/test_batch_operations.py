@@ -296,6 +296,27 @@ def test_a_job_a_claim_takes_mid_chunk_keeps_its_queue_and_priority(
     assert all(where[i] == ("b", 4, "available") for i in waiting)
 
 
+def test_a_scheduled_job_promoted_mid_chunk_is_changed_where_it_went(
+    client: awa_fast.Client, conn: psycopg.Connection[Any], dsn: str
+) -> None:
+    """Promotion moves a due scheduled job to jobs_hot while the chunk waits on its row in
+    jobs_deferred: the chunk's next statement finds it there, available, and changes it."""
+    promoted = insert_job(conn, queue="a", state="scheduled")
+    submitted = client.set_priority(4, filter={"queue": "a"})
+    leader = Leader(dsn)
+    leader.step()
+    steps: list[BatchStep | None] = []
+    with psycopg.connect(dsn) as promoter:
+        assert promoter.execute(Q.job_promote_due, {"limit": 10}).fetchall() == [(promoted,)]
+        chunk = threading.Thread(target=lambda: steps.append(leader.step()))
+        chunk.start()
+        wait_until(lambda: _leader_waits_on_a_lock(dsn), timeout=10, what="the chunk to wait")
+        promoter.commit()
+    chunk.join(timeout=10)
+    assert steps == [BatchStep(submitted["id"], "completed", changed=1)]
+    assert _where(dsn, [promoted]) == {promoted: ("a", 4, "available")}
+
+
 def test_a_claim_passes_over_the_jobs_a_chunk_holds(
     client: awa_fast.Client, conn: psycopg.Connection[Any], dsn: str
 ) -> None:

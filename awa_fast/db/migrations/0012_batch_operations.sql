@@ -1,7 +1,8 @@
 -- Durable batch operations (the Awa SDK's set_priority / move_queue): an operation is a
 -- row here, submitted by a client and applied by the maintenance leader in bounded chunks
 -- (awa_fast.maintenance.batch), with its progress and final state kept for inspection
--- until retention_until.
+-- until retention_until. The states are the SDK's; `scanning` never occurs here (the
+-- snapshot is taken by the step that starts the operation).
 CREATE TABLE awa_fast.batch_operations (
     id              uuid PRIMARY KEY,
     op_kind         text NOT NULL,

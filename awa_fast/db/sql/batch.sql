@@ -33,7 +33,7 @@ LIMIT %(limit)s;
 WITH cancelling AS (
     UPDATE awa_fast.batch_operations
     SET state = 'cancelling', updated_at = clock_timestamp()
-    WHERE id = %(id)s AND state IN ('pending', 'scanning', 'running')
+    WHERE id = %(id)s AND state IN ('pending', 'running')
     RETURNING *
 )
 SELECT *, true AS cancelled FROM cancelling
@@ -56,7 +56,7 @@ RETURNING id;
 -- The leader's next operation, oldest first, locked for this step's transaction: one at a
 -- time, so two operations over the same jobs apply in the order they were submitted.
 SELECT * FROM awa_fast.batch_operations
-WHERE state IN ('pending', 'scanning', 'running', 'cancelling')
+WHERE state IN ('pending', 'running', 'cancelling')
 ORDER BY submitted_at, id
 LIMIT 1
 FOR UPDATE;

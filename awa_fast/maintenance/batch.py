@@ -72,7 +72,7 @@ async def step(conn: Conn, *, chunk: int, runner_instance: uuid.UUID) -> BatchSt
                 return await _advance(cur, operation, chunk, runner_instance)
             except psycopg.OperationalError:
                 raise
-            except psycopg.Error as exc:
+            except psycopg.DatabaseError as exc:  # the statement's, not the connection's
                 raise _Failed(operation["id"], exc) from exc
     except _Failed as failed:
         async with conn.transaction():
@@ -93,11 +93,22 @@ async def _advance(
         params = {"id": op_id, "filter": Jsonb(operation["filter"])}
         await cur.execute(Q.batch_operation_start, {**params, "runner_instance": runner_instance})
         return BatchStep(str(op_id), "running")
+    return await _apply_chunk(cur, operation, chunk, runner_instance)
+
+
+async def _apply_chunk(
+    cur: psycopg.AsyncCursor[dict[str, Any]],
+    operation: dict[str, Any],
+    chunk: int,
+    runner_instance: uuid.UUID,
+) -> BatchStep:
+    """Take the next ``chunk`` ids of the snapshot and change those still queued: the
+    scheduled ones first, then the available ones (job_batch_apply_deferred says why)."""
+    op_id, spec = operation["id"], operation["spec"]
     await cur.execute(Q.batch_item_take, {"id": op_id, "limit": chunk})
     ids = [row["job_id"] for row in await cur.fetchall()]
     if not ids:
         return await _finish(cur, op_id, "completed", runner_instance)
-    spec = operation["spec"]
     change = {"ids": ids, "priority": spec.get("priority"), "queue": spec.get("queue")}
     await cur.execute(Q.job_batch_apply_deferred, change)
     changed = cur.rowcount

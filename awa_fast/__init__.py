@@ -1,5 +1,12 @@
 """awa-fast: a Postgres-backed job queue with a multiprocess worker pool and a Rust core."""
 
+from awa_fast.batch import (
+    BatchOperation,
+    BatchOperationFilter,
+    BatchOperationKind,
+    BatchOperationPreview,
+    BatchOperationState,
+)
 from awa_fast.client import AsyncClient, Client
 from awa_fast.codec import kind_of as derive_kind
 from awa_fast.db.migrate import migrate
@@ -29,6 +36,11 @@ __all__ = [
     "AsyncClient",
     "AwaError",
     "Backoff",
+    "BatchOperation",
+    "BatchOperationFilter",
+    "BatchOperationKind",
+    "BatchOperationPreview",
+    "BatchOperationState",
     "CallbackNotFound",
     "CallbackToken",
     "Cancel",

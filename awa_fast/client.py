@@ -18,7 +18,7 @@ from typing import Any, TypeVar, Unpack
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from awa_fast import admin, producer
+from awa_fast import admin, batch, producer
 from awa_fast.db.migrate import migrate as _migrate
 from awa_fast.db.transitions import Outcome
 from awa_fast.errors import ConfigError
@@ -314,6 +314,104 @@ class Client(_Handlers):
         )
         return self._run(op)
 
+    # Durable batch operations (awa_fast.batch): stored here, applied by the maintenance
+    # leader in chunks. Operations and previews are the Awa SDK's dicts.
+
+    def preview_batch_operation(
+        self,
+        op_kind: batch.BatchOperationKind,
+        *,
+        spec: dict[str, Any],
+        filter: batch.BatchOperationFilter | None = None,
+    ) -> batch.BatchOperationPreview:
+        """How many queued jobs the operation would change, and a sample; changes nothing."""
+        return self._run(batch.preview(op_kind, spec=spec, filter=filter))
+
+    def submit_batch_operation(
+        self,
+        op_kind: batch.BatchOperationKind,
+        *,
+        spec: dict[str, Any],
+        filter: batch.BatchOperationFilter | None = None,
+        submitted_by: str | None = None,
+        allow_all: bool = False,
+    ) -> batch.BatchOperation:
+        """Store the operation for the leader (a filter-less one needs ``allow_all``)."""
+        op = batch.submit(
+            op_kind, spec=spec, filter=filter, submitted_by=submitted_by, allow_all=allow_all
+        )
+        return self._run(op)
+
+    def preview_set_priority(
+        self, priority: int, *, filter: batch.BatchOperationFilter | None = None
+    ) -> batch.BatchOperationPreview:
+        return self.preview_batch_operation(
+            "set_priority", spec={"priority": priority}, filter=filter
+        )
+
+    def set_priority(
+        self,
+        priority: int,
+        *,
+        filter: batch.BatchOperationFilter | None = None,
+        submitted_by: str | None = None,
+        allow_all: bool = False,
+    ) -> batch.BatchOperation:
+        """Submit an operation setting the priority of the queued jobs ``filter`` selects."""
+        return self.submit_batch_operation(
+            "set_priority",
+            spec={"priority": priority},
+            filter=filter,
+            submitted_by=submitted_by,
+            allow_all=allow_all,
+        )
+
+    def preview_move_queue(
+        self,
+        queue: str,
+        *,
+        priority: int | None = None,
+        filter: batch.BatchOperationFilter | None = None,
+    ) -> batch.BatchOperationPreview:
+        spec = batch.move_spec(queue, priority)
+        return self.preview_batch_operation("move_queue", spec=spec, filter=filter)
+
+    def move_queue(
+        self,
+        queue: str,
+        *,
+        priority: int | None = None,
+        filter: batch.BatchOperationFilter | None = None,
+        submitted_by: str | None = None,
+        allow_all: bool = False,
+    ) -> batch.BatchOperation:
+        """Submit an operation moving the queued jobs ``filter`` selects to ``queue`` (and
+        ``priority``, when given)."""
+        return self.submit_batch_operation(
+            "move_queue",
+            spec=batch.move_spec(queue, priority),
+            filter=filter,
+            submitted_by=submitted_by,
+            allow_all=allow_all,
+        )
+
+    def list_batch_operations(
+        self, *, state: batch.BatchOperationState | None = None, limit: int = 100
+    ) -> list[batch.BatchOperation]:
+        """Newest first."""
+        return self._run(batch.list_operations(state=state, limit=limit))
+
+    def get_batch_operation(self, operation_id: str) -> batch.BatchOperation:
+        return self._run(batch.get(operation_id))
+
+    def cancel_batch_operation(self, operation_id: str) -> batch.BatchOperation:
+        """Stop the operation between chunks (``cancelling`` until the leader's next step)."""
+        return self._run(batch.cancel(operation_id))
+
+    def purge_batch_operations(self, before: datetime, *, limit: int = 1000) -> int:
+        """Delete finished operations finalized before ``before``; returns how many."""
+        return self._run(batch.purge(before, limit=limit))
+
     def complete_external(self, callback_id: str, payload: object = None) -> JobRow:
         """Complete the job waiting on ``callback_id`` (CallbackNotFound if none waits)."""
         return self._run(admin.complete_external(callback_id, payload))
@@ -540,6 +638,104 @@ class AsyncClient(_Handlers):
             allow_all=allow_all,
         )
         return await self._run(op)
+
+    # Durable batch operations (awa_fast.batch): stored here, applied by the maintenance
+    # leader in chunks. Operations and previews are the Awa SDK's dicts.
+
+    async def preview_batch_operation(
+        self,
+        op_kind: batch.BatchOperationKind,
+        *,
+        spec: dict[str, Any],
+        filter: batch.BatchOperationFilter | None = None,
+    ) -> batch.BatchOperationPreview:
+        """How many queued jobs the operation would change, and a sample; changes nothing."""
+        return await self._run(batch.preview(op_kind, spec=spec, filter=filter))
+
+    async def submit_batch_operation(
+        self,
+        op_kind: batch.BatchOperationKind,
+        *,
+        spec: dict[str, Any],
+        filter: batch.BatchOperationFilter | None = None,
+        submitted_by: str | None = None,
+        allow_all: bool = False,
+    ) -> batch.BatchOperation:
+        """Store the operation for the leader (a filter-less one needs ``allow_all``)."""
+        op = batch.submit(
+            op_kind, spec=spec, filter=filter, submitted_by=submitted_by, allow_all=allow_all
+        )
+        return await self._run(op)
+
+    async def preview_set_priority(
+        self, priority: int, *, filter: batch.BatchOperationFilter | None = None
+    ) -> batch.BatchOperationPreview:
+        return await self.preview_batch_operation(
+            "set_priority", spec={"priority": priority}, filter=filter
+        )
+
+    async def set_priority(
+        self,
+        priority: int,
+        *,
+        filter: batch.BatchOperationFilter | None = None,
+        submitted_by: str | None = None,
+        allow_all: bool = False,
+    ) -> batch.BatchOperation:
+        """Submit an operation setting the priority of the queued jobs ``filter`` selects."""
+        return await self.submit_batch_operation(
+            "set_priority",
+            spec={"priority": priority},
+            filter=filter,
+            submitted_by=submitted_by,
+            allow_all=allow_all,
+        )
+
+    async def preview_move_queue(
+        self,
+        queue: str,
+        *,
+        priority: int | None = None,
+        filter: batch.BatchOperationFilter | None = None,
+    ) -> batch.BatchOperationPreview:
+        spec = batch.move_spec(queue, priority)
+        return await self.preview_batch_operation("move_queue", spec=spec, filter=filter)
+
+    async def move_queue(
+        self,
+        queue: str,
+        *,
+        priority: int | None = None,
+        filter: batch.BatchOperationFilter | None = None,
+        submitted_by: str | None = None,
+        allow_all: bool = False,
+    ) -> batch.BatchOperation:
+        """Submit an operation moving the queued jobs ``filter`` selects to ``queue`` (and
+        ``priority``, when given)."""
+        return await self.submit_batch_operation(
+            "move_queue",
+            spec=batch.move_spec(queue, priority),
+            filter=filter,
+            submitted_by=submitted_by,
+            allow_all=allow_all,
+        )
+
+    async def list_batch_operations(
+        self, *, state: batch.BatchOperationState | None = None, limit: int = 100
+    ) -> list[batch.BatchOperation]:
+        """Newest first."""
+        return await self._run(batch.list_operations(state=state, limit=limit))
+
+    async def get_batch_operation(self, operation_id: str) -> batch.BatchOperation:
+        return await self._run(batch.get(operation_id))
+
+    async def cancel_batch_operation(self, operation_id: str) -> batch.BatchOperation:
+        """Stop the operation between chunks (``cancelling`` until the leader's next step)."""
+        return await self._run(batch.cancel(operation_id))
+
+    async def purge_batch_operations(self, before: datetime, *, limit: int = 1000) -> int:
+        """Delete finished operations finalized before ``before``; returns how many."""
+        return await self._run(batch.purge(before, limit=limit))
 
     async def complete_external(self, callback_id: str, payload: object = None) -> JobRow:
         """Complete the job waiting on ``callback_id`` (CallbackNotFound if none waits)."""

@@ -1,5 +1,5 @@
-"""The maintenance loop: every host runs it; only the leader promotes, rescues, cleans and
-enqueues periodic jobs.
+"""The maintenance loop: every host runs it; only the leader promotes, rescues, cleans,
+enqueues periodic jobs and applies batch operations.
 
 Each step is a ``*_once`` method that returns what it did, so tests call them directly.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,7 +20,7 @@ from psycopg.rows import dict_row
 from awa_fast.db import transitions as tr
 from awa_fast.db.connections import APPLY_IN_TRANSACTION, rescue_params
 from awa_fast.db.queries import Q
-from awa_fast.maintenance import periodic
+from awa_fast.maintenance import batch, periodic
 from awa_fast.maintenance.leader import Leader
 from awa_fast.runtime.followups import OutcomeContext, insert_followups
 from awa_fast.runtime.hooks import EventType, HookDispatcher
@@ -84,12 +85,13 @@ class Maintenance:
         self.hooks = hooks
         self.leader = Leader(dsn)
         self.stats = MaintenanceStats()
+        self.instance = uuid.uuid4()  # recorded as runner_instance by the batch steps
 
     async def run(self, stopping: Callable[[], bool]) -> None:
         conn: psycopg.AsyncConnection[Any] | None = None
         loop = asyncio.get_running_loop()
         next_election = next_rescue = next_backstop = next_cleanup = next_vacuum = 0.0
-        next_cron = 0.0
+        next_cron = next_batch = 0.0
         try:
             while not stopping():
                 now = loop.time()
@@ -120,6 +122,10 @@ class Maintenance:
                         if now >= next_cron:
                             next_cron = now + self.config.cron_interval
                             await self.cron_once(conn)
+                        if now >= next_batch:
+                            stepped = await self.batch_once(conn)
+                            # an operation with work left goes on at the next iteration
+                            next_batch = now + (0.0 if stepped else self.config.batch_interval)
                 except psycopg.OperationalError as exc:
                     log.warning("maintenance step failed (%s); retrying", exc)
                     if conn is not None:
@@ -138,6 +144,11 @@ class Maintenance:
         enqueued = await periodic.enqueue_due(conn, now=now)
         self.stats.periodic += enqueued
         return enqueued
+
+    async def batch_once(self, conn: psycopg.AsyncConnection[Any]) -> batch.BatchStep | None:
+        """One step of the oldest unfinished batch operation: start it, apply one chunk of
+        ``batch_chunk`` jobs, or finalize it (:mod:`awa_fast.maintenance.batch`)."""
+        return await batch.step(conn, chunk=self.config.batch_chunk, runner_instance=self.instance)
 
     async def promote_once(self, conn: psycopg.AsyncConnection[Any]) -> int:
         """Move due scheduled/retryable jobs into the claimable table, in batches."""

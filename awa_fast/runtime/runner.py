@@ -97,6 +97,11 @@ class RunnerConfig:
     vacuum_interval: float = 2.0
     cron_interval: float = 1.0  # how often the leader enqueues periodic jobs that fell due
     vacuum_dead_tuples: int = 20_000
+    # Durable batch operations (awa_fast.maintenance.batch): how often the leader looks for
+    # one, and how many jobs each of its transactions changes. While one has work left,
+    # its chunks follow each other at the promote pace instead.
+    batch_interval: float = 1.0
+    batch_chunk: int = 1000
     dlq: bool = False
     dlq_queues: Mapping[str, bool] = field(default_factory=dict)
     queue_deadlines: Mapping[str, float] = field(default_factory=dict)
@@ -132,6 +137,7 @@ class RunnerConfig:
             "sync_threads",
             "rescue_batch",
             "cleanup_batch",
+            "batch_chunk",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
@@ -157,6 +163,7 @@ class RunnerConfig:
             "failed_retention",
             "vacuum_interval",
             "cron_interval",
+            "batch_interval",
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0 seconds")

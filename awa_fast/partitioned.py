@@ -199,7 +199,7 @@ def _check_place(logical: str, name: str, index: int) -> None:
     base, suffix, number = name.rpartition(SUFFIX)
     if name == logical:
         owner, place = logical, 0
-    elif suffix and number.isdecimal() and number[0] != "0" and int(number) < MAX_PARTITIONS:
+    elif suffix and number.isascii() and number.isdigit() and number[0] != "0":
         owner, place = base, int(number)
     else:
         return  # a name of the caller's own scheme

@@ -23,6 +23,7 @@ from awa_fast.errors import (
     ValidationError,
 )
 from awa_fast.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
+from awa_fast.partitioned import PartitionedQueue
 from awa_fast.producer import insert, insert_async, insert_many, insert_many_async
 from awa_fast.runtime.followups import OutcomeContext
 from awa_fast.runtime.health import HealthCheck, QueueHealth
@@ -55,6 +56,7 @@ __all__ = [
     "JobState",
     "LeaseLost",
     "OutcomeContext",
+    "PartitionedQueue",
     "QueueHealth",
     "RetryAfter",
     "RunnerConfig",

@@ -98,8 +98,8 @@ class HandlerJob(Generic[T]):
     """The SDK's stand-in job, for calling a handler directly without a database.
 
     ``work_one`` does not use it: it hands handlers the :class:`awa_fast.Job` a worker
-    hands them, which has these fields but ``deadline`` (and more: kind, run_lease,
-    errors, progress, ``register_callback()``, ...)."""
+    hands them, which has these fields (and more: kind, run_lease, errors, progress,
+    ``register_callback()``, ...)."""
 
     args: T
     id: int

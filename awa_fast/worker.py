@@ -49,13 +49,19 @@ def instant(micros: int) -> datetime:
     return POSTGRES_EPOCH + timedelta(microseconds=micros)
 
 
+def micros_of(at: datetime) -> int:
+    """:func:`instant`'s inverse: ``at`` as microseconds since 2000-01-01 UTC."""
+    return (at - POSTGRES_EPOCH) // timedelta(microseconds=1)
+
+
 class Job(Generic[T]):
-    """One attempt of a job, as a handler sees it. ``run_at`` and ``created_at`` are
-    timezone-aware datetimes in UTC."""
+    """One attempt of a job, as a handler sees it. ``run_at``, ``created_at`` and
+    ``deadline`` are timezone-aware datetimes in UTC."""
 
     __slots__ = (
         "_cancelled",
         "_created_at_us",
+        "_deadline_at_us",
         "_metadata_updates",
         "_run_at_us",
         "_writer",
@@ -92,6 +98,7 @@ class Job(Generic[T]):
         progress: Any,
         run_at_us: int,
         created_at_us: int,
+        deadline_at_us: int,
         cancelled: Callable[[], bool],
         writer: AttemptWriter,
     ) -> None:
@@ -109,6 +116,7 @@ class Job(Generic[T]):
         self.progress = progress
         self._run_at_us = run_at_us
         self._created_at_us = created_at_us
+        self._deadline_at_us = deadline_at_us
         self.callback: CallbackToken | None = None
         self.progress_changed = False
         self._cancelled = cancelled
@@ -122,6 +130,17 @@ class Job(Generic[T]):
     @property
     def created_at(self) -> datetime:
         return instant(self._created_at_us)
+
+    @property
+    def deadline(self) -> datetime:
+        """When this attempt's deadline passes: the time of its claim plus the job's own
+        ``deadline`` seconds, else its queue's. Past it the attempt is cancelled
+        (``is_cancelled()`` turns true within a heartbeat) and a handler still running
+        ``deadline_grace`` later is stopped (its task cancelled, or its worker process
+        killed): a handler with long work can
+        check this before each step rather than be cut off in one. A wait in
+        :meth:`wait_for_callback` does not count, and moves it later."""
+        return instant(self._deadline_at_us)
 
     def is_cancelled(self) -> bool:
         """True once the job was cancelled (admin cancel, deadline, shutdown): stop soon."""
@@ -202,7 +221,8 @@ class Job(Generic[T]):
         payload)`` answers the callback this attempt registered last; return its payload.
 
         Meanwhile the job is in ``waiting_external``; the callback's timeout bounds the
-        wait and the attempt's deadline does not run. Then register another callback and
+        wait and the attempt's deadline does not run (on return, :attr:`deadline` is
+        later by the time waited). Then register another callback and
         wait again, or return an outcome as usual. Raises :class:`LeaseLost` (saying what
         became of the job) if the job is decided without this handler instead: completed,
         failed or retried by the callback, timed out, or cancelled; the handler's outcome
@@ -215,9 +235,10 @@ class Job(Generic[T]):
                 f"{callback_id!r} is not the callback this attempt registered last and has "
                 "not waited on yet: call register_callback() first",
             )
-        payload = await self._writer.wait_for_callback(
+        payload, deadline = await self._writer.wait_for_callback(
             self.id, self.run_lease, callback_id, self._cancelled
         )
+        self._deadline_at_us = micros_of(deadline)
         self.callback = None  # answered: this id resolves nothing any more
         return payload
 

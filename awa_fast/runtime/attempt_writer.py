@@ -31,6 +31,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -53,7 +54,7 @@ class _Wait:
 
     callback_id: str
     cancelled: Callable[[], bool]
-    answer: asyncio.Future[Any]
+    answer: asyncio.Future[tuple[Any, datetime]]
 
 
 class AttemptWriter:
@@ -97,9 +98,10 @@ class AttemptWriter:
 
     async def wait_for_callback(
         self, job_id: int, run_lease: int, callback_id: str, cancelled: Callable[[], bool]
-    ) -> Any:
+    ) -> tuple[Any, datetime]:
         """Park attempt (``job_id``, ``run_lease``) in waiting_external on ``callback_id``,
-        which it registered, and return the payload ``resume_external`` gives it. Raises
+        which it registered, and return the payload ``resume_external`` gives it with the
+        attempt's deadline, which the wait moved (callbacks.sql gives it back). Raises
         :class:`LeaseLost` once the job is decided without it, or once it is cut short
         (``cancelled()``, or this task cancelled), leaving the job parked on the callback.
 
@@ -162,7 +164,7 @@ class AttemptWriter:
                 wait.answer.set_exception(LeaseLost(job_id, run_lease, reason))
                 return True
             if row[STATE] == "running" and row[CALLBACK_ID] is None:  # resumed
-                wait.answer.set_result(row[RESULT])
+                wait.answer.set_result((row[RESULT], row[DEADLINE]))
                 return True
         wait.answer.set_exception(LeaseLost(job_id, run_lease, _decided(row, wait.callback_id)))
         return True
@@ -222,7 +224,7 @@ def _progress_params(progress: object, metadata: dict[str, Any]) -> dict[str, An
 
 
 # Columns of a job_poll_callbacks row.
-LEASE, STATE, CALLBACK_ID, RESULT, LAST_ERROR = range(1, 6)
+LEASE, STATE, CALLBACK_ID, RESULT, LAST_ERROR, DEADLINE = range(1, 7)
 
 
 def _decided(row: Sequence[Any] | None, callback_id: str) -> str:

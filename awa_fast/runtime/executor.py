@@ -41,7 +41,8 @@ log = logging.getLogger("awa_fast.executor")
     PROGRESS,
     RUN_AT,
     CREATED_AT,
-) = range(14)
+    DEADLINE_AT,
+) = range(15)
 
 
 class OutcomeSink(Protocol):
@@ -134,6 +135,7 @@ class Executor:
             progress=_json(row[PROGRESS]),
             run_at_us=row[RUN_AT],
             created_at_us=row[CREATED_AT],
+            deadline_at_us=row[DEADLINE_AT],
             cancelled=lambda: flags.is_cancelled(slot),
             writer=self.writer,
         )

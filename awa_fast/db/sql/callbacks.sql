@@ -27,9 +27,10 @@ RETURNING id;
 -- Where the waiting attempts of one worker process stand, one read for all of them. A
 -- waiter's row still waiting_external on its callback: waiting; running with the same
 -- run_lease and no callback id: resumed, with the payload in callback_result; anything
--- else: its attempt lost the job (resolved, timed out and rescued, cancelled).
+-- else: its attempt lost the job (resolved, timed out and rescued, cancelled). A resumed
+-- waiter's deadline_at is its attempt's new deadline (the job's job.deadline).
 SELECT id, run_lease, state::text AS state, callback_id::text AS callback_id,
-       callback_result, errors -> -1 ->> 'error' AS last_error
+       callback_result, errors -> -1 ->> 'error' AS last_error, deadline_at
 FROM awa_fast.jobs
 WHERE id = ANY(%(ids)s::bigint[]);
 

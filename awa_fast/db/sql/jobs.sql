@@ -40,10 +40,13 @@ WITH claimed AS (
         FOR UPDATE SKIP LOCKED
     ))
     -- Empty metadata and errors (most jobs' first attempt) come back as NULL: nothing to
-    -- load here, send to a worker or parse there.
+    -- load here, send to a worker or parse there. deadline_at is the handler's
+    -- job.deadline: set here from now() and the job's own deadline_seconds, neither of
+    -- which the row carries back, so the claimer could not recompute it exactly.
     RETURNING j.id, j.run_lease, j.kind, j.queue, j.args, j.attempt, j.max_attempts,
               j.priority, j.tags, NULLIF(j.metadata, '{}') AS metadata,
-              NULLIF(j.errors, '[]') AS errors, j.progress, j.run_at, j.created_at
+              NULLIF(j.errors, '[]') AS errors, j.progress, j.run_at, j.created_at,
+              j.deadline_at
 )
 SELECT * FROM claimed ORDER BY priority, run_at, id;
 

@@ -13,7 +13,7 @@ import pytest
 import awa_fast
 from awa_fast import AwaError, UniqueConflict, ValidationError
 from awa_fast.transaction import placeholder_count
-from tests.helpers import await_until, run, run_until, states
+from tests.helpers import await_until, lock_waiters, run, run_until, states
 
 
 @dataclass
@@ -263,7 +263,10 @@ def test_two_transactions_racing_for_a_unique_key_insert_one_job(
             racing = asyncio.ensure_future(
                 second.insert(SendEmail("a"), unique_opts={"by_args": True})
             )
-            await await_until(lambda: lock_waiters(dsn) == 1, what="the second insert waiting")
+            await await_until(
+                lambda: lock_waiters(dsn, application_name="awa-fast client") == 1,
+                what="the second insert waiting",
+            )
             await (first.commit() if first_commits else first.rollback())
             if first_commits:
                 with pytest.raises(UniqueConflict) as conflict:
@@ -275,16 +278,6 @@ def test_two_transactions_racing_for_a_unique_key_insert_one_job(
 
     run(main())
     assert job_count(dsn) == 1
-
-
-def lock_waiters(dsn: str) -> int:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock' AND application_name = 'awa-fast client'"
-        ).fetchone()
-        assert row is not None
-        return int(row[0])
 
 
 def test_workers_are_woken_at_commit_and_not_by_a_rollback(

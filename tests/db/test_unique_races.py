@@ -16,7 +16,7 @@ from psycopg.rows import dict_row
 import awa_fast
 from awa_fast import admin
 from tests.factories import finish_jobs
-from tests.helpers import states, wait_until
+from tests.helpers import lock_waiters, states, wait_until
 
 UNIQUE = {"by_args": True}
 
@@ -24,15 +24,6 @@ UNIQUE = {"by_args": True}
 @dataclass
 class Report:
     day: str
-
-
-def _blocked(dsn: str) -> bool:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name = 'racer' AND wait_event_type = 'Lock'"
-        ).fetchone()
-        return row is not None and row[0] > 0
 
 
 Step = Callable[[psycopg.Connection[Any]], Any]
@@ -59,7 +50,11 @@ def _race(dsn: str, first: Step, *, commit: bool, second: Step = _insert) -> Any
         held = first(holder)
         racer = threading.Thread(target=run_second)
         racer.start()
-        wait_until(lambda: _blocked(dsn), timeout=10, what="the second insert to block")
+        wait_until(
+            lambda: lock_waiters(dsn, application_name="racer") > 0,
+            timeout=10,
+            what="the second insert to block",
+        )
         holder.commit() if commit else holder.rollback()
     racer.join(timeout=10)
     assert not racer.is_alive() and len(outcome) == 1

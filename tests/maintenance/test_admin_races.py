@@ -13,17 +13,7 @@ from psycopg.rows import dict_row
 import awa_fast
 from awa_fast import admin
 from tests.factories import finish_jobs, insert_job
-from tests.helpers import job, wait_until
-
-
-def _waiting_on_a_lock(dsn: str) -> bool:
-    """Whether a client session of this database waits for a row lock."""
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name = 'awa-fast client' AND wait_event_type = 'Lock'"
-        ).fetchone()
-        return row is not None and row[0] > 0
+from tests.helpers import job, lock_waiters, wait_until
 
 
 def _behind_open_transaction(
@@ -36,7 +26,11 @@ def _behind_open_transaction(
         hold(holder)
         caller = threading.Thread(target=lambda: result.append(call()))
         caller.start()
-        wait_until(lambda: _waiting_on_a_lock(dsn), timeout=10, what="the call to wait")
+        wait_until(
+            lambda: lock_waiters(dsn, application_name="awa-fast client") > 0,
+            timeout=10,
+            what="the call to wait",
+        )
         holder.commit()
     caller.join(timeout=10)
     assert not caller.is_alive() and len(result) == 1

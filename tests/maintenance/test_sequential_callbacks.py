@@ -19,7 +19,7 @@ from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.hooks import HookDispatcher
 from awa_fast.runtime.runner import RunnerConfig
 from tests.factories import insert_job
-from tests.helpers import await_until, run
+from tests.helpers import await_until, lock_waiters, run
 from tests.helpers import job as row_of
 
 PROCESSES = pytest.mark.parametrize("processes", [None, 2], ids=["in-process", "forked"])
@@ -384,17 +384,6 @@ def _waiting_job(conn: psycopg.Connection[Any], *, timeout: str) -> int:
     return job_id
 
 
-async def _blocked_on_locks(dsn: str, count: int) -> bool:
-    """Whether ``count`` sessions of this database wait on a lock."""
-    async with await psycopg.AsyncConnection.connect(dsn) as conn:
-        cur = await conn.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        found = await cur.fetchone()
-        return found is not None and found[0] == count
-
-
 async def _won(step: Awaitable[object]) -> bool:
     """Whether a callback call (or a rescue, by its count) decided the job."""
     try:
@@ -439,7 +428,7 @@ def test_resume_races_its_rivals_and_exactly_one_wins(
             for queued, name in enumerate(order, start=1):
                 tasks[name] = asyncio.create_task(_won(steps[name]))
                 await await_until(
-                    lambda queued=queued: _blocked_on_locks(dsn, queued),
+                    lambda queued=queued: lock_waiters(dsn) == queued,
                     what=f"{name} to queue on the row's lock",
                 )
             await locker.commit()

@@ -135,6 +135,13 @@ ADMIN_COMMANDS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "move_failed_to_dlq",
     ),
     ("dlq-purge", "delete the dead-lettered jobs the filters match", (), "purge_dlq"),
+    ("batch", "list batch operations, newest first", (), "list_batch_operations"),
+    (
+        "batch-cancel",
+        "stop a batch operation between chunks",
+        ("operation_id",),
+        "cancel_batch_operation",
+    ),
     ("cron", "list periodic jobs", (), "list_cron_jobs"),
     ("cron-delete", "remove a periodic job", ("name",), "delete_cron_job"),
 )
@@ -156,6 +163,7 @@ _FILTERS = {
     "dlq_depth": ("queue",),
     "bulk_retry_from_dlq": ("kind", "queue", "tag", "allow_all"),
     "purge_dlq": ("kind", "queue", "tag", "allow_all"),
+    "list_batch_operations": ("state", "limit"),
 }
 
 

@@ -226,6 +226,10 @@ class Client(_Handlers):
     def drain_queue(self, queue: str) -> int:
         return self._run(admin.drain_queue(queue))
 
+    def flush_admin_metadata(self) -> None:
+        """Nothing to flush: queue_stats() counts on every call (the Awa SDK caches its
+        counters; code that flushes them first runs unchanged)."""
+
     def queue_stats(self) -> list[admin.QueueStat]:
         return self._run(admin.queue_stats())
 
@@ -550,6 +554,10 @@ class AsyncClient(_Handlers):
 
     async def drain_queue(self, queue: str) -> int:
         return await self._run(admin.drain_queue(queue))
+
+    async def flush_admin_metadata(self) -> None:
+        """Nothing to flush: queue_stats() counts on every call (the Awa SDK caches its
+        counters; code that flushes them first runs unchanged)."""
 
     async def queue_stats(self) -> list[admin.QueueStat]:
         return await self._run(admin.queue_stats())

@@ -229,3 +229,12 @@ def test_args_that_cannot_be_encoded_raise_serialization_error(client: awa.Clien
         client.insert(SendEmail("a@example.com", object()))  # type: ignore[arg-type]
     assert isinstance(raised.value, awa.ValidationError) and raised.value.field == "args"
     assert client.list_jobs() == []
+
+
+def test_the_sdk_stats_pattern_flush_then_read_counts_what_is_there(client: awa.Client) -> None:
+    """SDK tests flush the admin counters before queue_stats(); here there are none to
+    flush, and the stats read right after an insert already count it."""
+    client.insert(SendEmail("a@example.com", "hi"), queue="stats")
+    client.flush_admin_metadata()
+    [stat] = [s for s in client.queue_stats() if s.queue == "stats"]
+    assert (stat.available, stat.total_queued) == (1, 1)

@@ -128,3 +128,13 @@ def test_drain_dump_and_the_dead_letter_queue(dsn: str) -> None:
     assert _json(_cli(dsn, "dlq-depth")) == 0
     again = _cli(dsn, "dlq-move", str(failed), "twice")
     assert again.returncode == 1 and f"job {failed} not found" in again.stderr
+
+
+def test_batch_operations_are_listed_and_cancelled(dsn: str) -> None:
+    with awa_fast.Client(dsn) as client:
+        client.insert(Doomed(1), queue="slow")
+        op = client.set_priority(4, filter={"queue": "slow"})
+    [listed] = _json(_cli(dsn, "batch", "--state", "pending"))
+    assert (listed["id"], listed["op_kind"]) == (op["id"], "set_priority")
+    assert _json(_cli(dsn, "batch-cancel", op["id"]))["state"] == "cancelling"
+    assert _json(_cli(dsn, "batch", "--state", "pending")) == []

@@ -105,6 +105,66 @@ def dump_job(job_id: int) -> Op[str]:
     return Op(Q.job_dump, {"id": job_id}, shape)
 
 
+_HISTORY_NOTES = [
+    "Historical attempts are reconstructed from errors[]: awa-fast keeps no table of runs.",
+    "Only the current attempt has live progress, callback, and metadata fields.",
+]
+
+
+_NOT_RUN = "The job has not been claimed yet; attempt 0 is the pre-run snapshot."
+
+
+def dump_run(job_id: int, attempt: int | None = None) -> Op[str]:
+    """One attempt of a job as pretty JSON, in the Awa SDK's shape (``awa job dump-run``):
+    the current attempt from the job's row (attempt 0 before its first claim), an earlier
+    one from the error it recorded. Raises ValidationError for an id with no job, or an
+    attempt it has not made."""
+    if attempt is not None:
+        attempt = _int_in("attempt", attempt, 1, 2**31 - 1)
+
+    def shape(rows: Rows) -> str:
+        if not rows:
+            raise ValidationError("job_id", f"no job with id {job_id}")
+        return _pretty(_run(dict(rows[0]), attempt))
+
+    return Op(Q.job_dump, {"id": job_id}, shape)
+
+
+def _run(job: dict[str, Any], attempt: int | None) -> dict[str, Any]:
+    current = job["attempt"]
+    selected = current if attempt is None else attempt
+    if attempt is not None and not 1 <= selected <= current:
+        made = f"made {current} attempt(s)" if current else "not run yet"
+        raise ValidationError("attempt", f"job {job['id']} has {made}, so no attempt {selected}")
+    entry = next((e for e in reversed(job["errors"]) if e.get("attempt") == selected), None)
+    now = selected == current
+    return {
+        "job_id": job["id"],
+        "kind": job["kind"],
+        "queue": job["queue"],
+        "selected_attempt": selected,
+        "current_attempt": current,
+        "current_run_lease": job["run_lease"],
+        "selected_run_lease": job["run_lease"] if now else None,
+        "source": "current_job_row" if now else "error_history",
+        # An earlier attempt that recorded an error was retried (it is not the last).
+        "state": job["state"] if now else ("retryable" if entry else None),
+        "started_at": job["attempted_at"] if now else None,
+        "finished_at": job["finalized_at"] if now else entry and entry.get("at"),
+        "error": entry and entry.get("error"),
+        "terminal": None if entry is None else bool(entry.get("terminal")),
+        "progress": job["progress"] if now else None,
+        "metadata": job["metadata"] if now else None,
+        "callback": (
+            {"id": str(job["callback_id"]), "timeout_at": job["callback_timeout_at"]}
+            if now and job["callback_id"] is not None
+            else None
+        ),
+        "raw_error_entry": entry,
+        "notes": _HISTORY_NOTES if not now else [_NOT_RUN] if not current else [],
+    }
+
+
 def _dump(row: dict[str, Any]) -> str:
     reason, dlq_at = row.pop("dlq_reason"), row.pop("dlq_at")
     job: dict[str, Any] = {
@@ -125,7 +185,12 @@ def _dump(row: dict[str, Any]) -> str:
     }
     if reason is not None:
         dump["dlq"] = {"reason": reason, "dlq_at": dlq_at, "original_run_lease": job["run_lease"]}
-    return orjson.dumps(dump, option=orjson.OPT_INDENT_2 | orjson.OPT_UTC_Z, default=_hex).decode()
+    return _pretty(dump)
+
+
+def _pretty(value: object) -> str:
+    """Indented JSON, times in UTC with a Z, bytes (a unique key) as hex."""
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_UTC_Z, default=_hex).decode()
 
 
 def _hex(value: object) -> str:

@@ -116,6 +116,12 @@ ADMIN_COMMANDS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("retry-failed", "run every failed job again", (), "retry_failed"),
     ("discard-failed", "delete the failed jobs of a kind", ("kind",), "discard_failed"),
     ("dump", "a job and its timeline, as JSON", ("job_id",), "dump_job"),
+    (
+        "dump-run",
+        "one attempt of a job (the latest unless --attempt), as JSON",
+        ("job_id",),
+        "dump_run",
+    ),
     ("pause", "stop claiming a queue", ("queue",), "pause_queue"),
     ("resume", "claim a paused queue again", ("queue",), "resume_queue"),
     ("drain", "cancel every job of a queue that waits to run", ("queue",), "drain_queue"),
@@ -164,6 +170,7 @@ _FILTERS = {
     "bulk_retry_from_dlq": ("kind", "queue", "tag", "allow_all"),
     "purge_dlq": ("kind", "queue", "tag", "allow_all"),
     "list_batch_operations": ("state", "limit"),
+    "dump_run": ("attempt",),
 }
 
 
@@ -323,7 +330,7 @@ def parser() -> argparse.ArgumentParser:
                 cmd.add_argument(
                     f"--{option.replace('_', '-')}",
                     dest=option,
-                    type=int if option == "limit" else str,
+                    type=int if option in ("limit", "attempt") else str,
                 )
         cmd.set_defaults(run=_cmd_admin, method=method, positional_names=positional)
 

@@ -217,6 +217,10 @@ class Client(_Handlers):
     def dump_job(self, job_id: int) -> str:
         return self._run(admin.dump_job(job_id))
 
+    def dump_run(self, job_id: int, attempt: int | None = None) -> str:
+        """One attempt of a job as JSON (the current one unless ``attempt`` is given)."""
+        return self._run(admin.dump_run(job_id, attempt))
+
     def pause_queue(self, queue: str, paused_by: str | None = None) -> None:
         self._run(admin.pause_queue(queue, paused_by))
 
@@ -545,6 +549,10 @@ class AsyncClient(_Handlers):
 
     async def dump_job(self, job_id: int) -> str:
         return await self._run(admin.dump_job(job_id))
+
+    async def dump_run(self, job_id: int, attempt: int | None = None) -> str:
+        """One attempt of a job as JSON (the current one unless ``attempt`` is given)."""
+        return await self._run(admin.dump_run(job_id, attempt))
 
     async def pause_queue(self, queue: str, paused_by: str | None = None) -> None:
         await self._run(admin.pause_queue(queue, paused_by))

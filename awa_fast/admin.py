@@ -240,6 +240,16 @@ def list_cron_jobs() -> Op[list[dict[str, Any]]]:
     return Op(Q.cron_list, {}, lambda rows: [dict(row) for row in rows])
 
 
+def list_queue_descriptors() -> Op[list[dict[str, Any]]]:
+    """Every queue descriptor's row, by queue (awa_fast.descriptors)."""
+    return Op(Q.queue_descriptor_list, {}, lambda rows: [dict(row) for row in rows])
+
+
+def list_job_kind_descriptors() -> Op[list[dict[str, Any]]]:
+    """Every job-kind descriptor's row, by kind (awa_fast.descriptors)."""
+    return Op(Q.job_kind_descriptor_list, {}, lambda rows: [dict(row) for row in rows])
+
+
 def delete_cron_job(name: str) -> Op[bool]:
     """Remove a schedule (a host that still registers it writes it back when it starts)."""
     return Op(Q.cron_delete, {"name": name}, _any)

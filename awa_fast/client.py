@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from awa_fast import admin, batch, producer
 from awa_fast.db.migrate import migrate as _migrate
 from awa_fast.db.transitions import Outcome
+from awa_fast.descriptors import DescriptorOptions, descriptor
 from awa_fast.errors import ConfigError
 from awa_fast.maintenance.periodic import PeriodicOptions, periodic_job
 from awa_fast.runtime import health
@@ -85,6 +86,20 @@ class _Handlers:
         if name in self.handlers.schedules:
             raise ConfigError(f"periodic job {name!r} registered twice")
         self.handlers.schedules[name] = periodic_job(name, cron_expr, args_type, args, **options)
+
+    def queue_descriptor(self, queue: str, **options: Unpack[DescriptorOptions]) -> None:
+        """Describe ``queue`` for the catalog (``list_queue_descriptors``): options
+        ``display_name``, ``description``, ``owner``, ``docs_url``, ``tags``, ``extra`` (a
+        JSON object). Validated now; written when this client starts handlers, which must
+        run ``queue`` (else :class:`ConfigError`). Declaring a queue again replaces its
+        descriptor, as in the Awa SDK."""
+        self.handlers.queue_descriptors[queue] = descriptor("queue", queue, **options)
+
+    def job_kind_descriptor(self, kind: str, **options: Unpack[DescriptorOptions]) -> None:
+        """Describe job kind ``kind`` (``list_job_kind_descriptors``), with the options of
+        :meth:`queue_descriptor`; written when this client starts handlers. Any kind may be
+        described, handled here or not."""
+        self.handlers.kind_descriptors[kind] = descriptor("kind", kind, **options)
 
     def register(self, worker: type[Worker] | Worker) -> None:
         """Register a :class:`~awa_fast.Worker` subclass (or instance)."""
@@ -441,6 +456,12 @@ class Client(_Handlers):
     def list_cron_jobs(self) -> list[dict[str, Any]]:
         return self._run(admin.list_cron_jobs())
 
+    def list_queue_descriptors(self) -> list[dict[str, Any]]:
+        return self._run(admin.list_queue_descriptors())
+
+    def list_job_kind_descriptors(self) -> list[dict[str, Any]]:
+        return self._run(admin.list_job_kind_descriptors())
+
     def delete_cron_job(self, name: str) -> bool:
         return self._run(admin.delete_cron_job(name))
 
@@ -773,6 +794,12 @@ class AsyncClient(_Handlers):
 
     async def list_cron_jobs(self) -> list[dict[str, Any]]:
         return await self._run(admin.list_cron_jobs())
+
+    async def list_queue_descriptors(self) -> list[dict[str, Any]]:
+        return await self._run(admin.list_queue_descriptors())
+
+    async def list_job_kind_descriptors(self) -> list[dict[str, Any]]:
+        return await self._run(admin.list_job_kind_descriptors())
 
     async def delete_cron_job(self, name: str) -> bool:
         return await self._run(admin.delete_cron_job(name))

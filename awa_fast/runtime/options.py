@@ -5,7 +5,7 @@ Each SDK option with a counterpart becomes that field, milliseconds and hours tu
 seconds. The SDK's three rescue intervals set the one sweep that rescues here, at the
 shortest given: sweeping more often serves each of them. An SDK option given as None means
 its default, as in the SDK. Any other name, or an SDK option with nothing to act on here
-(a fleet-wide worker cap, the SDK's storage engine and descriptor catalog), is refused by
+(a fleet-wide worker cap, the SDK's storage engine, descriptor retention), is refused by
 name: dropping it silently would leave the caller believing it took effect.
 """
 
@@ -38,7 +38,7 @@ AWA_OPTIONS: Mapping[str, tuple[str, float | None]] = {
 _NO_COUNTERPART = "an Awa SDK option with no counterpart in awa-fast"
 AWA_UNSUPPORTED: Mapping[str, str] = {
     "global_max_workers": "there is no fleet-wide cap; give each queue its concurrency",
-    "descriptor_retention_days": "there is no descriptor catalog",
+    "descriptor_retention_days": "descriptors stay until deleted; there is no retention",
     "terminal_count_rollup_interval_ms": "it tunes the SDK's storage engine",
     "storage_transition_role": "it tunes the SDK's storage engine",
     "queue_storage_schema": "it tunes the SDK's storage engine",

@@ -23,12 +23,14 @@ import psycopg
 from psycopg.types.numeric import Int8BinaryLoader
 from psycopg.types.string import ByteaBinaryLoader
 
+from awa_fast import descriptors
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.codec import decode_json
 from awa_fast.db import transitions as tr
 from awa_fast.db.connections import attempts_params, connect_hot, connect_hot_async
 from awa_fast.db.migrate import require_migrated
 from awa_fast.db.queries import Q
+from awa_fast.descriptors import Descriptor
 from awa_fast.errors import ConfigError
 from awa_fast.maintenance import periodic
 from awa_fast.maintenance.periodic import PeriodicJob
@@ -245,6 +247,8 @@ class Handlers:
     followups: FollowupRegistry
     hooks: HookRegistry
     schedules: dict[str, PeriodicJob] = field(default_factory=dict)  # by name
+    queue_descriptors: dict[str, Descriptor] = field(default_factory=dict)  # by queue
+    kind_descriptors: dict[str, Descriptor] = field(default_factory=dict)  # by kind
 
 
 def shares(concurrency: int, workers: int) -> list[int]:
@@ -306,6 +310,7 @@ class Runner:
         self.dsn = dsn
         self.handlers = handlers
         self.queues = dict(queues)
+        descriptors.check_queues(handlers.queue_descriptors, self.queues)
         self.config = config
         count = 1 if processes is None else processes
         if count < 1:
@@ -478,10 +483,15 @@ class Runner:
         await asyncio.to_thread(require_migrated, self.dsn)
 
     async def _register_new_host(self) -> None:
-        """This host's row, and the periodic jobs registered on its client, on one
-        connection."""
+        """This host's row, and the periodic jobs and descriptors registered on its
+        client, on one connection."""
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
             await periodic.register(conn, list(self.handlers.schedules.values()))
+            await descriptors.register(
+                conn,
+                queues=list(self.handlers.queue_descriptors.values()),
+                kinds=list(self.handlers.kind_descriptors.values()),
+            )
             await self._register_host(conn)
 
     async def _register_host(self, conn: psycopg.AsyncConnection[Any]) -> None:

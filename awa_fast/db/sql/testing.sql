@@ -33,7 +33,7 @@ SELECT t.id, (SELECT count(*) FROM held) AS held FROM target t;
 -- name: testing_tables_clear
 -- AwaTestClient.clean: every row of awa-fast's tables (jobs wherever they live, the
 -- dead-letter queue, queue pauses, unique keys, hosts, batch operations with their
--- snapshots, periodic schedules), in one statement and so one transaction; the schema and
+-- snapshots, periodic schedules, descriptors), in one statement and so one transaction; the schema and
 -- its version stay.
 WITH hot AS (DELETE FROM awa_fast.jobs_hot),
 deferred AS (DELETE FROM awa_fast.jobs_deferred),
@@ -42,5 +42,7 @@ dlq AS (DELETE FROM awa_fast.dlq),
 queues AS (DELETE FROM awa_fast.queue_meta),
 unique_keys AS (DELETE FROM awa_fast.unique_claims),
 hosts AS (DELETE FROM awa_fast.hosts),
-batch_operations AS (DELETE FROM awa_fast.batch_operations)
+batch_operations AS (DELETE FROM awa_fast.batch_operations),
+queue_descriptors AS (DELETE FROM awa_fast.queue_descriptors),
+job_kind_descriptors AS (DELETE FROM awa_fast.job_kind_descriptors)
 DELETE FROM awa_fast.cron_jobs;

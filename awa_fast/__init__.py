@@ -1,5 +1,6 @@
 """awa-fast: a Postgres-backed job queue with a multiprocess worker pool and a Rust core."""
 
+from awa_fast.admin import DlqEntry, QueueStat
 from awa_fast.batch import (
     BatchOperation,
     BatchOperationFilter,
@@ -9,12 +10,13 @@ from awa_fast.batch import (
 )
 from awa_fast.client import AsyncClient, Client
 from awa_fast.codec import kind_of as derive_kind
-from awa_fast.db.migrate import migrate
+from awa_fast.db.migrate import current_migration_version, migrate
 from awa_fast.db.transitions import Backoff
 from awa_fast.errors import (
     AwaError,
     CallbackNotFound,
     ConfigError,
+    DatabaseError,
     LeaseLost,
     SchemaNotMigrated,
     SerializationError,
@@ -47,6 +49,8 @@ __all__ = [
     "Cancel",
     "Client",
     "ConfigError",
+    "DatabaseError",
+    "DlqEntry",
     "Event",
     "EventType",
     "HealthCheck",
@@ -58,6 +62,7 @@ __all__ = [
     "OutcomeContext",
     "PartitionedQueue",
     "QueueHealth",
+    "QueueStat",
     "RetryAfter",
     "RunnerConfig",
     "SchemaNotMigrated",
@@ -71,6 +76,7 @@ __all__ = [
     "ValidationError",
     "WaitForCallback",
     "Worker",
+    "current_migration_version",
     "derive_kind",
     "insert",
     "insert_async",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import psycopg
+
 
 class AwaError(Exception):
     """Base class of every error awa-fast raises itself."""
@@ -73,3 +75,8 @@ class CallbackNotFound(AwaError):
         message = f"no job waits on callback {callback_id}"
         super().__init__(message if detail is None else f"{message}: {detail}")
         self.callback_id = callback_id
+
+
+# The Awa SDK wraps database errors in its own DatabaseError; awa-fast lets psycopg's reach
+# the caller as they are, so ``except awa_fast.DatabaseError`` (ported code's) catches them.
+DatabaseError = psycopg.Error

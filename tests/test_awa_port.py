@@ -238,3 +238,16 @@ def test_the_sdk_stats_pattern_flush_then_read_counts_what_is_there(client: awa.
     client.flush_admin_metadata()
     [stat] = [s for s in client.queue_stats() if s.queue == "stats"]
     assert (stat.available, stat.total_queued) == (1, 1)
+
+
+def test_sdk_names_for_errors_stats_and_the_schema_version(dsn: str, client: awa.Client) -> None:
+    """Ported ``except awa.DatabaseError`` clauses catch what the database raised (an except
+    clause naming a missing attribute would itself raise, hiding the error); the admin
+    types and the schema version are named as in the SDK."""
+    with pytest.raises(awa.DatabaseError):
+        awa.migrate(dsn.rsplit("/", 1)[0] + "/no_such_db")
+    client.insert(SendEmail("a@example.com", "hi"))
+    assert all(isinstance(stat, awa.QueueStat) for stat in client.queue_stats())
+    with psycopg.connect(dsn) as conn:
+        [(version,)] = conn.execute("SELECT max(version) FROM awa_fast.schema_version").fetchall()
+    assert awa.current_migration_version() == version

@@ -44,6 +44,11 @@ def migrations() -> list[Migration]:
     return found
 
 
+def current_migration_version() -> int:
+    """The schema version this code migrates to (the Awa SDK's name for it)."""
+    return migrations()[-1].version
+
+
 def migrate(dsn: str) -> list[int]:
     """Bring the database at ``dsn`` to the latest schema; returns the versions applied."""
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -242,12 +242,23 @@ def list_cron_jobs() -> Op[list[dict[str, Any]]]:
 
 def list_queue_descriptors() -> Op[list[dict[str, Any]]]:
     """Every queue descriptor's row, by queue (awa_fast.descriptors)."""
-    return Op(Q.queue_descriptor_list, {}, lambda rows: [dict(row) for row in rows])
+    return _descriptors("queue")
 
 
 def list_job_kind_descriptors() -> Op[list[dict[str, Any]]]:
     """Every job-kind descriptor's row, by kind (awa_fast.descriptors)."""
-    return Op(Q.job_kind_descriptor_list, {}, lambda rows: [dict(row) for row in rows])
+    return _descriptors("kind")
+
+
+def _descriptors(scope: str) -> Op[list[dict[str, Any]]]:
+    """The rows of one scope, each named by its scope ("queue": ..., or "kind": ...)."""
+
+    def shape(rows: Rows) -> list[dict[str, Any]]:
+        return [
+            {scope: row["name"], **{k: v for k, v in row.items() if k != "name"}} for row in rows
+        ]
+
+    return Op(Q.descriptor_list, {"scope": scope}, shape)
 
 
 def delete_cron_job(name: str) -> Op[bool]:

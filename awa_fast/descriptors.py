@@ -46,9 +46,10 @@ class DescriptorOptions(TypedDict, total=False):
 
 @dataclass(frozen=True, slots=True)
 class Descriptor:
-    """A validated descriptor of the queue or kind ``name``: the row a register query
-    writes."""
+    """A validated descriptor of the queue or kind ``name`` (``scope``: "queue" or
+    "kind"): the row descriptor_register writes."""
 
+    scope: str
     name: str
     display_name: str | None
     description: str | None
@@ -59,6 +60,7 @@ class Descriptor:
 
     def params(self) -> dict[str, Any]:
         return {
+            "scope": self.scope,
             "name": self.name,
             "display_name": self.display_name,
             "description": self.description,
@@ -70,12 +72,14 @@ class Descriptor:
 
 
 def descriptor(field: str, name: str, **options: Unpack[DescriptorOptions]) -> Descriptor:
-    """Validate a descriptor of the queue or kind ``name`` (``field`` says which, and names
-    it in errors); raises :class:`ValidationError` naming the field at fault."""
+    """Validate a descriptor of the queue or kind ``name`` (``field``, "queue" or "kind",
+    says which, and names it in errors); raises :class:`ValidationError` naming the field
+    at fault."""
     unknown = options.keys() - DescriptorOptions.__annotations__.keys()
     if unknown:
         raise ValidationError("options", f"unknown option(s) {', '.join(sorted(unknown))}")
     return Descriptor(
+        scope=field,
         name=_name(field, name),
         display_name=_text("display_name", options.get("display_name"), MAX_LABEL_LENGTH),
         description=_text("description", options.get("description"), MAX_DESCRIPTION_LENGTH),
@@ -150,5 +154,4 @@ async def register(
 ) -> None:
     """Upsert the descriptors (a changed one takes its new definition)."""
     async with conn.cursor() as cur:
-        await cur.executemany(Q.queue_descriptor_register, [d.params() for d in queues])
-        await cur.executemany(Q.job_kind_descriptor_register, [d.params() for d in kinds])
+        await cur.executemany(Q.descriptor_register, [d.params() for d in [*queues, *kinds]])

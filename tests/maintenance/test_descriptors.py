@@ -94,13 +94,13 @@ def test_a_second_start_upserts_changed_fields_and_keeps_unchanged_ones(
 ) -> None:
     _start_and_stop(_client(dsn, description="v1", owner="growth", tags=["a"]))
     conn.execute(
-        "UPDATE awa_fast.queue_descriptors SET created_at = created_at - interval '1 hour',"
+        "UPDATE awa_fast.descriptors SET created_at = created_at - interval '1 hour',"
         " updated_at = updated_at - interval '1 hour', last_seen_at = last_seen_at - interval"
-        " '1 hour'"
+        " '1 hour' WHERE scope = 'queue'"
     )
     conn.execute(
-        "UPDATE awa_fast.job_kind_descriptors SET updated_at = updated_at - interval '1 hour',"
-        " last_seen_at = last_seen_at - interval '1 hour'"
+        "UPDATE awa_fast.descriptors SET updated_at = updated_at - interval '1 hour',"
+        " last_seen_at = last_seen_at - interval '1 hour' WHERE scope = 'kind'"
     )
     before_queue = _only(client.list_queue_descriptors())
     before_kind = _only(client.list_job_kind_descriptors())

@@ -43,6 +43,5 @@ queues AS (DELETE FROM awa_fast.queue_meta),
 unique_keys AS (DELETE FROM awa_fast.unique_claims),
 hosts AS (DELETE FROM awa_fast.hosts),
 batch_operations AS (DELETE FROM awa_fast.batch_operations),
-queue_descriptors AS (DELETE FROM awa_fast.queue_descriptors),
-job_kind_descriptors AS (DELETE FROM awa_fast.job_kind_descriptors)
+descriptors AS (DELETE FROM awa_fast.descriptors)
 DELETE FROM awa_fast.cron_jobs;

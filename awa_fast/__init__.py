@@ -10,13 +10,19 @@ from awa_fast.batch import (
 )
 from awa_fast.client import AsyncClient, Client
 from awa_fast.codec import kind_of as derive_kind
-from awa_fast.db.migrate import current_migration_version, migrate
+from awa_fast.db.migrate import (
+    current_migration_version,
+    migrate,
+    migrations,
+    migrations_range,
+)
 from awa_fast.db.transitions import Backoff
 from awa_fast.errors import (
     AwaError,
     CallbackNotFound,
     ConfigError,
     DatabaseError,
+    JobNotFound,
     LeaseLost,
     SchemaNotMigrated,
     SerializationError,
@@ -56,6 +62,7 @@ __all__ = [
     "HealthCheck",
     "InsertRequest",
     "Job",
+    "JobNotFound",
     "JobRow",
     "JobState",
     "LeaseLost",
@@ -83,4 +90,6 @@ __all__ = [
     "insert_many",
     "insert_many_async",
     "migrate",
+    "migrations",
+    "migrations_range",
 ]

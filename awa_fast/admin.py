@@ -16,7 +16,7 @@ import orjson
 
 from awa_fast.codec import encode_args, encode_json
 from awa_fast.db.queries import Q
-from awa_fast.errors import CallbackNotFound, UniqueConflict, ValidationError
+from awa_fast.errors import CallbackNotFound, JobNotFound, UniqueConflict, ValidationError
 from awa_fast.producer import _int_in, _name, _run_at, positive_seconds, unique_key
 from awa_fast.types import DEFAULT_UNIQUE_STATES, JOB_STATES, JobRow, JobState
 
@@ -66,10 +66,6 @@ def _nothing(rows: Rows) -> None:
     return None
 
 
-def _job(rows: Rows) -> JobRow | None:
-    return JobRow.from_row(rows[0]) if rows else None
-
-
 def _jobs(rows: Rows) -> list[JobRow]:
     return [JobRow.from_row(r) for r in rows]
 
@@ -78,8 +74,22 @@ def _stats(rows: Rows) -> list[QueueStat]:
     return [QueueStat(**r) for r in rows]
 
 
-def get_job(job_id: int) -> Op[JobRow | None]:
-    return Op(Q.job_get, {"id": job_id}, _job)
+def get_job(job_id: int) -> Op[JobRow]:
+    """The job, waiting, running or finished; :class:`JobNotFound` when there is none (a
+    dead-lettered job is :func:`get_dlq_job`'s)."""
+
+    def found(rows: Rows) -> JobRow:
+        if not rows:
+            raise JobNotFound(job_id)
+        return JobRow.from_row(rows[0])
+
+    return Op(Q.job_get, {"id": job_id}, found)
+
+
+def find_job(job_id: int) -> Op[JobRow | None]:
+    """The job, or None: for reading back a job a statement just changed, which retention
+    or a purge may have removed since."""
+    return Op(Q.job_get, {"id": job_id}, lambda rows: JobRow.from_row(rows[0]) if rows else None)
 
 
 def get_jobs(job_ids: Sequence[int]) -> Op[list[JobRow]]:

@@ -154,7 +154,7 @@ ADMIN_COMMANDS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 # Commands about one thing that may not be there (a result of None or False): what to say.
 _NOT_FOUND = {
     **dict.fromkeys(
-        ("get_job", "cancel", "retry", "retry_from_dlq", "move_failed_to_dlq"),
+        ("cancel", "retry", "retry_from_dlq", "move_failed_to_dlq"),
         "job {} not found, or not in a state that allows it",
     ),
     "delete_cron_job": "no periodic job named {!r}",
@@ -355,11 +355,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from awa_fast.errors import AwaError
+    from awa_fast.errors import AwaError, JobNotFound
 
     opts = parser().parse_args(argv)
     try:
         return int(opts.run(opts))
+    except JobNotFound as exc:
+        print(f"awa-fast {opts.command}: {exc}", file=sys.stderr)
+        return 1
     except AwaError as exc:
         print(f"awa-fast {opts.command}: {exc}", file=sys.stderr)
         return 2

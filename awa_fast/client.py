@@ -198,12 +198,13 @@ class Client(_Handlers):
             cur.execute(op.sql, op.params)
             return op.shape(cur.fetchall() if cur.description else [])
 
-    def get_job(self, job_id: int) -> JobRow | None:
+    def get_job(self, job_id: int) -> JobRow:
+        """The job; :class:`~awa_fast.errors.JobNotFound` when there is none."""
         return self._run(admin.get_job(job_id))
 
     def cancel(self, job_id: int) -> JobRow | None:
         """Cancel the job (a running handler sees ``is_cancelled()``); None if finished."""
-        return self.get_job(job_id) if self._run(admin.cancel(job_id)) else None
+        return self._run(admin.find_job(job_id)) if self._run(admin.cancel(job_id)) else None
 
     def retry(self, job_id: int) -> JobRow | None:
         """Run a failed or cancelled job again; None if it was not failed or cancelled."""
@@ -283,7 +284,7 @@ class Client(_Handlers):
 
     def _resolved(self, op: admin.Op[int | None]) -> JobRow | None:
         job_id = self._run(op)
-        return None if job_id is None else self.get_job(job_id)
+        return None if job_id is None else self._run(admin.find_job(job_id))
 
     def bulk_retry_from_dlq(
         self,
@@ -537,12 +538,14 @@ class AsyncClient(_Handlers):
             await cur.execute(op.sql, op.params)
             return op.shape(await cur.fetchall() if cur.description else [])
 
-    async def get_job(self, job_id: int) -> JobRow | None:
+    async def get_job(self, job_id: int) -> JobRow:
+        """The job; :class:`~awa_fast.errors.JobNotFound` when there is none."""
         return await self._run(admin.get_job(job_id))
 
     async def cancel(self, job_id: int) -> JobRow | None:
         """Cancel the job (a running handler sees ``is_cancelled()``); None if finished."""
-        return await self.get_job(job_id) if await self._run(admin.cancel(job_id)) else None
+        cancelled = await self._run(admin.cancel(job_id))
+        return await self._run(admin.find_job(job_id)) if cancelled else None
 
     async def retry(self, job_id: int) -> JobRow | None:
         """Run a failed or cancelled job again; None if it was not failed or cancelled."""
@@ -622,7 +625,7 @@ class AsyncClient(_Handlers):
 
     async def _resolved(self, op: admin.Op[int | None]) -> JobRow | None:
         job_id = await self._run(op)
-        return None if job_id is None else await self.get_job(job_id)
+        return None if job_id is None else await self._run(admin.find_job(job_id))
 
     async def bulk_retry_from_dlq(
         self,

@@ -67,6 +67,16 @@ class LeaseLost(AwaError):
         self.reason = reason
 
 
+class JobNotFound(AwaError, LookupError):
+    """No job has this id: it never existed, or retention or a purge removed it. The Awa
+    SDK's ``get_job`` raises its ``AwaError`` with the same message, so a ported ``except``
+    clause catches this one."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job not found: {job_id}")
+        self.job_id = job_id
+
+
 class CallbackNotFound(AwaError):
     """No job waits on this callback id: it is unknown, already answered, timed out, or
     (for ``resume_external``) its job is parked with no handler waiting for a payload."""

@@ -199,12 +199,8 @@ class AwaTestClient:
 
     async def _get_job(self, job_id: int) -> JobRow:
         if isinstance(self._client, AsyncClient):
-            job = await self._client.get_job(job_id)
-        else:
-            job = await asyncio.to_thread(self._client.get_job, job_id)
-        if job is None:
-            raise LookupError(f"job {job_id} was deleted while work_one ran it")
-        return job
+            return await self._client.get_job(job_id)
+        return await asyncio.to_thread(self._client.get_job, job_id)
 
 
 @dataclass(slots=True)

@@ -177,7 +177,7 @@ def test_the_sdk_worker_lifecycle_runs_jobs(dsn: str) -> None:
 
         await client.start([("email", 2)], poll_interval_ms=200, heartbeat_interval_ms=1000)
         job = await client.insert(SendEmail("ada@example.com", "hi"), queue="email")
-        while (await client.get_job(job.id)).state != awa.JobState.Completed:  # type: ignore[union-attr]
+        while (await client.get_job(job.id)).state != awa.JobState.Completed:
             await asyncio.sleep(0.02)
         await client.shutdown(timeout_ms=2000)
         finished = await client.get_job(job.id)

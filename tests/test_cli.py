@@ -51,6 +51,8 @@ def test_enqueue_status_cancel_retry_pause(dsn: str) -> None:
     assert _json(_cli(dsn, "cancel", str(created["id"])))["state"] == "cancelled"
     missing = _cli(dsn, "cancel", str(created["id"]))
     assert missing.returncode == 1 and "not in a state" in missing.stderr
+    absent = _cli(dsn, "job", str(created["id"] + 1))
+    assert absent.returncode == 1 and f"job not found: {created['id'] + 1}" in absent.stderr
     assert _json(_cli(dsn, "retry", str(created["id"])))["state"] == "available"
     assert [j["id"] for j in _json(_cli(dsn, "jobs", "--queue", "q"))] == [created["id"]]
     assert _cli(dsn, "pause", "q").returncode == 0

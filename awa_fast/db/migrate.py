@@ -4,14 +4,18 @@ Migrations are the numbered files in ``awa_fast/db/migrations`` (``0001_init.sql
 inside one transaction under a transaction-scoped advisory lock, so several processes may
 migrate the same database at once: the first applies, the others wait and then find nothing
 left to do.
+
+Each migration's SQL, as :func:`migrations` gives it, is whole: applied in order by a tool of
+the user's own (as the Awa SDK's ``migrations()`` are), each once, from the version
+``awa_fast.schema_version`` holds, it records its version there as :func:`migrate` does, so
+either way of migrating can follow the other.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -20,28 +24,59 @@ from awa_fast.errors import SchemaNotMigrated
 SCHEMA = "awa_fast"
 _LOCK_KEY = 0x617761_6661_7374  # "awafast": one lock per database for migrations
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
+# Where the versions are kept; every migration's SQL records its own, and the first creates
+# this too, so the bookkeeping needs nothing outside the migrations themselves.
+_BOOKKEEPING = f"""CREATE SCHEMA IF NOT EXISTS {SCHEMA};
+CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_version (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+"""
 
 
-@dataclass(frozen=True, slots=True)
-class Migration:
+class Migration(NamedTuple):
+    """One schema version: the SDK's ``(version, description, sql)`` triple."""
+
     version: int
     name: str
     sql: str
 
 
 def migrations() -> list[Migration]:
-    """Every bundled migration in version order."""
+    """Every bundled migration in version order, each SQL whole (see the module's doc)."""
     found = []
     for entry in resources.files("awa_fast.db").joinpath("migrations").iterdir():
         match = _FILE.match(entry.name)
         if match:
+            version, name = int(match[1]), match[2]
             sql = entry.read_text(encoding="utf-8")
-            found.append(Migration(int(match[1]), match[2], sql))
+            found.append(Migration(version, name, _recorded(version, name, sql)))
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
     if versions != list(range(1, len(found) + 1)):
         raise RuntimeError(f"migration versions must be 1..n without gaps, found {versions}")
     return found
+
+
+def migrations_range(from_version: int, to_version: int) -> list[Migration]:
+    """The migrations that take a database at ``from_version`` to ``to_version`` (versions
+    above the one and up to the other; none when the database is already there or past it,
+    as the SDK's ``migrations_range``)."""
+    for name, value in (("from_version", from_version), ("to_version", to_version)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {value!r}")
+    return [m for m in migrations() if from_version < m.version <= to_version]
+
+
+def _recorded(version: int, name: str, sql: str) -> str:
+    """``sql`` followed by the row that records it (and, for the first, preceded by the
+    schema and table that hold that row)."""
+    record = (
+        f"INSERT INTO {SCHEMA}.schema_version (version, name) "
+        f"VALUES ({version}, '{name}') ON CONFLICT (version) DO NOTHING;\n"
+    )
+    return f"{_BOOKKEEPING if version == 1 else ''}{sql.rstrip()}\n\n{record}"
 
 
 def current_migration_version() -> int:
@@ -60,25 +95,13 @@ def migrate_connection(conn: psycopg.Connection[Any]) -> list[int]:
     applied: list[int] = []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_version ("
-            " version integer PRIMARY KEY,"
-            " name text NOT NULL,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
+        conn.execute(_BOOKKEEPING)
         row = conn.execute(
             f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.schema_version"
         ).fetchone()
         current = int(row[0]) if row else 0
-        for migration in migrations():
-            if migration.version <= current:
-                continue
+        for migration in migrations_range(current, current_migration_version()):
             conn.execute(migration.sql.encode())
-            conn.execute(
-                f"INSERT INTO {SCHEMA}.schema_version (version, name) VALUES (%s, %s)",
-                (migration.version, migration.name),
-            )
             applied.append(migration.version)
     return applied
 

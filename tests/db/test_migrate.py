@@ -87,19 +87,33 @@ def test_start_on_an_older_schema_names_the_cause(server_url: str, version: int)
 
 
 def _migrated_to(url: str, version: int) -> None:
-    """Apply the bundled migrations up to ``version`` only, as an older release did."""
+    """Apply the bundled migrations up to ``version`` only, as an older release did, by
+    running their SQL as a user's own migration tool would."""
     with psycopg.connect(url) as conn:
-        conn.execute("CREATE SCHEMA awa_fast")
-        conn.execute(
-            "CREATE TABLE awa_fast.schema_version (version integer PRIMARY KEY,"
-            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for migration in migrations()[:version]:
+        for migration in awa_fast.migrations_range(0, version):
             conn.execute(migration.sql.encode())
-            conn.execute(
-                "INSERT INTO awa_fast.schema_version (version, name) VALUES (%s, %s)",
-                (migration.version, migration.name),
-            )
+
+
+def test_migrations_are_whole_for_a_tool_of_ones_own(server_url: str) -> None:
+    """The SDK's ``migrations()`` / ``migrations_range()``: (version, name, sql) in order,
+    each SQL recording its own version, so a database migrated by running them is one
+    ``migrate`` finds complete, and one ``migrate`` left behind takes the rest."""
+    latest = awa_fast.current_migration_version()
+    listed = awa_fast.migrations()
+    assert [m.version for m in listed] == list(range(1, latest + 1))
+    assert [tuple(m) for m in listed[:1]] == [(1, "init", listed[0].sql)]
+    assert [m.version for m in awa_fast.migrations_range(3, 6)] == [4, 5, 6]
+    assert awa_fast.migrations_range(latest, latest) == []
+    assert awa_fast.migrations_range(6, 3) == []
+    with pytest.raises(TypeError, match="from_version must be an int"):
+        awa_fast.migrations_range("3", 6)  # type: ignore[arg-type]
+    url = _fresh_db(server_url, "awa_fast_migrate_by_hand")
+    _migrated_to(url, 5)
+    assert awa_fast.migrate(url) == list(range(6, latest + 1))
+    assert awa_fast.migrate(url) == []
+    with psycopg.connect(url) as conn:
+        names = conn.execute("SELECT version, name FROM awa_fast.schema_version ORDER BY 1")
+        assert names.fetchall() == [(m.version, m.name) for m in listed]
 
 
 def test_finished_jobs_move_out_of_jobs_hot_on_upgrade(server_url: str) -> None:

@@ -65,6 +65,25 @@ def test_cancel_retry_and_stats_on_idle_jobs(client: awa_fast.Client, dsn: str) 
         client.list_jobs(state="nope")
 
 
+def test_get_job_of_no_job_raises_naming_it(dsn: str) -> None:
+    """As the SDK's ``get_job``: a missing job is an error (an AwaError a ported except
+    clause catches, and a LookupError), from both clients alike."""
+    with awa_fast.Client(dsn) as client:
+        kept = client.insert(Task("x"))
+        assert client.get_job(kept.id) == kept
+        with pytest.raises(awa_fast.JobNotFound, match=f"job not found: {kept.id + 1}") as raised:
+            client.get_job(kept.id + 1)
+        assert raised.value.job_id == kept.id + 1
+        assert isinstance(raised.value, awa_fast.AwaError | LookupError)
+
+    async def main() -> None:
+        async with awa_fast.AsyncClient(dsn) as client:
+            with pytest.raises(awa_fast.JobNotFound, match=f"job not found: {kept.id + 1}"):
+                await client.get_job(kept.id + 1)
+
+    run(main())
+
+
 def test_retry_failed_requeues_failed_jobs(client: awa_fast.Client, dsn: str, conn: Any) -> None:
     ids = [client.insert(Task(str(i)), queue="q").id for i in range(3)]
     finish_jobs(conn, "failed", attempt=25)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 import awa_fast
 from awa_fast import EventType, TerminalError
 from tests.helpers import run, run_until, settled, states
@@ -54,8 +56,9 @@ def test_dlq_round_trip(dsn: str) -> None:
             assert set(entries) == {terminal.id, retried.id}
             assert entries[terminal.id].reason == "TerminalError: broken"
             assert entries[retried.id].job.attempt == 2
-            assert (await client.get_job(kept.id)).state == "failed"  # type: ignore[union-attr]
-            assert await client.get_job(terminal.id) is None  # not among live jobs
+            assert (await client.get_job(kept.id)).state == "failed"
+            with pytest.raises(awa_fast.JobNotFound):  # not among live jobs
+                await client.get_job(terminal.id)
             should_fail["yes"] = False
             back = await client.retry_from_dlq(terminal.id)
             assert back is not None and back.state == "available" and back.attempt == 0

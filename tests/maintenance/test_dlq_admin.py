@@ -46,7 +46,9 @@ def test_move_failed_to_dlq_then_read_and_revive_it(
         "bad data",
         3,
     )
-    assert client.get_job(failed) is None and client.get_dlq_job(failed) == entry
+    with pytest.raises(awa_fast.JobNotFound):
+        client.get_job(failed)
+    assert client.get_dlq_job(failed) == entry
     assert client.move_failed_to_dlq(failed, "again") is None  # no longer failed
     assert client.move_failed_to_dlq(completed, "not failed") is None
     assert client.move_failed_to_dlq(999999, "unknown") is None

@@ -65,7 +65,8 @@ def verify(secret: bytes, callback_id: str, signature: str) -> bool:
 
     True only for the 64 hex digits of the right signature, in either case; any other string
     is False, not an error. The comparison is constant-time, so a rejection's timing tells a
-    forger nothing. A wrong secret is an error, never False: it is the receiver's bug.
+    forger nothing. A secret that is not 32 bytes is an error, never False: that is the
+    receiver's bug, not a forgery.
     """
     callback_id = _text("callback_id", callback_id)
     signature = _text("signature", signature)

@@ -1,5 +1,6 @@
 """awa-fast: a Postgres-backed job queue with a multiprocess worker pool and a Rust core."""
 
+from awa_fast import callback_contract
 from awa_fast.admin import DlqEntry, QueueStat
 from awa_fast.batch import (
     BatchOperation,
@@ -83,6 +84,7 @@ __all__ = [
     "ValidationError",
     "WaitForCallback",
     "Worker",
+    "callback_contract",
     "current_migration_version",
     "derive_kind",
     "insert",

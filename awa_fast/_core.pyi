@@ -6,7 +6,7 @@ them before ``os.fork()`` and use them from the parent and every child.
 
 from typing import TypeAlias, final
 
-__all__ = ["Batch", "Batcher", "InFlight", "OutcomeRing"]
+__all__ = ["Batch", "Batcher", "InFlight", "OutcomeRing", "callback_sign", "callback_verify"]
 
 _Record: TypeAlias = tuple[int, int, int, int, float, bytes]
 """``(job_id, run_lease, code, kind, number, payload)``."""
@@ -170,3 +170,11 @@ class InFlight:
     def queue_count(self) -> int: ...
     @property
     def slot_count(self) -> int: ...
+
+def callback_sign(secret: bytes, callback_id: str) -> str:
+    """Lowercase hex of BLAKE3's keyed hash of ``callback_id`` (UTF-8) under the 32-byte
+    ``secret`` (ValueError for another length)."""
+
+def callback_verify(secret: bytes, callback_id: str, signature: str) -> bool:
+    """Whether ``signature`` is the hex (either case) of ``callback_sign(secret,
+    callback_id)``; compared in constant time. Malformed hex is False."""

@@ -1,6 +1,6 @@
 """awa-fast: a Postgres-backed job queue with a multiprocess worker pool and a Rust core."""
 
-from awa_fast.admin import DlqEntry, QueueStat
+from awa_fast.admin import DlqEntry, QueueStat, RetryFailedResult
 from awa_fast.batch import (
     BatchOperation,
     BatchOperationFilter,
@@ -64,6 +64,7 @@ __all__ = [
     "QueueHealth",
     "QueueStat",
     "RetryAfter",
+    "RetryFailedResult",
     "RunnerConfig",
     "SchemaNotMigrated",
     "SerializationError",

@@ -292,11 +292,43 @@ def retry(job_id: int) -> Op[int | None]:
     return Op(Q.job_retry, params, _revived_one)
 
 
-def retry_failed(*, kind: str | None = None, queue: str | None = None) -> Op[int]:
-    """Run every failed job of ``kind`` and ``queue`` again; returns how many (one whose
-    unique key a live job holds meanwhile stays failed)."""
+@dataclass(frozen=True, slots=True, repr=False)
+class RetryFailedResult:
+    """What ``retry_failed`` did, in the Awa SDK's names: ``jobs``, the jobs moved back to
+    available, as they now are, by id; ``matched``, the failed jobs the filter found. The
+    difference stayed where it was or went elsewhere: a job whose unique key a live job
+    holds stays failed, and one that another retry, a move to the dead-letter queue or
+    retention took while this ran is gone. ``pruned_failed_count`` is how many failed jobs
+    retention has deleted from the queue (from every queue without a queue filter) since
+    migration 0014, so that a shortfall has an explanation; None when filtering by kind,
+    as retention counts them by queue only."""
+
+    jobs: list[JobRow]
+    matched: int
+    pruned_failed_count: int | None
+
+    def __repr__(self) -> str:
+        # The SDK's shape: the jobs by count, so a log line stays one line.
+        return (
+            f"RetryFailedResult(jobs={len(self.jobs)}, matched={self.matched}, "
+            f"pruned_failed_count={self.pruned_failed_count})"
+        )
+
+
+def retry_failed(*, kind: str | None = None, queue: str | None = None) -> Op[RetryFailedResult]:
+    """Run every failed job of ``kind`` and ``queue`` again (each None for any)."""
     params = {"id": None, "kind": kind, "queue": queue, "unique_states": _UNCLAIMED_KEY_STATES}
-    return Op(Q.job_retry, params, _revived_count)
+    return Op(Q.job_retry, params, _retried)
+
+
+def _retried(rows: Rows) -> RetryFailedResult:
+    """job_retry's rows: the requeued jobs (held-off ones have no id), and on every row
+    the counts."""
+    return RetryFailedResult(
+        jobs=[JobRow.from_row(row) for row in rows if row["id"] is not None],
+        matched=rows[0]["matched"],
+        pruned_failed_count=rows[0]["pruned_failed_count"],
+    )
 
 
 def discard_failed(kind: str) -> Op[int]:

@@ -12,7 +12,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -106,14 +106,14 @@ def _rate_limit_arg(text: str) -> tuple[str, tuple[float, int]]:
         ) from None
 
 
-# Admin commands: (name, help, positional args, client method, how to print the result).
+# Admin commands: (name, help, positional args, client method).
 ADMIN_COMMANDS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("status", "job counts per queue and state", (), "queue_stats"),
     ("jobs", "list jobs, newest first", (), "list_jobs"),
     ("job", "show one job", ("job_id",), "get_job"),
     ("cancel", "cancel a job (a running handler sees is_cancelled())", ("job_id",), "cancel"),
     ("retry", "run a failed or cancelled job again", ("job_id",), "retry"),
-    ("retry-failed", "run every failed job again", (), "retry_failed"),
+    ("retry-failed", "run the failed jobs (of --kind, --queue if given) again", (), "retry_failed"),
     ("discard-failed", "delete the failed jobs of a kind", ("kind",), "discard_failed"),
     ("dump", "a job and its timeline, as JSON", ("job_id",), "dump_job"),
     (
@@ -159,6 +159,17 @@ _NOT_FOUND = {
     ),
     "delete_cron_job": "no periodic job named {!r}",
 }
+# Results printed as a summary, not whole: retry-failed says how many jobs it retried of
+# how many it found (the rest stayed failed, held off by a live job's unique key, or went
+# meanwhile) and how many retention has deleted, rather than print every retried job.
+_SUMMARIES: dict[str, Callable[[Any], object]] = {
+    "retry_failed": lambda result: {
+        "retried": len(result.jobs),
+        "matched": result.matched,
+        "pruned_failed_count": result.pruned_failed_count,
+        "ids": [job.id for job in result.jobs],
+    },
+}
 # Options of each admin command; ``allow_all`` is the flag --all (bulk commands refuse to
 # run with no filter without it).
 _FILTERS = {
@@ -190,6 +201,8 @@ def _cmd_admin(opts: argparse.Namespace) -> int:
     if result in (None, False) and opts.method in _NOT_FOUND:
         print(f"awa-fast {opts.command}: {_NOT_FOUND[opts.method].format(*args)}", file=sys.stderr)
         return 1
+    if opts.method in _SUMMARIES:
+        result = _SUMMARIES[opts.method](result)
     if isinstance(result, str):  # already JSON (dump_job)
         print(result)
     elif result is not None:

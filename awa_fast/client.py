@@ -224,7 +224,10 @@ class Client(_Handlers):
         job_id = self._run(holder)
         return None if job_id is None else self.cancel(job_id)
 
-    def retry_failed(self, *, kind: str | None = None, queue: str | None = None) -> int:
+    def retry_failed(
+        self, *, kind: str | None = None, queue: str | None = None
+    ) -> admin.RetryFailedResult:
+        """Run every failed job of ``kind`` and ``queue`` again (each None for any)."""
         return self._run(admin.retry_failed(kind=kind, queue=queue))
 
     def discard_failed(self, kind: str) -> int:
@@ -565,7 +568,10 @@ class AsyncClient(_Handlers):
         job_id = await self._run(holder)
         return None if job_id is None else await self.cancel(job_id)
 
-    async def retry_failed(self, *, kind: str | None = None, queue: str | None = None) -> int:
+    async def retry_failed(
+        self, *, kind: str | None = None, queue: str | None = None
+    ) -> admin.RetryFailedResult:
+        """Run every failed job of ``kind`` and ``queue`` again (each None for any)."""
         return await self._run(admin.retry_failed(kind=kind, queue=queue))
 
     async def discard_failed(self, kind: str) -> int:

@@ -14,6 +14,7 @@ import awa_fast as awa
 from awa_fast.errors import ConfigError
 from awa_fast.runtime.options import AWA_OPTIONS, runner_config
 from awa_fast.runtime.runner import RunnerConfig, parse_queues
+from tests.factories import finish_jobs
 from tests.helpers import run
 
 
@@ -251,3 +252,21 @@ def test_sdk_names_for_errors_stats_and_the_schema_version(dsn: str, client: awa
     with psycopg.connect(dsn) as conn:
         [(version,)] = conn.execute("SELECT max(version) FROM awa_fast.schema_version").fetchall()
     assert awa.current_migration_version() == version
+
+
+def test_retry_failed_returns_the_sdks_result(client: awa.Client, conn: Any) -> None:
+    """Ported code reads retry_failed's result as the SDK's (awa's own CLI does this):
+    ``jobs``, ``matched``, and ``pruned_failed_count``, None when filtering by kind."""
+    failed = client.insert(SendEmail("a@example.com", "hi"), queue="mail").id
+    finish_jobs(conn, "failed", [failed])
+    outcome = client.retry_failed(queue="mail")
+    retried = len(outcome.jobs)
+    message = f"Retried {retried} failed jobs"
+    if outcome.matched != retried:
+        message += f" (matched {outcome.matched})"
+    if outcome.pruned_failed_count is not None and outcome.pruned_failed_count > 0:
+        message += f"; {outcome.pruned_failed_count} failed rows have been pruned"
+    assert message == "Retried 1 failed jobs"
+    assert isinstance(outcome, awa.RetryFailedResult)
+    assert [(j.id, j.state) for j in outcome.jobs] == [(failed, awa.JobState.Available)]
+    assert client.retry_failed(kind="send_email").pruned_failed_count is None

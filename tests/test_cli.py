@@ -15,6 +15,7 @@ import awa_fast
 from awa_fast.cli import parser
 from awa_fast.maintenance import periodic
 from awa_fast.testing import AwaTestClient
+from tests.factories import finish_jobs
 from tests.helpers import job, run
 
 
@@ -132,6 +133,21 @@ def test_drain_dump_and_the_dead_letter_queue(dsn: str) -> None:
     assert _json(_cli(dsn, "dlq-depth")) == 0
     again = _cli(dsn, "dlq-move", str(failed), "twice")
     assert again.returncode == 1 and f"job {failed} not found" in again.stderr
+
+
+def test_retry_failed_says_how_many_it_retried_of_how_many_it_found(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    unique = awa_fast.UniqueOpts(by_args=True)
+    with awa_fast.Client(dsn) as client:
+        held = client.insert(Doomed(1), queue="dq", unique=unique).id
+        free = client.insert(Doomed(2), queue="dq").id
+        finish_jobs(conn, "failed", [held, free])
+        client.insert(Doomed(1), queue="dq", unique=unique)  # a live job takes held's key
+    retried = _json(_cli(dsn, "retry-failed", "--queue", "dq"))
+    assert retried == {"retried": 1, "matched": 2, "pruned_failed_count": 0, "ids": [free]}
+    by_kind = _json(_cli(dsn, "retry-failed", "--kind", "doomed"))
+    assert by_kind == {"retried": 0, "matched": 1, "pruned_failed_count": None, "ids": []}
 
 
 def test_batch_operations_are_listed_and_cancelled(dsn: str) -> None:

@@ -292,7 +292,8 @@ class Maintenance:
 
     async def clean_once(self, conn: psycopg.AsyncConnection[Any]) -> int:
         """Delete finished jobs past retention (per queue where configured), in bounded
-        batches."""
+        batches; each batch counts the failed ones it deletes per queue as it deletes them
+        (retry_failed's ``pruned_failed_count``)."""
         overrides = dict(self.config.queue_retention)
         default = (self.config.completed_retention, self.config.failed_retention)
         scopes: list[tuple[str | None, tuple[float, float]]] = [
@@ -310,8 +311,9 @@ class Maintenance:
             }
             while True:
                 cur = await conn.execute(Q.job_delete_expired, params)
-                total += cur.rowcount
-                if cur.rowcount < self.config.cleanup_batch:
+                [(deleted,)] = await cur.fetchall()
+                total += deleted
+                if deleted < self.config.cleanup_batch:
                     break
         self.stats.deleted += total
         return total

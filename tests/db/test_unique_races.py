@@ -139,4 +139,5 @@ def test_a_failed_unique_job_retried_takes_its_key_back(dsn: str) -> None:
         assert client.insert(Report("mon"), unique=UNIQUE).id != dead.id  # key free: failed
         with pytest.raises(awa_fast.UniqueConflict):
             client.retry(dead.id)  # the new job holds it now
-        assert client.retry_failed() == 0
+        retried = client.retry_failed()
+        assert (retried.jobs, retried.matched) == ([], 1)  # found, and left failed

@@ -87,8 +87,8 @@ def test_get_job_of_no_job_raises_naming_it(dsn: str) -> None:
 def test_retry_failed_requeues_failed_jobs(client: awa_fast.Client, dsn: str, conn: Any) -> None:
     ids = [client.insert(Task(str(i)), queue="q").id for i in range(3)]
     finish_jobs(conn, "failed", attempt=25)
-    assert client.retry_failed(queue="other") == 0
-    assert client.retry_failed(queue="q") == 3
+    assert client.retry_failed(queue="other").jobs == []
+    assert [j.id for j in client.retry_failed(queue="q").jobs] == ids
     assert {job(dsn, i)["state"] for i in ids} == {"available"}
     assert {job(dsn, i)["attempt"] for i in ids} == {0}
 

@@ -35,14 +35,24 @@ FROM cancelled;
 -- Run failed (or, given by id, cancelled) jobs again, with their attempts reset: by id
 -- when `id` is given, else every failed job of `kind` and `queue` (each NULL for any). A
 -- job with a unique key takes it back as dlq_retry's entries do; one whose key a live job
--- holds stays finished, returned with that job's id as `holder`.
-WITH picked AS (
+-- holds stays finished. One row per job locked: the job as requeued (`holder` NULL), or,
+-- for one held off, only `holder`, the id of the live job holding its key; a single row
+-- of NULLs when none was. Every row also carries `matched`, how many jobs the scan found
+-- (a job another retry or retention took between the scan and the lock is found but not
+-- locked), and `pruned_failed_count`: how many failed jobs retention has deleted from
+-- `queue` (from every queue when NULL), read in the snapshot of the scan, so that no
+-- failed job counts in both; NULL when `kind` is given (retention counts by queue only)
+-- and by id.
+WITH scanned AS (
+    SELECT CASE WHEN %(id)s::bigint IS NOT NULL THEN ARRAY[%(id)s::bigint]
+                ELSE ARRAY(SELECT id FROM awa_fast.jobs_done
+                           WHERE state = 'failed'
+                             AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+                             AND (%(queue)s::text IS NULL OR queue = %(queue)s)) END AS ids
+),
+picked AS (
     SELECT id, unique_key FROM awa_fast.jobs_done
-    WHERE id = ANY(CASE WHEN %(id)s::bigint IS NOT NULL THEN ARRAY[%(id)s::bigint]
-                        ELSE ARRAY(SELECT id FROM awa_fast.jobs_done
-                                   WHERE state = 'failed'
-                                     AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-                                     AND (%(queue)s::text IS NULL OR queue = %(queue)s)) END)
+    WHERE id = ANY((SELECT ids FROM scanned)::bigint[])
       AND state IN ('failed', 'cancelled')
     ORDER BY id
     FOR UPDATE
@@ -66,11 +76,20 @@ requeued AS (
            attempted_at, run_lease, errors, metadata, tags, progress, unique_key,
            callback_result, deadline_seconds
     FROM revived
-    RETURNING id
+    RETURNING *
+),
+summary AS (
+    SELECT cardinality(ids) AS matched,
+           CASE WHEN %(id)s::bigint IS NULL AND %(kind)s::text IS NULL THEN
+               (SELECT COALESCE(sum(pruned), 0)::bigint FROM awa_fast.pruned_failed_counts
+                WHERE %(queue)s::text IS NULL OR queue = %(queue)s) END AS pruned_failed_count
+    FROM scanned
 )
-SELECT id, NULL::bigint AS holder FROM requeued
-UNION ALL
-SELECT id, holder FROM claimed WHERE holder <> id;
+SELECT r.*, NULLIF(c.holder, c.id) AS holder, s.matched, s.pruned_failed_count
+FROM summary s
+LEFT JOIN claimed c ON true
+LEFT JOIN requeued r ON r.id = c.id
+ORDER BY c.id;
 
 -- name: job_discard_failed
 -- Delete the failed jobs of a kind (jobs_done_failed finds them among the completed).

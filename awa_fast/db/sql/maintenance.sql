@@ -42,6 +42,8 @@ LIMIT %(limit)s;
 -- name: job_delete_expired
 -- Retention: finished jobs past their retention, in bounded batches, for one queue (`queue`)
 -- or for every queue without its own retention (`queue` NULL, `excluded` the others).
+-- The failed ones deleted are added to their queue's count in pruned_failed_counts in the
+-- same statement (retry_failed reports it: migration 0014). Returns how many it deleted.
 WITH doomed AS (
     SELECT id FROM awa_fast.jobs_done
     WHERE ((state = 'completed'
@@ -52,8 +54,17 @@ WITH doomed AS (
                 ELSE queue = %(queue)s END)
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM awa_fast.jobs_done j USING doomed WHERE j.id = doomed.id
+    RETURNING j.queue, j.state
+),
+counted AS (
+    INSERT INTO awa_fast.pruned_failed_counts AS c (queue, pruned)
+    SELECT queue, count(*) FROM deleted WHERE state = 'failed' GROUP BY queue
+    ON CONFLICT (queue) DO UPDATE SET pruned = c.pruned + EXCLUDED.pruned
 )
-DELETE FROM awa_fast.jobs_done j USING doomed WHERE j.id = doomed.id;
+SELECT count(*) AS deleted FROM deleted;
 
 -- name: job_tables_dead_tuples
 -- Dead tuples of the job tables: the claim scan walks every dead entry of the claim index

@@ -198,7 +198,8 @@ def test_a_failed_job_retention_deletes_while_a_retry_waits_is_matched_not_retri
     assert (result.jobs, result.matched, result.pruned_failed_count) == ([], 1, 0)
     after = client.retry_failed(queue="q")
     assert (after.matched, after.pruned_failed_count) == (0, 1)
-    assert client.get_job(pruned) is None
+    with pytest.raises(awa_fast.JobNotFound):
+        client.get_job(pruned)
 
 
 def test_retention_skips_a_failed_job_a_retry_has_locked(

@@ -392,6 +392,7 @@ class Runner:
         self._claimers: list[asyncio.Task[None]] = []
         self._heartbeat: asyncio.Task[None] | None = None
         self._last_beat = 0.0  # time.monotonic() of the last heartbeat that landed
+        self._descriptors_due = 0.0  # time.monotonic() of the next descriptor refresh
         self.claimed_by_queue = [0] * len(self.queues)  # jobs claimed, by queue index
         self._buckets = [
             TokenBucket(*check_rate_limit(q, config.queue_rate_limits[q]))
@@ -530,6 +531,7 @@ class Runner:
                 queues=list(self.handlers.queue_descriptors.values()),
                 kinds=list(self.handlers.kind_descriptors.values()),
             )
+            self._descriptors_due = time.monotonic() + self.config.descriptor_refresh_every()
             await self._register_host(conn)
 
     async def _register_host(self, conn: psycopg.AsyncConnection[Any]) -> None:
@@ -803,10 +805,10 @@ class Runner:
                 await conn.close()
 
     async def _heartbeat_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """This host's heartbeat, then one UPDATE for every attempt running here. Attempts
-        it no longer owns (cancelled, rescued) or that are past their deadline get their
-        cancel flag; a handler still running ``deadline_grace`` after that has its worker
-        recycled."""
+        """This host's heartbeat (and, when due, its descriptors' refresh), then one UPDATE
+        for every attempt running here. Attempts it no longer owns (cancelled, rescued) or
+        that are past their deadline get their cancel flag; a handler still running
+        ``deadline_grace`` after that has its worker recycled."""
         cur = await conn.execute(Q.host_heartbeat, {"id": self.host_id})
         if await cur.fetchone() is None:
             log.warning(
@@ -815,6 +817,7 @@ class Runner:
             )
             await self._register_host(conn)
         self._last_beat = time.monotonic()
+        await self._refresh_descriptors(conn)
         ids, leases = self.inflight.running()
         if not ids:
             self._flagged.clear()
@@ -843,6 +846,16 @@ class Runner:
                 self.workers.evict(
                     *attempt, reason=f"{why}; its handler ignored cancellation for {grace:g}s"
                 )
+
+    async def _refresh_descriptors(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Mark this host's descriptors seen when a refresh is due (riding on the
+        heartbeat and its connection), so that retention keeps them while it runs."""
+        now = time.monotonic()
+        if now < self._descriptors_due:
+            return
+        mine = [*self.handlers.queue_descriptors.values(), *self.handlers.kind_descriptors.values()]
+        await descriptors.refresh(conn, mine)
+        self._descriptors_due = now + self.config.descriptor_refresh_every()
 
 
 async def connect_claimer(dsn: str, *, application_name: str) -> psycopg.AsyncConnection[Any]:

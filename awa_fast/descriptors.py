@@ -8,6 +8,11 @@ registers the host (:meth:`awa_fast.runtime.runner.Runner._register_new_host`). 
 Awa SDK, a queue descriptor must name a queue the host runs (:func:`check_queues`); a kind
 descriptor may name any kind, since producers and other deployments use kinds this host
 does not handle.
+
+As in the SDK, descriptors of code no longer deployed do not stay forever: while a host
+runs it refreshes its descriptors' last_seen_at (:func:`refresh`, on its heartbeat
+connection), and the maintenance leader deletes those nobody refreshed within
+``RunnerConfig.descriptor_retention`` (:func:`delete_stale`).
 """
 
 from __future__ import annotations
@@ -155,3 +160,23 @@ async def register(
     """Upsert the descriptors (a changed one takes its new definition)."""
     async with conn.cursor() as cur:
         await cur.executemany(Q.descriptor_register, [d.params() for d in [*queues, *kinds]])
+
+
+async def refresh(conn: psycopg.AsyncConnection[Any], mine: Collection[Descriptor]) -> int:
+    """Mark this host's descriptors ``mine`` seen now, in one statement; returns how many
+    rows it moved (a row another session holds is being seen or deleted by it, and is
+    skipped; one deleted meanwhile comes back when its host next starts)."""
+    if not mine:
+        return 0
+    cur = await conn.execute(
+        Q.descriptor_refresh_many,
+        {"scopes": [d.scope for d in mine], "names": [d.name for d in mine]},
+    )
+    return cur.rowcount
+
+
+async def delete_stale(conn: psycopg.AsyncConnection[Any], *, retention: float) -> int:
+    """Delete the descriptors no host registered or refreshed in the last ``retention``
+    seconds; returns how many."""
+    cur = await conn.execute(Q.descriptor_delete_stale, {"retention_s": retention})
+    return cur.rowcount

@@ -68,6 +68,7 @@ def test_sdk_runner_options_become_runner_config_fields() -> None:
             "heartbeat_interval_ms": 2500,
             "completed_retention_hours": 2,
             "cleanup_batch_size": 500,
+            "descriptor_retention_days": 7,
             "heartbeat_rescue_interval_ms": 3000,
             "deadline_rescue_interval_ms": 1500,  # the shortest rescue interval wins
             "callback_rescue_interval_ms": None,  # None: the default, as in the SDK
@@ -79,6 +80,7 @@ def test_sdk_runner_options_become_runner_config_fields() -> None:
     assert config.heartbeat_interval == pytest.approx(2.5)
     assert config.completed_retention == pytest.approx(7200.0)
     assert config.cleanup_batch == 500
+    assert config.descriptor_retention == pytest.approx(7 * 86400.0)
     assert config.rescue_interval == pytest.approx(1.5)
     assert config.claimers == 3
     assert config.failed_retention == RunnerConfig().failed_retention
@@ -97,6 +99,18 @@ def test_sdk_runner_options_become_runner_config_fields() -> None:
         ({"cleanup_batch_size": 10.5}, "cleanup_batch_size must be an integer"),
         ({"poll_intervall": 1.0}, "unknown runner option 'poll_intervall'; the options are"),
         ({"poll_interval_ms": 0}, "poll_interval must be > 0 seconds"),
+        (
+            {"descriptor_retention_days": -1},
+            r"descriptor_retention_days must be a non-negative finite number, got -1",
+        ),
+        ({"descriptor_retention_days": float("nan")}, "descriptor_retention_days must be a non-"),
+        ({"descriptor_retention_days": float("inf")}, "descriptor_retention_days must be a non-"),
+        ({"descriptor_retention_days": True}, "descriptor_retention_days must be a number"),
+        ({"descriptor_retention_days": "30"}, "descriptor_retention_days must be a number"),
+        (
+            {"descriptor_retention": 60.0, "descriptor_retention_days": 1},
+            "descriptor_retention: given twice",
+        ),
     ],
 )
 def test_runner_options_that_cannot_be_honoured_are_refused_by_name(
@@ -104,6 +118,16 @@ def test_runner_options_that_cannot_be_honoured_are_refused_by_name(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         runner_config(options)
+
+
+def test_descriptor_retention_days_0_disables_retention_and_none_keeps_the_default() -> None:
+    """The SDK's: 0 disables retention (a catalog managed elsewhere); None, as any SDK
+    option given as None, keeps the default of 30 days."""
+    assert runner_config({"descriptor_retention_days": 0}).descriptor_retention == 0
+    default = runner_config({"descriptor_retention_days": None}).descriptor_retention
+    assert default == RunnerConfig().descriptor_retention == 30 * 86400.0
+    half_day = runner_config({"descriptor_retention_days": 0.5}).descriptor_retention
+    assert half_day == pytest.approx(43200.0)
 
 
 def test_weighted_queue_configs_are_refused_by_name() -> None:

@@ -1,5 +1,5 @@
-"""The maintenance loop: every host runs it; only the leader promotes, rescues, cleans,
-enqueues periodic jobs and applies batch operations.
+"""The maintenance loop: every host runs it; only the leader promotes, rescues, cleans
+(finished jobs and stale descriptors), enqueues periodic jobs and applies batch operations.
 
 Each step is a ``*_once`` method that returns what it did, so tests call them directly.
 """
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import dict_row
 
+from awa_fast import descriptors
 from awa_fast.db import transitions as tr
 from awa_fast.db.connections import APPLY_IN_TRANSACTION, rescue_params
 from awa_fast.db.queries import Q
@@ -71,6 +72,7 @@ class MaintenanceStats:
     promoted: int = 0
     rescued: dict[str, int] = field(default_factory=dict)
     deleted: int = 0
+    descriptors_deleted: int = 0
     vacuumed: int = 0
     periodic: int = 0
 
@@ -116,6 +118,7 @@ class Maintenance:
                         if now >= next_cleanup:
                             next_cleanup = now + self.config.cleanup_interval
                             await self.clean_once(conn)
+                            await self.clean_descriptors_once(conn)
                         if now >= next_vacuum:
                             next_vacuum = now + self.config.vacuum_interval
                             await self.vacuum_once(conn)
@@ -317,3 +320,16 @@ class Maintenance:
                     break
         self.stats.deleted += total
         return total
+
+    async def clean_descriptors_once(self, conn: psycopg.AsyncConnection[Any]) -> int:
+        """Delete the queue and kind descriptors no host refreshed within
+        ``descriptor_retention`` (none when it is 0): what code no longer running declared.
+        Live hosts refresh theirs (:meth:`awa_fast.runtime.runner.Runner._refresh_descriptors`)."""
+        retention = self.config.descriptor_retention
+        if not retention:
+            return 0
+        deleted = await descriptors.delete_stale(conn, retention=retention)
+        if deleted:
+            log.info("deleted %d descriptors unrefreshed for %g s", deleted, retention)
+        self.stats.descriptors_deleted += deleted
+        return deleted

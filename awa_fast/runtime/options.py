@@ -1,12 +1,12 @@
 """Runner options as callers give them: :class:`RunnerConfig`'s own names, or the Awa
 SDK's, so that ``client.start(queues, poll_interval_ms=200)`` written for the SDK runs here.
 
-Each SDK option with a counterpart becomes that field, milliseconds and hours turned into
-seconds. The SDK's three rescue intervals set the one sweep that rescues here, at the
+Each SDK option with a counterpart becomes that field, milliseconds, hours and days turned
+into seconds. The SDK's three rescue intervals set the one sweep that rescues here, at the
 shortest given: sweeping more often serves each of them. An SDK option given as None means
 its default, as in the SDK. Any other name, or an SDK option with nothing to act on here
-(a fleet-wide worker cap, the SDK's storage engine, descriptor retention), is refused by
-name: dropping it silently would leave the caller believing it took effect.
+(a fleet-wide worker cap, the SDK's storage engine), is refused by name: dropping it
+silently would leave the caller believing it took effect.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ AWA_OPTIONS: Mapping[str, tuple[str, float | None]] = {
     "heartbeat_staleness_ms": ("heartbeat_staleness", 1e-3),
     "completed_retention_hours": ("completed_retention", 3600.0),
     "failed_retention_hours": ("failed_retention", 3600.0),
+    "descriptor_retention_days": ("descriptor_retention", 86400.0),
     "cleanup_batch_size": ("cleanup_batch", None),
 }
 
 _NO_COUNTERPART = "an Awa SDK option with no counterpart in awa-fast"
 AWA_UNSUPPORTED: Mapping[str, str] = {
     "global_max_workers": "there is no fleet-wide cap; give each queue its concurrency",
-    "descriptor_retention_days": "descriptors stay until deleted; there is no retention",
     "terminal_count_rollup_interval_ms": "it tunes the SDK's storage engine",
     "storage_transition_role": "it tunes the SDK's storage engine",
     "queue_storage_schema": "it tunes the SDK's storage engine",
@@ -155,4 +155,6 @@ def _converted(name: str, value: object) -> float:
         return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{name} must be a number, got {value!r}")
+    if not 0 <= value < math.inf:  # the SDK's own check of its durations
+        raise ConfigError(f"{name} must be a non-negative finite number, got {value!r}")
     return value * factor

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 import threading
@@ -50,6 +51,7 @@ log = logging.getLogger("awa_fast.runner")
 T = TypeVar("T")
 
 DEFAULT_CONCURRENCY = 100
+MIN_DESCRIPTOR_RETENTION_BEATS = 4  # the shortest descriptor retention, in heartbeats
 CAPACITY_RECHECK = 0.05  # seconds between looks at capacity while claiming waits for it
 QueueSpec = Mapping[str, int] | Sequence[tuple[str, int] | Mapping[str, Any] | str]
 
@@ -96,6 +98,12 @@ class RunnerConfig:
     cleanup_batch: int = 1000
     completed_retention: float = 24 * 3600.0
     failed_retention: float = 72 * 3600.0
+    # A queue or kind descriptor no host has refreshed for this long is deleted by the
+    # leader (0: never; the Awa SDK's descriptor_retention_days). Each host refreshes its
+    # own every descriptor_refresh_interval, or more often for a short retention
+    # (descriptor_refresh_every), so descriptors go only with the code that declared them.
+    descriptor_retention: float = 30 * 24 * 3600.0
+    descriptor_refresh_interval: float = 3600.0
     vacuum_interval: float = 2.0
     cron_interval: float = 1.0  # how often the leader enqueues periodic jobs that fell due
     vacuum_dead_tuples: int = 20_000
@@ -130,6 +138,15 @@ class RunnerConfig:
         the ``dlq`` default)."""
         return frozenset(q for q in queues if self.dlq_queues.get(q, self.dlq))
 
+    def descriptor_refresh_every(self) -> float:
+        """Seconds between refreshes of a host's descriptors: at most a quarter of the
+        retention, so that a live host refreshes each several times before the leader
+        could take it for abandoned."""
+        if not self.descriptor_retention:
+            # Refresh anyway: the leader applies its own retention, not this host's.
+            return self.descriptor_refresh_interval
+        return min(self.descriptor_refresh_interval, self.descriptor_retention / 4)
+
     def __post_init__(self) -> None:
         for name in (
             "claim_batch",
@@ -163,12 +180,14 @@ class RunnerConfig:
             "cleanup_interval",
             "completed_retention",
             "failed_retention",
+            "descriptor_refresh_interval",
             "vacuum_interval",
             "cron_interval",
             "batch_interval",
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0 seconds")
+        self._check_descriptor_retention()
         for queue, limit in self.queue_rate_limits.items():
             check_rate_limit(queue, limit)
         port = self.metrics_port
@@ -176,6 +195,25 @@ class RunnerConfig:
             isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
         ):
             raise ConfigError(f"metrics_port must be None or a port in 1..65535, got {port!r}")
+
+    def _check_descriptor_retention(self) -> None:
+        """0 (never delete) or a finite number of seconds long enough for live hosts to
+        refresh their descriptors in it: refreshes ride on heartbeats, so a retention of
+        a few heartbeat intervals would delete the descriptors of hosts still running."""
+        value = self.descriptor_retention
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not 0 <= value < math.inf:
+            raise ConfigError(
+                "descriptor_retention must be a finite number of seconds >= 0 "
+                f"(0 disables retention), got {value!r}"
+            )
+        floor = MIN_DESCRIPTOR_RETENTION_BEATS * self.heartbeat_interval
+        if 0 < value < floor:
+            raise ConfigError(
+                f"descriptor_retention must be 0 or at least {MIN_DESCRIPTOR_RETENTION_BEATS} "
+                f"heartbeat intervals ({floor:g} s), got {value:g} s: hosts refresh their "
+                "descriptors on heartbeats"
+            )
 
 
 # The keys of a queue given as a dict, as the Awa SDK's hard-reserved queue configs are:
@@ -354,6 +392,7 @@ class Runner:
         self._claimers: list[asyncio.Task[None]] = []
         self._heartbeat: asyncio.Task[None] | None = None
         self._last_beat = 0.0  # time.monotonic() of the last heartbeat that landed
+        self._descriptors_due = 0.0  # time.monotonic() of the next descriptor refresh
         self.claimed_by_queue = [0] * len(self.queues)  # jobs claimed, by queue index
         self._buckets = [
             TokenBucket(*check_rate_limit(q, config.queue_rate_limits[q]))
@@ -492,6 +531,7 @@ class Runner:
                 queues=list(self.handlers.queue_descriptors.values()),
                 kinds=list(self.handlers.kind_descriptors.values()),
             )
+            self._descriptors_due = time.monotonic() + self.config.descriptor_refresh_every()
             await self._register_host(conn)
 
     async def _register_host(self, conn: psycopg.AsyncConnection[Any]) -> None:
@@ -765,10 +805,10 @@ class Runner:
                 await conn.close()
 
     async def _heartbeat_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """This host's heartbeat, then one UPDATE for every attempt running here. Attempts
-        it no longer owns (cancelled, rescued) or that are past their deadline get their
-        cancel flag; a handler still running ``deadline_grace`` after that has its worker
-        recycled."""
+        """This host's heartbeat (and, when due, its descriptors' refresh), then one UPDATE
+        for every attempt running here. Attempts it no longer owns (cancelled, rescued) or
+        that are past their deadline get their cancel flag; a handler still running
+        ``deadline_grace`` after that has its worker recycled."""
         cur = await conn.execute(Q.host_heartbeat, {"id": self.host_id})
         if await cur.fetchone() is None:
             log.warning(
@@ -777,6 +817,7 @@ class Runner:
             )
             await self._register_host(conn)
         self._last_beat = time.monotonic()
+        await self._refresh_descriptors(conn)
         ids, leases = self.inflight.running()
         if not ids:
             self._flagged.clear()
@@ -805,6 +846,16 @@ class Runner:
                 self.workers.evict(
                     *attempt, reason=f"{why}; its handler ignored cancellation for {grace:g}s"
                 )
+
+    async def _refresh_descriptors(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Mark this host's descriptors seen when a refresh is due (riding on the
+        heartbeat and its connection), so that retention keeps them while it runs."""
+        now = time.monotonic()
+        if now < self._descriptors_due:
+            return
+        mine = [*self.handlers.queue_descriptors.values(), *self.handlers.kind_descriptors.values()]
+        await descriptors.refresh(conn, mine)
+        self._descriptors_due = now + self.config.descriptor_refresh_every()
 
 
 async def connect_claimer(dsn: str, *, application_name: str) -> psycopg.AsyncConnection[Any]:

@@ -1,5 +1,7 @@
 """Queue and job-kind descriptors: validated when declared, upserted when a client starts
-handlers, refused for a queue the client does not run, listed by both clients."""
+handlers, refused for a queue the client does not run, listed by both clients; refreshed
+while their host runs, and deleted by the leader once nobody refreshed them for the
+retention."""
 
 from __future__ import annotations
 
@@ -11,8 +13,13 @@ import psycopg
 import pytest
 
 import awa_fast
+from awa_fast import descriptors
 from awa_fast.errors import ConfigError, ValidationError
-from tests.helpers import run
+from awa_fast.maintenance.leader import LEADER_LOCK_KEY
+from awa_fast.maintenance.service import Maintenance
+from awa_fast.runtime.hooks import HookDispatcher
+from awa_fast.runtime.runner import RunnerConfig
+from tests.helpers import await_until, lock_waiters, run
 
 
 @dataclass
@@ -199,3 +206,261 @@ def test_two_hosts_starting_at_once_leave_one_row_each(dsn: str, client: awa_fas
     run(main())
     assert _only(client.list_queue_descriptors())["owner"] in {"first", "second"}
     assert _only(client.list_job_kind_descriptors())["kind"] == "send_email"
+
+
+# -- retention ---------------------------------------------------------------------------
+
+FAST_REFRESH = {"heartbeat_interval": 0.05, "descriptor_refresh_interval": 0.05}
+HOSTS_OWN = [("kind", "send_email"), ("queue", "email")]  # what _client declares
+
+
+def _describe(conn: psycopg.Connection[Any], scope: str, name: str, *, age: str) -> None:
+    """A descriptor some other deployment registered, last seen ``age`` ago."""
+    conn.execute(
+        "INSERT INTO awa_fast.descriptors (scope, name, last_seen_at)"
+        " VALUES (%s, %s, now() - %s::interval)",
+        (scope, name, age),
+    )
+
+
+def _age(conn: psycopg.Connection[Any], age: str) -> None:
+    """Take the host's own descriptors back ``age``, as if it had run that long."""
+    conn.execute(
+        "UPDATE awa_fast.descriptors SET last_seen_at = now() - %s::interval"
+        " WHERE (scope, name) IN (('kind', 'send_email'), ('queue', 'email'))",
+        (age,),
+    )
+
+
+def _last_seen(dsn: str) -> dict[tuple[str, str], Any]:
+    with psycopg.connect(dsn) as c:
+        rows = c.execute("SELECT scope, name, last_seen_at FROM awa_fast.descriptors")
+        return {(scope, name): seen for scope, name, seen in rows}
+
+
+def _seen_within_a_minute(dsn: str) -> set[tuple[str, str]]:
+    with psycopg.connect(dsn) as c:
+        rows = c.execute(
+            "SELECT scope, name FROM awa_fast.descriptors"
+            " WHERE last_seen_at > now() - interval '1 minute'"
+        )
+        return {(scope, name) for scope, name in rows}
+
+
+def _maintenance(dsn: str, **config: Any) -> Maintenance:
+    handlers = awa_fast.AsyncClient(dsn).handlers
+    return Maintenance(dsn, RunnerConfig(**config), handlers, HookDispatcher(handlers.hooks))
+
+
+async def _step(maintenance: Maintenance) -> int:
+    """The leader's step, which never waits on a lock: were it to, this fails."""
+    async with await psycopg.AsyncConnection.connect(maintenance.dsn, autocommit=True) as c:
+        await c.execute("SET lock_timeout = '5s'")
+        return await maintenance.clean_descriptors_once(c)
+
+
+def _hold_leadership(conn: psycopg.Connection[Any]) -> None:
+    """Keep the hosts a test starts from leading: the test runs the leader's step."""
+    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK_KEY,)).fetchone()
+    assert row == (True,)
+
+
+def test_the_leader_deletes_what_nobody_refreshed_within_retention(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """As in the SDK: a descriptor unrefreshed for the retention (30 days by default) is
+    deleted; one seen within it stays, and so do a running host's, which it refreshes
+    however long ago it registered them."""
+    _hold_leadership(conn)
+    _describe(conn, "kind", "retired_report", age="31 days")
+    _describe(conn, "queue", "retired_queue", age="31 days")
+    _describe(conn, "kind", "nightly_report", age="29 days")
+    worker = _client(dsn)
+
+    async def main() -> int:
+        await worker.start({"email": 1}, **FAST_REFRESH)
+        try:
+            await asyncio.to_thread(_age, conn, "31 days")
+            await await_until(
+                lambda: set(HOSTS_OWN) <= _seen_within_a_minute(dsn),
+                timeout=10,
+                what="the running host to refresh its descriptors",
+            )
+            return await _step(_maintenance(dsn))
+        finally:
+            await worker.close()
+
+    assert run(main()) == 2
+    assert sorted(_last_seen(dsn)) == [
+        ("kind", "nightly_report"),
+        ("kind", "send_email"),
+        ("queue", "email"),
+    ]
+
+
+def test_the_leaders_periodic_cleanup_deletes_stale_descriptors(dsn: str) -> None:
+    """The step runs in the leader's cleanup: a host that leads deletes a stale
+    descriptor by itself, and keeps its own."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        _describe(c, "kind", "retired_report", age="31 days")
+    worker = _client(dsn)
+
+    async def main() -> int:
+        runner = await worker.start({"email": 1})
+        try:
+            await await_until(
+                lambda: ("kind", "retired_report") not in _last_seen(dsn),
+                timeout=10,
+                what="the leader to delete the stale descriptor",
+            )
+            return runner.maintenance.stats.descriptors_deleted
+        finally:
+            await worker.close()
+
+    assert run(main()) == 1
+    assert sorted(_last_seen(dsn)) == HOSTS_OWN
+
+
+def test_retention_0_deletes_nothing(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """The SDK's descriptor_retention_days=0, accepted by start: retention off (a catalog
+    managed elsewhere), however old a descriptor is."""
+    _hold_leadership(conn)
+    _describe(conn, "kind", "ancient_report", age="10 years")
+    worker = _client(dsn)
+
+    async def main() -> tuple[float, int]:
+        runner = await worker.start({"email": 1}, descriptor_retention_days=0)
+        try:
+            await asyncio.to_thread(_age, conn, "10 years")
+            return runner.config.descriptor_retention, await _step(runner.maintenance)
+        finally:
+            await worker.close()
+
+    assert run(main()) == (0, 0)
+    assert run(_step(_maintenance(dsn, descriptor_retention=0))) == 0
+    assert sorted(_last_seen(dsn)) == [("kind", "ancient_report"), *HOSTS_OWN]
+
+
+def test_start_takes_descriptor_retention_days_in_days(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """descriptor_retention_days=1 at start: a day-and-a-bit-old descriptor goes, a
+    day-less-a-bit-old one stays; None keeps the 30 days."""
+    _hold_leadership(conn)
+    _describe(conn, "kind", "older", age="25 hours")
+    _describe(conn, "kind", "newer", age="23 hours")
+
+    async def main(**options: Any) -> tuple[float, int]:
+        worker = _client(dsn)
+        runner = await worker.start({"email": 1}, **options)
+        try:
+            return runner.config.descriptor_retention, await _step(runner.maintenance)
+        finally:
+            await worker.close()
+
+    assert run(main(descriptor_retention_days=None)) == (30 * 86400.0, 0)
+    assert run(main(descriptor_retention_days=1)) == (86400.0, 1)
+    assert ("kind", "older") not in _last_seen(dsn) and ("kind", "newer") in _last_seen(dsn)
+
+
+def test_a_running_host_refreshes_its_own_descriptors_only(
+    dsn: str, conn: psycopg.Connection[Any], client: awa_fast.Client
+) -> None:
+    """last_seen_at moves for what the host declared (updated_at does not: the definition
+    did not change); another deployment's descriptor is left to that deployment."""
+    _describe(conn, "kind", "billing_export", age="1 hour")
+    worker = _client(dsn)
+
+    async def main() -> None:
+        await worker.start({"email": 1}, **FAST_REFRESH)
+        try:
+            await asyncio.to_thread(_age, conn, "1 hour")
+            await await_until(
+                lambda: set(HOSTS_OWN) <= _seen_within_a_minute(dsn),
+                timeout=10,
+                what="the running host to refresh its descriptors",
+            )
+        finally:
+            await worker.close()
+
+    [before] = client.list_job_kind_descriptors()
+    run(main())
+    assert ("kind", "billing_export") not in _seen_within_a_minute(dsn)
+    kinds = {row["kind"]: row for row in client.list_job_kind_descriptors()}
+    assert kinds["billing_export"] == before
+    mine = kinds["send_email"]
+    assert mine["updated_at"] == mine["created_at"] < mine["last_seen_at"]
+
+
+# -- races: a host's refresh or registration against the leader's delete ------------------
+
+
+def test_the_leader_skips_a_descriptor_a_host_is_refreshing(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """A stale row a host is refreshing (its transaction open) is skipped, not waited
+    for, and stays once the refresh commits."""
+    _describe(conn, "kind", "send_email", age="31 days")
+    mine = [descriptors.descriptor("kind", "send_email")]
+
+    async def main() -> tuple[int, int, int]:
+        async with await psycopg.AsyncConnection.connect(dsn) as host:
+            refreshed = await descriptors.refresh(host, mine)
+            deleted_meanwhile = await _step(_maintenance(dsn))
+            await host.commit()
+        return refreshed, deleted_meanwhile, await _step(_maintenance(dsn))
+
+    assert run(main()) == (1, 0, 0)
+    assert _seen_within_a_minute(dsn) == {("kind", "send_email")}
+
+
+def test_a_refresh_skips_a_descriptor_the_leader_is_deleting(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """A host refreshing while the leader deletes its stale row (the leader's transaction
+    open) does not wait, and two hosts refreshing the same rows cannot deadlock: a row
+    another session holds is skipped."""
+    _describe(conn, "kind", "send_email", age="31 days")
+    mine = [descriptors.descriptor("kind", "send_email")]
+
+    async def main() -> tuple[int, int]:
+        async with await psycopg.AsyncConnection.connect(dsn) as leader:
+            deleted = await _maintenance(dsn).clean_descriptors_once(leader)
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as host:
+                await host.execute("SET lock_timeout = '5s'")
+                refreshed = await descriptors.refresh(host, mine)
+            await leader.commit()
+        return deleted, refreshed
+
+    assert run(main()) == (1, 0)
+    assert _last_seen(dsn) == {}
+
+
+def test_a_host_starting_while_the_leader_deletes_its_stale_descriptors_keeps_them(
+    dsn: str, conn: psycopg.Connection[Any], client: awa_fast.Client
+) -> None:
+    """Registration waits for the delete, then writes the descriptors afresh: a host
+    that starts as the leader takes its old rows for abandoned loses nothing."""
+    _describe(conn, "queue", "email", age="31 days")
+    _describe(conn, "kind", "send_email", age="31 days")
+    worker = _client(dsn, owner="growth")
+
+    async def main() -> int:
+        try:
+            async with await psycopg.AsyncConnection.connect(dsn) as leader:
+                deleted = await _maintenance(dsn).clean_descriptors_once(leader)
+                start = asyncio.create_task(worker.start({"email": 1}))
+                await await_until(
+                    lambda: lock_waiters(dsn) > 0,
+                    timeout=10,
+                    what="the registration to wait on the delete",
+                )
+                await leader.commit()
+                await start
+        finally:
+            await worker.close()
+        return deleted
+
+    assert run(main()) == 2
+    assert _seen_within_a_minute(dsn) == set(HOSTS_OWN)
+    assert _only(client.list_queue_descriptors())["owner"] == "growth"

@@ -20,3 +20,34 @@ from awa_fast.runtime.runner import RunnerConfig
 def test_bad_tuning_names_the_field(field: str, value: float, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         RunnerConfig(**{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (-1.0, r"descriptor_retention must be a finite number of seconds >= 0 .*got -1\.0"),
+        (float("nan"), "descriptor_retention must be a finite number of seconds >= 0"),
+        (float("inf"), "descriptor_retention must be a finite number of seconds >= 0"),
+        (True, r"descriptor_retention must be .*\(0 disables retention\), got True"),
+        ("30d", "descriptor_retention must be a finite number of seconds >= 0"),
+        (19.0, r"descriptor_retention must be 0 or at least 4 heartbeat intervals \(20 s\)"),
+    ],
+)
+def test_a_bad_descriptor_retention_names_the_field(value: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        RunnerConfig(descriptor_retention=value, heartbeat_interval=5.0)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="descriptor_refresh_interval must be > 0 seconds"):
+        RunnerConfig(descriptor_refresh_interval=0.0)
+
+
+def test_descriptors_are_refreshed_several_times_within_any_retention() -> None:
+    """A quarter of the retention at most: a live host's descriptors are refreshed long
+    before the leader could take them for abandoned; with retention off (the leader may
+    be another host, with its own), at the interval given."""
+    assert RunnerConfig().descriptor_retention == 30 * 86400.0
+    assert RunnerConfig().descriptor_refresh_every() == 3600.0
+    short = RunnerConfig(descriptor_retention=600.0, heartbeat_interval=1.0)
+    assert short.descriptor_refresh_every() == 150.0
+    assert RunnerConfig(descriptor_retention=0).descriptor_refresh_every() == 3600.0
+    shortest = RunnerConfig(descriptor_retention=20.0, heartbeat_interval=5.0)  # 4 beats
+    assert shortest.descriptor_refresh_every() == 5.0  # a refresh on every heartbeat

@@ -6,7 +6,7 @@ them before ``os.fork()`` and use them from the parent and every child.
 
 from typing import TypeAlias, final
 
-__all__ = ["Batch", "Batcher", "InFlight", "OutcomeRing"]
+__all__ = ["Batch", "Batcher", "InFlight", "OutcomeRing", "cel_evaluate", "cel_variables"]
 
 _Record: TypeAlias = tuple[int, int, int, int, float, bytes]
 """``(job_id, run_lease, code, kind, number, payload)``."""
@@ -170,3 +170,10 @@ class InFlight:
     def queue_count(self) -> int: ...
     @property
     def slot_count(self) -> int: ...
+
+def cel_variables(expression: str) -> list[str]:
+    """The variables a CEL expression references, sorted; ValueError if it does not parse."""
+
+def cel_evaluate(expression: str, payload: str) -> str:
+    """A CEL expression evaluated with ``payload`` (JSON text) bound to ``payload``, as JSON
+    text; ValueError if it does not parse or evaluate, or yields a value JSON cannot hold."""

@@ -3,6 +3,7 @@
 //! See `awa_fast/_core.pyi` for the Python API; each module documents its own design.
 
 pub mod batch;
+pub mod cel;
 pub mod inflight;
 pub mod py;
 pub mod ring;
@@ -18,5 +19,7 @@ fn awa_fast_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py::PyInFlight>()?;
     m.add_class::<py::PyBatcher>()?;
     m.add_class::<py::PyBatch>()?;
+    m.add_function(wrap_pyfunction!(py::cel_variables, m)?)?;
+    m.add_function(wrap_pyfunction!(py::cel_evaluate, m)?)?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 """awa-fast: a Postgres-backed job queue with a multiprocess worker pool and a Rust core."""
 
-from awa_fast.admin import DlqEntry, QueueStat
+from awa_fast.admin import DlqEntry, QueueStat, ResolveResult
 from awa_fast.batch import (
     BatchOperation,
     BatchOperationFilter,
@@ -70,6 +70,7 @@ __all__ = [
     "PartitionedQueue",
     "QueueHealth",
     "QueueStat",
+    "ResolveResult",
     "RetryAfter",
     "RunnerConfig",
     "SchemaNotMigrated",

@@ -1,7 +1,7 @@
 """awa-fast: a Postgres-backed job queue with a multiprocess worker pool and a Rust core."""
 
 from awa_fast import callback_contract
-from awa_fast.admin import DlqEntry, QueueStat, RetryFailedResult
+from awa_fast.admin import DlqEntry, QueueStat, ResolveResult, RetryFailedResult
 from awa_fast.batch import (
     BatchOperation,
     BatchOperationFilter,
@@ -71,6 +71,7 @@ __all__ = [
     "PartitionedQueue",
     "QueueHealth",
     "QueueStat",
+    "ResolveResult",
     "RetryAfter",
     "RetryFailedResult",
     "RunnerConfig",

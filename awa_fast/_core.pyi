@@ -6,7 +6,16 @@ them before ``os.fork()`` and use them from the parent and every child.
 
 from typing import TypeAlias, final
 
-__all__ = ["Batch", "Batcher", "InFlight", "OutcomeRing", "callback_sign", "callback_verify"]
+__all__ = [
+    "Batch",
+    "Batcher",
+    "InFlight",
+    "OutcomeRing",
+    "callback_sign",
+    "callback_verify",
+    "cel_evaluate",
+    "cel_variables",
+]
 
 _Record: TypeAlias = tuple[int, int, int, int, float, bytes]
 """``(job_id, run_lease, code, kind, number, payload)``."""
@@ -178,3 +187,10 @@ def callback_sign(secret: bytes, callback_id: str) -> str:
 def callback_verify(secret: bytes, callback_id: str, signature: str) -> bool:
     """Whether ``signature`` is the hex (either case) of ``callback_sign(secret,
     callback_id)``; compared in constant time. Malformed hex is False."""
+
+def cel_variables(expression: str) -> list[str]:
+    """The variables a CEL expression references, sorted; ValueError if it does not parse."""
+
+def cel_evaluate(expression: str, payload: str) -> str:
+    """A CEL expression evaluated with ``payload`` (JSON text) bound to ``payload``, as JSON
+    text; ValueError if it does not parse or evaluate, or yields a value JSON cannot hold."""

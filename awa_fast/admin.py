@@ -10,10 +10,11 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import orjson
 
+from awa_fast import callback_rules
 from awa_fast.codec import encode_args, encode_json
 from awa_fast.db.queries import Q
 from awa_fast.errors import CallbackNotFound, JobNotFound, UniqueConflict, ValidationError
@@ -29,6 +30,15 @@ class Op(Generic[T]):
     sql: str
     params: dict[str, Any]
     shape: Callable[[Rows], T]
+
+
+@dataclass(frozen=True, slots=True)
+class Locked(Generic[T]):
+    """An operation decided under a row lock: ``lock`` reads and locks rows, and its shape
+    returns the result, or the Op that acts on what it read. Both clients run the two in one
+    transaction, so nothing changes the rows between the reading and the acting."""
+
+    lock: Op[T | Op[T]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -587,29 +597,87 @@ def _answered(callback_id: str) -> Callable[[Rows], JobRow]:
 
 
 def _resolve(
-    callback_id: str, state: str, *, payload: object = None, error: str | None = None
+    callback_id: str,
+    state: str,
+    *,
+    payload: str | None = None,
+    error: dict[str, str] | None = None,
 ) -> Op[JobRow]:
+    """The job on ``callback_id`` completed with ``payload`` (JSON text), failed with the
+    ``error`` entry (its text under "error", and any detail), or made available again."""
     params = {
         "callback_id": _callback_id(callback_id),
         "state": state,
-        "payload": _payload(payload),
-        "error": error,
+        "payload": payload,
+        "error": None if error is None else orjson.dumps(error).decode(),
     }
     return Op(Q.callback_resolve, params, _answered(callback_id))
 
 
 def complete_external(callback_id: str, payload: object = None) -> Op[JobRow]:
     """Complete the job waiting on ``callback_id``, with ``payload`` as its callback_result."""
-    return _resolve(callback_id, "completed", payload=payload)
+    return _resolve(callback_id, "completed", payload=_payload(payload))
 
 
 def fail_external(callback_id: str, error: str) -> Op[JobRow]:
-    return _resolve(callback_id, "failed", error=f"callback failed: {error}")
+    return _resolve(callback_id, "failed", error={"error": f"callback failed: {error}"})
 
 
 def retry_external(callback_id: str) -> Op[JobRow]:
     """Give the parked job another attempt (the callback's attempt counts as used)."""
     return _resolve(callback_id, "available")
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveResult:
+    """What :func:`resolve_callback` did: ``outcome`` is "completed" (``job`` completed with
+    ``payload``, transformed when on_complete matched), "failed" (``job`` failed) or
+    "ignored" (the job still waits on its callback; ``reason`` says why)."""
+
+    outcome: Literal["completed", "failed", "ignored"]
+    job: JobRow | None = None
+    payload: Any = None
+    reason: str | None = None
+
+    def is_completed(self) -> bool:
+        return self.outcome == "completed"
+
+    def is_failed(self) -> bool:
+        return self.outcome == "failed"
+
+    def is_ignored(self) -> bool:
+        return self.outcome == "ignored"
+
+
+def resolve_callback(
+    callback_id: str, payload: object = None, default_action: str = "ignore"
+) -> Locked[ResolveResult]:
+    """Decide the job waiting on ``callback_id`` by the CEL expressions its handler gave
+    ``register_callback`` (callback_rules.py has the SDK's rules), falling back on
+    ``default_action`` ("complete", "fail" or "ignore"). The row stays locked from reading
+    the expressions to acting on them, so of two resolves of one callback only the first
+    acts; the second finds it spent (CallbackNotFound), as after any other answer."""
+    action = callback_rules.default_action_of(default_action)
+    params = {"callback_id": _callback_id(callback_id)}
+    given = _payload(payload)
+
+    def decide(rows: Rows) -> ResolveResult | Op[ResolveResult]:
+        if not rows:
+            raise CallbackNotFound(callback_id)
+        verdict = callback_rules.decide(rows[0]["callback_rules"], given, action)
+        if verdict.outcome == "ignored":
+            return ResolveResult("ignored", reason=verdict.reason)
+        state = "completed" if verdict.outcome == "completed" else "failed"
+        op = _resolve(callback_id, state, payload=verdict.payload, error=verdict.error)
+        return Op(op.sql, op.params, lambda rows: _resolved_as(verdict, op.shape(rows)))
+
+    return Locked(Op(Q.callback_lock, params, decide))
+
+
+def _resolved_as(verdict: callback_rules.Verdict, job: JobRow) -> ResolveResult:
+    if verdict.outcome == "completed":
+        return ResolveResult("completed", job=job, payload=job.callback_result)
+    return ResolveResult("failed", job=job)
 
 
 def resume_external(callback_id: str, payload: object = None) -> Op[JobRow]:

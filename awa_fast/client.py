@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, TypeVar, Unpack
 
+from psycopg import AsyncConnection, Connection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -148,6 +149,18 @@ class _Handlers:
 _SESSION = {"autocommit": True, "application_name": "awa-fast client"}
 
 
+def _execute(conn: Connection[Any], op: admin.Op[T]) -> T:
+    cur = conn.cursor(row_factory=dict_row)
+    cur.execute(op.sql, op.params)
+    return op.shape(cur.fetchall() if cur.description else [])
+
+
+async def _aexecute(conn: AsyncConnection[Any], op: admin.Op[T]) -> T:
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(op.sql, op.params)
+    return op.shape(await cur.fetchall() if cur.description else [])
+
+
 class Client(_Handlers):
     """Synchronous client: insert jobs, administer them, run handlers (``run``)."""
 
@@ -194,9 +207,12 @@ class Client(_Handlers):
 
     def _run(self, op: admin.Op[T]) -> T:
         with self._conn() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            cur.execute(op.sql, op.params)
-            return op.shape(cur.fetchall() if cur.description else [])
+            return _execute(conn, op)
+
+    def _run_locked(self, locked: admin.Locked[T]) -> T:
+        with self._conn() as conn, conn.transaction():
+            decided = _execute(conn, locked.lock)
+            return _execute(conn, decided) if isinstance(decided, admin.Op) else decided
 
     def get_job(self, job_id: int) -> JobRow:
         """The job; :class:`~awa_fast.errors.JobNotFound` when there is none."""
@@ -449,6 +465,13 @@ class Client(_Handlers):
     def retry_external(self, callback_id: str) -> JobRow:
         return self._run(admin.retry_external(callback_id))
 
+    def resolve_callback(
+        self, callback_id: str, payload: object = None, default_action: str = "ignore"
+    ) -> admin.ResolveResult:
+        """Decide the job waiting on ``callback_id`` by its callback's CEL expressions, else
+        by ``default_action`` ("complete", "fail" or "ignore")."""
+        return self._run_locked(admin.resolve_callback(callback_id, payload, default_action))
+
     def resume_external(self, callback_id: str, payload: object = None) -> JobRow:
         """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``."""
         return self._run(admin.resume_external(callback_id, payload))
@@ -537,9 +560,12 @@ class AsyncClient(_Handlers):
 
     async def _run(self, op: admin.Op[T]) -> T:
         async with await self._conn() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(op.sql, op.params)
-            return op.shape(await cur.fetchall() if cur.description else [])
+            return await _aexecute(conn, op)
+
+    async def _run_locked(self, locked: admin.Locked[T]) -> T:
+        async with await self._conn() as conn, conn.transaction():
+            decided = await _aexecute(conn, locked.lock)
+            return await _aexecute(conn, decided) if isinstance(decided, admin.Op) else decided
 
     async def get_job(self, job_id: int) -> JobRow:
         """The job; :class:`~awa_fast.errors.JobNotFound` when there is none."""
@@ -792,6 +818,14 @@ class AsyncClient(_Handlers):
 
     async def retry_external(self, callback_id: str) -> JobRow:
         return await self._run(admin.retry_external(callback_id))
+
+    async def resolve_callback(
+        self, callback_id: str, payload: object = None, default_action: str = "ignore"
+    ) -> admin.ResolveResult:
+        """Decide the job waiting on ``callback_id`` by its callback's CEL expressions, else
+        by ``default_action`` ("complete", "fail" or "ignore")."""
+        op = admin.resolve_callback(callback_id, payload, default_action)
+        return await self._run_locked(op)
 
     async def resume_external(self, callback_id: str, payload: object = None) -> JobRow:
         """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from awa_fast import callback_rules
 from awa_fast.codec import Decoder, decoder_for, kind_of
 from awa_fast.errors import ConfigError, ValidationError
 
@@ -195,24 +196,21 @@ class Job(Generic[T]):
         job and the handler's own result is dropped. Raises :class:`LeaseLost` if this
         attempt no longer owns the job (cancelled, rescued or resolved meanwhile).
 
-        The Awa SDK's CEL expressions (``filter``, ``on_complete``, ``on_fail``,
-        ``transform``) are refused with a ValidationError naming the first one given:
-        awa-fast evaluates none, and accepting them would silently ignore them."""
-        expressions = {
-            "filter": filter,
-            "on_complete": on_complete,
-            "on_fail": on_fail,
-            "transform": transform,
-        }
-        for name, expression in expressions.items():
-            if expression is not None:
-                raise ValidationError(
-                    name,
-                    "CEL callback expressions are not supported by awa-fast: decide the "
-                    "payload in the handler (wait_for_callback) or in the system that calls "
-                    "complete_external/fail_external",
-                )
-        callback_id = await self._writer.register_callback(self.id, self.run_lease, timeout_seconds)
+        ``filter``, ``on_complete``, ``on_fail`` and ``transform`` are the Awa SDK's CEL
+        expressions over ``payload``, for ``client.resolve_callback`` to decide the job by
+        (awa_fast/callback_rules.py has the rules). One that does not parse, or uses a
+        variable other than ``payload``, raises a ValidationError naming it."""
+        rules = callback_rules.checked(
+            {
+                "filter": filter,
+                "on_complete": on_complete,
+                "on_fail": on_fail,
+                "transform": transform,
+            }
+        )
+        callback_id = await self._writer.register_callback(
+            self.id, self.run_lease, timeout_seconds, rules=rules
+        )
         self.callback = CallbackToken(callback_id, float(timeout_seconds))
         return self.callback
 

@@ -4,6 +4,7 @@
 
 pub mod batch;
 pub mod callback;
+pub mod cel;
 pub mod inflight;
 pub mod py;
 pub mod ring;
@@ -21,5 +22,7 @@ fn awa_fast_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py::PyBatch>()?;
     m.add_function(wrap_pyfunction!(py::callback_sign, m)?)?;
     m.add_function(wrap_pyfunction!(py::callback_verify, m)?)?;
+    m.add_function(wrap_pyfunction!(py::cel_variables, m)?)?;
+    m.add_function(wrap_pyfunction!(py::cel_evaluate, m)?)?;
     Ok(())
 }

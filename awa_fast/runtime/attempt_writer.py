@@ -68,12 +68,23 @@ class AttemptWriter:
         self._news = asyncio.Event()  # a wait began: poll now
         self._poller: asyncio.Task[None] | None = None
 
-    async def register_callback(self, job_id: int, run_lease: int, timeout_seconds: float) -> str:
-        """A new callback id, on the row of attempt (``job_id``, ``run_lease``) before it is
-        returned."""
+    async def register_callback(
+        self,
+        job_id: int,
+        run_lease: int,
+        timeout_seconds: float,
+        *,
+        rules: dict[str, str] | None = None,
+    ) -> str:
+        """A new callback id, with its CEL expressions (``rules``, checked), on the row of
+        attempt (``job_id``, ``run_lease``) before it is returned."""
         timeout = positive_seconds("timeout_seconds", timeout_seconds)
         callback_id = str(uuid.uuid4())
-        params = {"callback_id": callback_id, "timeout_s": timeout}
+        params = {
+            "callback_id": callback_id,
+            "timeout_s": timeout,
+            "rules": None if rules is None else encode_json("rules", rules).decode(),
+        }
         await self._write(Q.job_register_callback, job_id, run_lease, params)
         return callback_id
 

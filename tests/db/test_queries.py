@@ -98,8 +98,10 @@ def _queue(conn: psycopg.Connection[Any], *, table: str) -> None:
                 "lease": 1,
                 "callback_id": "7c9e6679-7425-40de-944b-e07fc1f90ae7",
                 "timeout_s": 60.0,
+                "rules": '{"on_complete": "payload.ok"}',
             },
         ),
+        ("callback_lock", {"callback_id": "7c9e6679-7425-40de-944b-e07fc1f90ae7"}),
         (
             "job_wait_callback",
             {"id": 1, "lease": 1, "callback_id": "7c9e6679-7425-40de-944b-e07fc1f90ae7"},
@@ -144,6 +146,7 @@ def test_generic_plans_reach_rows_by_key(
         "job_claim_batch": "Tid Scan",
         "job_wait_callback": "jobs_hot_callback",  # a callback id is unique
         "job_park_callback": "jobs_hot_callback",
+        "callback_lock": "jobs_hot_callback",
     }
     key = keys.get(name, "jobs_hot_pkey")
     assert key in plan and "Seq Scan" not in plan, plan

@@ -351,7 +351,9 @@ RETURNING id;
 -- may still be running: its handler registered the id and has not returned yet. The
 -- callback decides then, and the attempt's own outcome, guarded by state = 'running',
 -- finds no row and is dropped; a handler waiting on the callback (wait_for_callback) sees
--- its job gone and stops waiting. Returns the job as it now is.
+-- its job gone and stops waiting. `error` is the error entry's object (its text under
+-- 'error', and any detail, as the expression resolve_callback matched), stamped here with
+-- the attempt and the time. Returns the job as it now is.
 WITH resolved AS (
     DELETE FROM awa_fast.jobs_hot
     WHERE callback_id = %(callback_id)s::uuid AND state IN ('waiting_external', 'running')
@@ -359,9 +361,9 @@ WITH resolved AS (
 ),
 resolved_with AS (
     SELECT r.*, %(payload)s::jsonb AS payload,
-           CASE WHEN %(error)s::text IS NULL THEN r.errors
-                ELSE r.errors || jsonb_build_array(jsonb_build_object(
-                    'error', %(error)s::text, 'attempt', r.attempt, 'at', now())) END
+           CASE WHEN %(error)s::jsonb IS NULL THEN r.errors
+                ELSE r.errors || jsonb_build_array(%(error)s::jsonb || jsonb_build_object(
+                    'attempt', r.attempt, 'at', now())) END
                AS new_errors
     FROM resolved r
 ),

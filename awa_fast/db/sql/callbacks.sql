@@ -49,14 +49,16 @@ RETURNING id;
 -- name: callback_resume
 -- resume_external: the job whose handler waits on the callback (or, having registered it,
 -- is about to) runs on, the same attempt, with the payload in callback_result. The callback
--- is spent. A row the timeout sweep rescues at the same moment is locked by one of the two
--- statements first, and the other then finds it in another state: exactly one wins. A
--- parked job is returned with resumed = false (no handler waits for its payload).
+-- is spent, its expressions with it. A row the timeout sweep rescues at the same moment is
+-- locked by one of the two statements first, and the other then finds it in another state:
+-- exactly one wins. A parked job is returned with resumed = false (no handler waits for
+-- its payload).
 WITH resumed AS (
     UPDATE awa_fast.jobs_hot
     SET state = 'running',
         callback_id = NULL,
         callback_timeout_at = NULL,
+        callback_rules = NULL,
         callback_result = %(payload)s::jsonb,
         deadline_at = CASE WHEN state = 'waiting_external'
                            THEN now() + (deadline_at - callback_timeout_at)
@@ -80,3 +82,13 @@ SET callback_timeout_at = now() + make_interval(secs => %(timeout_s)s),
                                  - callback_timeout_at)
 WHERE callback_id = %(callback_id)s::uuid AND state = 'waiting_external'
 RETURNING *;
+
+-- name: callback_lock
+-- resolve_callback, first of its two statements in one transaction: the job a callback
+-- decides (its handler parked, waiting in wait_for_callback, or yet to return) and the
+-- callback's CEL expressions, the row locked until callback_resolve acts on what they make
+-- of the payload (or the transaction ends, the payload ignored). A second resolve of the
+-- same callback waits here, then finds no row once the first has acted.
+SELECT id, callback_rules FROM awa_fast.jobs_hot
+WHERE callback_id = %(callback_id)s::uuid AND state IN ('waiting_external', 'running')
+FOR UPDATE;

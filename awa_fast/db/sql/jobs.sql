@@ -26,9 +26,10 @@ WITH claimed AS (
         host_id = %(host_id)s,
         deadline_at = now() + make_interval(secs => COALESCE(j.deadline_seconds, %(deadline_s)s)),
         -- A callback id belongs to the attempt that registered it: one from an earlier
-        -- attempt must not resolve this one.
+        -- attempt must not resolve this one. Its expressions go with it.
         callback_id = NULL,
-        callback_timeout_at = NULL
+        callback_timeout_at = NULL,
+        callback_rules = NULL
     WHERE j.ctid = ANY (ARRAY(
         SELECT ctid FROM awa_fast.jobs_hot
         WHERE state = 'available' AND queue = %(queue)s
@@ -211,10 +212,12 @@ SELECT EXTRACT(EPOCH FROM min(run_at) - clock_timestamp())::float8 FROM awa_fast
 -- name: job_register_callback
 -- A handler asked for a callback id: it is on the row before the handler can hand it out,
 -- so an external system that answers before the handler returns (and before its attempt
--- parks) finds the job. No row: the attempt no longer owns it.
+-- parks) finds the job. Its CEL expressions (resolve_callback's; NULL for none) replace any
+-- an earlier callback of the attempt had. No row: the attempt no longer owns it.
 UPDATE awa_fast.jobs_hot
 SET callback_id = %(callback_id)s::uuid,
-    callback_timeout_at = now() + make_interval(secs => %(timeout_s)s)
+    callback_timeout_at = now() + make_interval(secs => %(timeout_s)s),
+    callback_rules = %(rules)s::jsonb
 WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
 RETURNING id;
 

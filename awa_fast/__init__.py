@@ -26,6 +26,7 @@ from awa_fast.errors import (
     LeaseLost,
     SchemaNotMigrated,
     SerializationError,
+    TelemetryError,
     TerminalError,
     UniqueConflict,
     ValidationError,
@@ -37,6 +38,7 @@ from awa_fast.runtime.followups import OutcomeContext
 from awa_fast.runtime.health import HealthCheck, QueueHealth
 from awa_fast.runtime.hooks import Event, EventType
 from awa_fast.runtime.runner import RunnerConfig
+from awa_fast.telemetry import init_telemetry, shutdown_telemetry
 from awa_fast.transaction import SyncTransaction, Transaction
 from awa_fast.types import InsertRequest, JobRow, JobState, UniqueOpts
 from awa_fast.worker import CallbackToken, Job, Worker
@@ -76,6 +78,7 @@ __all__ = [
     "SerializationError",
     "Snooze",
     "SyncTransaction",
+    "TelemetryError",
     "TerminalError",
     "Transaction",
     "UniqueConflict",
@@ -85,6 +88,7 @@ __all__ = [
     "Worker",
     "current_migration_version",
     "derive_kind",
+    "init_telemetry",
     "insert",
     "insert_async",
     "insert_many",
@@ -92,4 +96,5 @@ __all__ = [
     "migrate",
     "migrations",
     "migrations_range",
+    "shutdown_telemetry",
 ]

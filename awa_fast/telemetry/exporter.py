@@ -1,128 +1,40 @@
-"""The Awa SDK's ``init_telemetry`` / ``shutdown_telemetry``: this process's metrics,
-pushed to an OpenTelemetry collector every interval.
+"""The Awa SDK's ``init_telemetry`` / ``shutdown_telemetry``: this process's awa-fast
+metrics (awa_fast.telemetry.readings), pushed to an OpenTelemetry collector over
+OTLP/gRPC every interval by the OpenTelemetry SDK (awa_fast.telemetry.otel, the ``otel``
+extra, imported here only when telemetry is turned on).
 
-What is pushed is awa-fast's own metric catalogue (awa_fast.runtime.metrics: the numbers
-a runner's Prometheus endpoint serves), read from every runner the process has running
-(awa_fast.runtime.runner.LIVE), over OTLP/gRPC as the SDK does (awa_fast.telemetry.grpc).
-Counters are the process's totals over every runner it ran while telemetry was on, each
-counted from its own start: a runner that stops leaves its final counts in them, so they
-only grow (cumulative sums, as the SDK's). Gauges are the live runners' readings now.
-
-Exports run on a thread of their own rather than a runner's loop: telemetry belongs to
-the process (it starts before any client, as with the SDK, and outlives them), a process
-may run several runners on several loops, and an export's network waits must never hold
-up claiming or committing. A failed export is logged (at most once a minute, counting
-the rest) and the next one tries again.
+Telemetry belongs to the process: it starts before any client, as with the SDK, outlives
+them, and reads every runner the process runs. Exports run on a thread of their own, so an
+export's network waits never hold up claiming or committing, and a failing collector
+costs the runners nothing.
 """
 
 from __future__ import annotations
 
-import logging
-import math
 import threading
-import time
+import urllib.parse
+from typing import TYPE_CHECKING
 
-from awa_fast.errors import TelemetryError, ValidationError
-from awa_fast.runtime.runner import LIVE
-from awa_fast.telemetry import grpc, otlp
+from awa_fast.errors import ValidationError
 
-log = logging.getLogger("awa_fast.telemetry")
+if TYPE_CHECKING:
+    from awa_fast.telemetry.otel import Pipeline
 
-TIMEOUT = 10.0  # seconds each socket operation of an export may take (OTLP's default)
-REPORT_EVERY = 60.0  # seconds between log lines about exports that keep failing
-USER_AGENT = "awa-fast-otlp"
-
-
-class Exporter:
-    """Exports the process's metrics to ``target`` every ``interval`` seconds from its
-    thread, and once more on :meth:`close`."""
-
-    def __init__(self, target: grpc.Target, service_name: str, interval: float) -> None:
-        self.target = target
-        self.resource = {
-            "service.name": service_name,
-            "telemetry.sdk.name": "awa-fast",
-            "telemetry.sdk.language": "python",
-        }
-        self.interval = interval
-        self._start_ns = time.time_ns()
-        self._retired: otlp.Points = {}  # final counts of runners that stopped
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="awa-fast-telemetry", daemon=True)
-        self._failures = 0  # since the last report
-        self._reported = -math.inf  # time.monotonic() of the last report
-
-    def start(self) -> None:
-        LIVE.watch(True)
-        self._thread.start()
-
-    def close(self) -> None:
-        """Stop the thread, then export what the numbers are now; raise TelemetryError if
-        that fails (stopped all the same)."""
-        self._stop.set()
-        self._thread.join()
-        try:
-            self.export()
-        except Exception as e:
-            raise TelemetryError(f"telemetry shutdown failed: {e}") from e
-        finally:
-            LIVE.watch(False)
-
-    def export(self) -> None:
-        """Send the numbers as they are now; nothing while no runner has any yet."""
-        live, stopped = LIVE.take()
-        for metric, numbers in otlp.read(stopped, kinds=("counter",)).items():
-            otlp.add(metric, self._retired.setdefault(metric, {}), numbers)
-        points = otlp.read(live)
-        for metric, numbers in self._retired.items():
-            otlp.add(metric, points[metric], numbers)
-        if not any(points.values()):
-            return
-        message = otlp.export_request(
-            points, resource=self.resource, start_ns=self._start_ns, now_ns=time.time_ns()
-        )
-        grpc.call(self.target, otlp.EXPORT_PATH, message, timeout=TIMEOUT, user_agent=USER_AGENT)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.export()
-            except Exception as e:  # whatever it is, the runners go on and so do we
-                self._failed(e)
-            else:
-                self._recovered()
-
-    def _failed(self, error: Exception) -> None:
-        self._failures += 1
-        now = time.monotonic()
-        if now - self._reported >= REPORT_EVERY:
-            log.warning(
-                "telemetry export to %s failed (%d failed since the last report): %s",
-                self.target.authority,
-                self._failures,
-                error,
-                extra={"endpoint": self.target.authority, "failures": self._failures},
-            )
-            self._reported, self._failures = now, 0
-
-    def _recovered(self) -> None:
-        if self._reported > -math.inf:
-            log.info("telemetry export to %s works again", self.target.authority)
-            self._reported, self._failures = -math.inf, 0
-
+EXTRA = "pip install 'awa-fast[otel]'"
 
 _lock = threading.Lock()  # init and shutdown, from any thread
-_active: Exporter | None = None
+_active: Pipeline | None = None
 
 
 def init_telemetry(endpoint: str, service_name: str, export_interval_ms: int = 5000) -> bool:
     """Push this process's awa-fast metrics to the OpenTelemetry collector at ``endpoint``
-    (OTLP/gRPC, e.g. ``http://localhost:4317``; its path is ignored) every
-    ``export_interval_ms``, with ``service.name`` = ``service_name``, until
+    (OTLP/gRPC, e.g. ``http://localhost:4317``; ``https://`` for TLS; its path is
+    ignored) every ``export_interval_ms``, with ``service.name`` = ``service_name``, until
     :func:`shutdown_telemetry`. Returns False and changes nothing if telemetry is
-    already running, as the Awa SDK does."""
+    already running, as the Awa SDK does. Needs the ``otel`` extra (ImportError saying so
+    otherwise)."""
     global _active
-    target = _target(endpoint)
+    target = _endpoint(endpoint)
     if not isinstance(service_name, str) or not service_name:
         raise ValidationError("service_name", f"must be a non-empty string, got {service_name!r}")
     if (
@@ -133,10 +45,11 @@ def init_telemetry(endpoint: str, service_name: str, export_interval_ms: int = 5
         raise ValidationError(
             "export_interval_ms", f"must be an integer > 0, got {export_interval_ms!r}"
         )
+    pipeline = _pipeline_class()
     with _lock:
         if _active is not None:
             return False
-        _active = Exporter(target, service_name, export_interval_ms / 1000)
+        _active = pipeline(target, service_name=service_name, interval=export_interval_ms / 1000)
         _active.start()
         return True
 
@@ -147,15 +60,37 @@ def shutdown_telemetry() -> None:
     Does nothing when telemetry is not running."""
     global _active
     with _lock:
-        exporter, _active = _active, None
-        if exporter is not None:
-            exporter.close()
+        pipeline, _active = _active, None
+        if pipeline is not None:
+            pipeline.close()
 
 
-def _target(endpoint: str) -> grpc.Target:
+def _endpoint(endpoint: str) -> str:
+    """``endpoint`` as ``scheme://host:port`` (the port http's or https's when it has
+    none), or ValidationError naming what is wrong with it."""
     if not isinstance(endpoint, str) or not endpoint:
         raise ValidationError("endpoint", f"an http(s) URL is required, got {endpoint!r}")
     try:
-        return grpc.Target.parse(endpoint)
-    except ValueError as e:
-        raise ValidationError("endpoint", str(e)) from None
+        url = urllib.parse.urlsplit(endpoint)
+        port = url.port
+    except ValueError as e:  # not a URL, or its port not a number
+        raise ValidationError("endpoint", f"{e}: {endpoint!r}") from None
+    if url.scheme not in ("http", "https"):
+        raise ValidationError("endpoint", f"must be an http:// or https:// URL, got {endpoint!r}")
+    if not url.hostname:
+        raise ValidationError("endpoint", f"has no host: {endpoint!r}")
+    host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
+    default = 80 if url.scheme == "http" else 443
+    return f"{url.scheme}://{host}:{default if port is None else port}"
+
+
+def _pipeline_class() -> type[Pipeline]:
+    """The OpenTelemetry side, imported now; ImportError naming the extra that brings
+    what it needs if that is not installed."""
+    try:
+        from awa_fast.telemetry.otel import Pipeline
+    except ModuleNotFoundError as e:
+        raise ImportError(
+            f"init_telemetry needs the OpenTelemetry SDK ({e}): {EXTRA}", name=e.name
+        ) from e
+    return Pipeline

@@ -1,29 +1,39 @@
-"""init_telemetry / shutdown_telemetry with real runners on a real Postgres: what a local
-OTLP/gRPC receiver gets while jobs run and at shutdown, the SDK's call semantics, bad
-arguments, and endpoints that fail while jobs go on."""
+"""init_telemetry / shutdown_telemetry with real runners on a real Postgres, exporting
+through the OpenTelemetry SDK to a real gRPC collector stand-in: what it gets while jobs
+run and at shutdown, the SDK's call semantics, bad arguments, and endpoints that fail
+while jobs go on."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import socket
-import threading
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.proto.metrics.v1.metrics_pb2 import AGGREGATION_TEMPORALITY_CUMULATIVE
 
 import awa_fast
 from awa_fast.errors import TelemetryError, ValidationError
-from awa_fast.telemetry.otlp import EXPORT_PATH
+from awa_fast.telemetry.otel import TIMEOUT
 from tests.helpers import await_until, free_port, run, states
-from tests.telemetry.collector import Collector, Request, read_export
+from tests.telemetry.collector import SDK_EXPORT, Collector, read_export
 
 N = 12
 CLAIMED = "awa_fast_jobs_claimed_total"
 CONCURRENCY = "awa_fast_queue_concurrency"
+EXPORTER_LOG = "opentelemetry.exporter.otlp.proto.grpc.exporter"
+
+Requests = list[ExportMetricsServiceRequest]
 
 
 @dataclass
@@ -53,40 +63,49 @@ def completed(dsn: str, n: int) -> Callable[[], bool]:
     return lambda: states(dsn).get("completed", 0) == n
 
 
-def latest(numbers: Callable[[Any], bool]) -> Callable[[list[Request]], bool]:
+def latest(numbers: Callable[[Any], bool]) -> Callable[[Requests], bool]:
     """A wait_for predicate: the latest export read by ``numbers`` holds."""
-    return lambda requests: bool(requests) and numbers(read_export(requests[-1].message))
+    return lambda requests: bool(requests) and numbers(read_export(requests[-1]))
 
 
-async def exported(collector: Collector, numbers: Callable[[Any], bool]) -> list[Request]:
+async def exported(collector: Collector, numbers: Callable[[Any], bool]) -> Requests:
     """Wait, off this loop (its runners must go on), for an export ``numbers`` accepts."""
     return await asyncio.to_thread(collector.wait_for, latest(numbers))
+
+
+def instances(requests: Requests) -> set[str]:
+    """The service.instance.id of each export: the OpenTelemetry SDK gives every process
+    its own (a forked child a new one)."""
+    return {read_export(r).resource["service.instance.id"] for r in requests}
 
 
 @pytest.mark.parametrize("processes", [None, 2])
 def test_exports_carry_the_service_and_the_jobs_claimed(dsn: str, processes: int | None) -> None:
     client = pinging_client(dsn)
 
-    async def main(collector: Collector) -> list[Request]:
+    async def main(collector: Collector) -> Requests:
         async with client:
             await client.insert_many([Ping(n) for n in range(N)], queue="q")
             await client.start({"q": 4}, processes=processes)
             return await exported(collector, lambda e: e.number(CLAIMED, queue="q") == N)
 
     with Collector() as collector:
-        # Started before the client, as with the SDK: the workers fork with its thread alive.
+        # Started before the client, as with the SDK: the workers fork with it running.
         assert awa_fast.init_telemetry(collector.endpoint, "billing", 50) is True
         requests = run(main(collector))
-    export = read_export(requests[-1].message)
+        awa_fast.shutdown_telemetry()  # its last export delivered too
+    export = read_export(requests[-1])
     assert export.resource["service.name"] == "billing"
-    claimed = export.metrics[CLAIMED]
-    assert (claimed.kind, claimed.temporality, claimed.monotonic) == ("sum", 2, True)
-    assert export.metrics["awa_fast_queue_concurrency"].kind == "gauge"
-    assert export.number("awa_fast_queue_concurrency", queue="q") == 4
+    assert export.scopes == ["awa_fast"]
+    # Counters typed as the Awa SDK types its own (a cumulative monotonic sum).
+    sdk = read_export(SDK_EXPORT.read_bytes())
+    assert sdk.resource["service.name"] == "svc"
+    assert export.shape(CLAIMED) == sdk.shape("awa.job.claimed")
+    assert export.shape(CLAIMED) == ("sum", AGGREGATION_TEMPORALITY_CUMULATIVE, True)
+    assert export.shape(CONCURRENCY)[0] == "gauge"
+    assert export.number(CONCURRENCY, queue="q") == 4
     assert export.number("awa_fast_worker_processes") == (processes or 1)
-    assert {(r.headers[":path"], r.headers["content-type"]) for r in requests} == {
-        (EXPORT_PATH, "application/grpc")
-    }
+    assert instances(requests) == {export.resource["service.instance.id"]}  # none a worker's
 
 
 def test_shutdown_sends_a_final_export_and_init_twice_keeps_the_first(dsn: str) -> None:
@@ -108,7 +127,7 @@ def test_shutdown_sends_a_final_export_and_init_twice_keeps_the_first(dsn: str) 
         awa_fast.shutdown_telemetry()  # stopped already: nothing to do
         assert awa_fast.init_telemetry(second.endpoint, "second", 50) is True
         awa_fast.shutdown_telemetry()  # no runner, no numbers: nothing is sent
-    export = read_export(request.message)
+    export = read_export(request)
     assert export.resource["service.name"] == "first"
     assert export.number(CLAIMED, queue="q") == N
     assert export.number("awa_fast_outcomes_committed_total", outcome="completed") == N
@@ -124,10 +143,7 @@ def test_the_process_counts_all_its_runners_and_keeps_the_counts_of_stopped_ones
     def numbers(claimed: int, concurrency: int) -> Callable[[Any], bool]:
         return lambda e: (
             (e.number(CLAIMED, queue="q"), e.number(CONCURRENCY, queue="q"))
-            == (
-                claimed,
-                concurrency,
-            )
+            == (claimed, concurrency)
         )
 
     async def main(collector: Collector) -> None:
@@ -145,6 +161,7 @@ def test_the_process_counts_all_its_runners_and_keeps_the_counts_of_stopped_ones
     with Collector() as collector:
         awa_fast.init_telemetry(collector.endpoint, "svc", 50)
         run(main(collector))
+        awa_fast.shutdown_telemetry()
 
 
 @pytest.mark.parametrize(
@@ -156,6 +173,7 @@ def test_the_process_counts_all_its_runners_and_keeps_the_counts_of_stopped_ones
         (("ftp://collector:4317", "svc"), "endpoint"),
         (("http://", "svc"), "endpoint"),
         (("http://collector:port", "svc"), "endpoint"),
+        (("http://[::1", "svc"), "endpoint"),
         (("http://collector:4317", ""), "service_name"),
         (("http://collector:4317", 5), "service_name"),
         (("http://collector:4317", "svc", 0), "export_interval_ms"),
@@ -171,6 +189,45 @@ def test_bad_arguments_raise_naming_them(args: tuple[Any, ...], field: str) -> N
     assert awa_fast.init_telemetry("http://collector:4317", "svc") is True  # nothing started
 
 
+def python(script: str) -> str:
+    """What ``script`` prints, run by a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout
+
+
+def test_importing_awa_fast_loads_no_opentelemetry() -> None:
+    loaded = python(
+        "import sys, awa_fast\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('opentelemetry', 'grpc')))"
+    )
+    assert loaded.strip() == "[]"
+
+
+def test_without_the_otel_extra_init_telemetry_names_it() -> None:
+    said = python(
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None  # as if not installed\n"
+        "import awa_fast\n"
+        "try:\n"
+        "    awa_fast.init_telemetry('http://127.0.0.1:4317', 'svc')\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+    )
+    assert said.startswith("init_telemetry needs the OpenTelemetry SDK")
+    assert "pip install 'awa-fast[otel]'" in said
+
+
+def exporter_failures(caplog: pytest.LogCaptureFixture, port: int) -> list[logging.LogRecord]:
+    """What the OpenTelemetry exporter logged about failing to export to ``port``."""
+    return [
+        r
+        for r in caplog.records
+        if r.name == EXPORTER_LOG and f"127.0.0.1:{port}" in r.getMessage()
+    ]
+
+
 def test_a_refused_endpoint_does_not_disturb_the_jobs(
     dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -182,57 +239,44 @@ def test_a_refused_endpoint_does_not_disturb_the_jobs(
             await client.insert_many([Ping(n) for n in range(N)], queue="q")
             await client.start({"q": 4})
             await await_until(completed(dsn, N))
-            await await_until(lambda: failures(caplog, port))
+            # Exports failed meanwhile. (The exporter logs a repeated line once in 20 s,
+            # the window another test's may still hold.)
+            await await_until(lambda: exporter_failures(caplog, port), timeout=60)
 
     assert awa_fast.init_telemetry(f"http://127.0.0.1:{port}", "svc", 20) is True
     run(main())
     assert states(dsn) == {"completed": N}
-    with pytest.raises(TelemetryError, match=r"telemetry shutdown failed: .*Refused") as raised:
+    started = time.monotonic()
+    with pytest.raises(TelemetryError, match=f"last export to http://127.0.0.1:{port}") as raised:
         awa_fast.shutdown_telemetry()
+    assert time.monotonic() - started < 2 * TIMEOUT + 1  # an export under way, then the last
     assert isinstance(raised.value, RuntimeError)  # what the SDK raises, for ported code
     awa_fast.shutdown_telemetry()  # stopped all the same
 
 
-def failures(caplog: pytest.LogCaptureFixture, port: int) -> list[logging.LogRecord]:
-    return [
-        r
-        for r in caplog.records
-        if r.name == "awa_fast.telemetry" and f"export to 127.0.0.1:{port} failed" in r.message
-    ]
-
-
-def test_failures_are_logged_once_a_minute_at_most(
+def test_failed_exports_are_logged_once_in_20_seconds_at_most(
     dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """An endpoint that hangs up on every export: many fail, one line says so."""
+    """A collector that rejects every export: many fail, a line or two says so."""
     client = pinging_client(dsn)
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = int(listener.getsockname()[1])
-    hung_up = threading.Semaphore(0)
 
-    def hang_up() -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                listener.accept()[0].close()
-                hung_up.release()
-
-    threading.Thread(target=hang_up, daemon=True).start()
-
-    async def main() -> None:
+    async def main(collector: Collector) -> None:
         async with client:
             await client.insert_many([Ping(n) for n in range(N)], queue="q")
             await client.start({"q": 4})
             await await_until(completed(dsn, N))
-            for _ in range(5):
-                assert await asyncio.to_thread(hung_up.acquire, timeout=30)
+            await asyncio.to_thread(collector.wait_for, lambda requests: len(requests) >= 10)
+            await await_until(lambda: exporter_failures(caplog, collector.port), timeout=60)
 
-    awa_fast.init_telemetry(f"http://127.0.0.1:{port}", "svc", 20)
-    try:
-        run(main())
-    finally:
-        listener.shutdown(socket.SHUT_RDWR)
-        listener.close()
-    (record,) = failures(caplog, port)
-    assert record.levelno == logging.WARNING
-    assert "failed (1 failed since the last report)" in record.message  # the first one
+    with Collector(reject=grpc.StatusCode.PERMISSION_DENIED) as collector:
+        awa_fast.init_telemetry(collector.endpoint, "svc", 20)
+        run(main(collector))
+        failures = exporter_failures(caplog, collector.port)
+        rejected = len(collector.requests)
+        with pytest.raises(TelemetryError):
+            awa_fast.shutdown_telemetry()  # the last export is rejected too
     assert states(dsn) == {"completed": N}
+    assert rejected >= 10
+    assert 1 <= len(failures) <= 2  # 2 if the wait crossed a 20-second window
+    assert {r.levelno for r in failures} == {logging.ERROR}
+    assert "PERMISSION_DENIED" in failures[0].getMessage()

@@ -294,6 +294,17 @@ class LiveRunners:
         self._lock = threading.Lock()  # runners start and stop on any loop's thread
         self._live: dict[Runner, None] = {}  # in start order
         self._stopped: list[Runner] | None = None  # None: nobody watches
+        self._parents: list[Runner] = []  # a forked child's inheritance: see _forget
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        """In a forked child (a pool worker, say): none of these runners runs here, so the
+        child starts with none (telemetry it starts would export copies of its parent's
+        numbers), and with a free lock (a parent thread may have held it at the fork).
+        They stay referenced: a child finalizes nothing of its parent's."""
+        self._lock = threading.Lock()
+        self._parents += self._live
+        self._live, self._stopped = {}, None
 
     def add(self, runner: Runner) -> None:
         with self._lock:

@@ -11,6 +11,7 @@ costs the runners nothing.
 
 from __future__ import annotations
 
+import os
 import threading
 import urllib.parse
 from typing import TYPE_CHECKING
@@ -24,6 +25,7 @@ EXTRA = "pip install 'awa-fast[otel]'"
 
 _lock = threading.Lock()  # init and shutdown, from any thread
 _active: Pipeline | None = None
+_parents: list[Pipeline] = []  # a forked child's inheritance: see _forget
 
 
 def init_telemetry(endpoint: str, service_name: str, export_interval_ms: int = 5000) -> bool:
@@ -94,3 +96,19 @@ def _pipeline_class() -> type[Pipeline]:
             f"init_telemetry needs the OpenTelemetry SDK ({e}): {EXTRA}", name=e.name
         ) from e
     return Pipeline
+
+
+def _forget() -> None:
+    """In a forked child: telemetry is off. The pipeline it inherited is its parent's (its
+    thread did not survive the fork, its gRPC channel is its parent's): shutdown_telemetry
+    here must not export copies of the parent's numbers, nor a new init_telemetry return
+    False. It stays referenced, never closed here: a child calls nothing of gRPC's that
+    its parent set up."""
+    global _active, _lock
+    _lock = threading.Lock()
+    if _active is not None:
+        _parents.append(_active)
+        _active = None
+
+
+os.register_at_fork(after_in_child=_forget)

@@ -1,15 +1,18 @@
 """init_telemetry / shutdown_telemetry with real runners on a real Postgres, exporting
 through the OpenTelemetry SDK to a real gRPC collector stand-in: what it gets while jobs
-run and at shutdown, the SDK's call semantics, bad arguments, and endpoints that fail
-while jobs go on."""
+run and at shutdown, the SDK's call semantics, bad arguments, endpoints that fail while
+jobs go on, and processes forked after init."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -162,6 +165,61 @@ def test_the_process_counts_all_its_runners_and_keeps_the_counts_of_stopped_ones
         awa_fast.init_telemetry(collector.endpoint, "svc", 50)
         run(main(collector))
         awa_fast.shutdown_telemetry()
+
+
+def test_a_process_forked_after_init_exports_nothing(dsn: str) -> None:
+    """What a pool worker (or any child) inherits: no export thread, and no telemetry of
+    its own to shut down, while its parent's goes on exporting."""
+    client = pinging_client(dsn)
+
+    def in_the_child(endpoint: str) -> tuple[list[str], bool, float]:
+        threads = sorted(thread.name for thread in threading.enumerate())
+        fresh = awa_fast.init_telemetry(endpoint, "child", 3_600_000)  # off here: it starts
+        started = time.monotonic()
+        awa_fast.shutdown_telemetry()  # no runner runs here: nothing to send or wait for
+        return threads, fresh, time.monotonic() - started
+
+    async def main(collector: Collector) -> tuple[Any, Requests]:
+        async with client:
+            await client.insert_many([Ping(n) for n in range(N)], queue="q")
+            await client.start({"q": 4})
+            before = await exported(collector, lambda e: e.number(CLAIMED, queue="q") == N)
+            child = forked(lambda: in_the_child(collector.endpoint))
+            after = await asyncio.to_thread(
+                collector.wait_for, lambda requests: len(requests) > len(before) + 1
+            )
+            return child, after
+
+    with Collector() as collector:
+        awa_fast.init_telemetry(collector.endpoint, "svc", 20)
+        child, requests = run(main(collector))
+        awa_fast.shutdown_telemetry()
+    threads, fresh, took = child
+    assert threads == ["MainThread"]
+    assert fresh is True
+    assert took < 0.5
+    assert len(instances(requests)) == 1  # the parent's alone
+    assert {read_export(r).resource["service.name"] for r in collector.requests} == {"svc"}
+
+
+def forked(check: Callable[[], object]) -> Any:
+    """``check()`` (as JSON carries it), run in a process forked now, which then exits as
+    pool workers do, with os._exit."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read)
+            os.write(write, json.dumps(check()).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        out = pipe.read()
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    return json.loads(out)
 
 
 @pytest.mark.parametrize(

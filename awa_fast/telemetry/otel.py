@@ -59,6 +59,7 @@ class _Exporter(OTLPMetricExporter):
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
+        self.latest = MetricExportResult.FAILURE  # should it raise (the reader logs that)
         self.latest = super().export(metrics_data, timeout_millis, **kwargs)
         return self.latest
 
@@ -73,7 +74,9 @@ class Pipeline:
         self._exporter = _Exporter(
             endpoint=endpoint, insecure=endpoint.startswith("http://"), timeout=TIMEOUT
         )
-        self._reader = PeriodicExportingMetricReader(self._exporter, math.inf)
+        self._reader = PeriodicExportingMetricReader(
+            self._exporter, export_interval_millis=math.inf
+        )
         self._provider = MeterProvider(
             metric_readers=[self._reader],
             resource=Resource.create({SERVICE_NAME: service_name}),
@@ -125,16 +128,16 @@ class Pipeline:
             return str(e)
         if self._exporter.latest is MetricExportResult.FAILURE:
             return (
-                f"the last export to {self.endpoint} did not go through (the "
-                f"opentelemetry.exporter.otlp.proto.grpc.exporter log says why)"
+                f"the last export to {self.endpoint} did not go through (see the log of "
+                f"opentelemetry.exporter.otlp.proto.grpc.exporter)"
             )
         return None
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:
-                # Exports too: a failed export is logged by the exporter, at most once
-                # every 20 seconds while it keeps failing; the runners never see it.
+                # Exports too. The exporter logs a failed export (the same message at most
+                # once in 20 seconds while it keeps failing); the runners never see it.
                 self._reader.collect(timeout_millis=TIMEOUT * 1000)
             except Exception:  # a collection that timed out: the next one tries again
                 log.warning("collecting the metrics for telemetry failed", exc_info=True)

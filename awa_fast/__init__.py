@@ -27,6 +27,7 @@ from awa_fast.errors import (
     LeaseLost,
     SchemaNotMigrated,
     SerializationError,
+    TelemetryError,
     TerminalError,
     UniqueConflict,
     ValidationError,
@@ -38,6 +39,7 @@ from awa_fast.runtime.followups import OutcomeContext
 from awa_fast.runtime.health import HealthCheck, QueueHealth
 from awa_fast.runtime.hooks import Event, EventType
 from awa_fast.runtime.runner import RunnerConfig
+from awa_fast.telemetry import init_telemetry, shutdown_telemetry
 from awa_fast.transaction import SyncTransaction, Transaction
 from awa_fast.types import InsertRequest, JobRow, JobState, UniqueOpts
 from awa_fast.worker import CallbackToken, Job, Worker
@@ -79,6 +81,7 @@ __all__ = [
     "SerializationError",
     "Snooze",
     "SyncTransaction",
+    "TelemetryError",
     "TerminalError",
     "Transaction",
     "UniqueConflict",
@@ -89,6 +92,7 @@ __all__ = [
     "callback_contract",
     "current_migration_version",
     "derive_kind",
+    "init_telemetry",
     "insert",
     "insert_async",
     "insert_many",
@@ -96,4 +100,5 @@ __all__ = [
     "migrate",
     "migrations",
     "migrations_range",
+    "shutdown_telemetry",
 ]

@@ -87,6 +87,11 @@ class CallbackNotFound(AwaError):
         self.callback_id = callback_id
 
 
+class TelemetryError(AwaError, RuntimeError):
+    """``shutdown_telemetry``'s last export failed (telemetry is stopped all the same).
+    A RuntimeError, as the Awa SDK's is, so a ported ``except`` clause catches it."""
+
+
 # The Awa SDK wraps database errors in its own DatabaseError; awa-fast lets psycopg's reach
 # the caller as they are, so ``except awa_fast.DatabaseError`` (ported code's) catches them.
 DatabaseError = psycopg.Error

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import operator
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -45,6 +46,9 @@ class Metric:
     help: str
     read: Callable[[Runner], Value]
     label: str | None = None  # the label ``read`` keys its numbers by
+    # How two runners' readings make their process's (awa_fast.telemetry exports a
+    # process): counters and capacities add up.
+    combine: Callable[[float, float], float] = operator.add
 
 
 def _by_queue(numbers: Callable[[Runner], list[int]]) -> Callable[[Runner], Value]:
@@ -123,12 +127,14 @@ def _catalogue() -> tuple[Metric, ...]:
             "gauge",
             "1 while this runner is its database's maintenance leader.",
             lambda r: int(r.maintenance.leader.is_leader),
+            combine=max,
         ),
         Metric(
             "awa_fast_heartbeat_age_seconds",
             "gauge",
             "Seconds since this runner's last heartbeat landed.",
             lambda r: r.heartbeat_age(time.monotonic()),
+            combine=max,  # the stalest
         ),
         Metric(
             "awa_fast_jobs_promoted_total",

@@ -323,6 +323,55 @@ class Workers(Protocol):
         ...
 
 
+class LiveRunners:
+    """The runners of this process between their start() and stop(), for a reader that is
+    on none of their loops (awa_fast.telemetry). While it watches, each runner that stops
+    is also handed to it once, after stop(), so that its final counts are read too."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # runners start and stop on any loop's thread
+        self._live: dict[Runner, None] = {}  # in start order
+        self._stopped: list[Runner] | None = None  # None: nobody watches
+        self._parents: list[Runner] = []  # a forked child's inheritance: see _forget
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        """In a forked child (a pool worker, say): none of these runners runs here, so the
+        child starts with none (telemetry it starts would export copies of its parent's
+        numbers), and with a free lock (a parent thread may have held it at the fork).
+        They stay referenced: a child finalizes nothing of its parent's."""
+        self._lock = threading.Lock()
+        self._parents += self._live
+        self._live, self._stopped = {}, None
+
+    def add(self, runner: Runner) -> None:
+        with self._lock:
+            self._live[runner] = None
+
+    def remove(self, runner: Runner) -> None:
+        with self._lock:
+            if runner in self._live:
+                del self._live[runner]
+                if self._stopped is not None:
+                    self._stopped.append(runner)
+
+    def watch(self, on: bool) -> None:
+        """Start (or stop) keeping stopped runners for :meth:`take`."""
+        with self._lock:
+            self._stopped = [] if on else None
+
+    def take(self) -> tuple[list[Runner], list[Runner]]:
+        """The live runners, and those stopped since the last take (forgotten now)."""
+        with self._lock:
+            stopped: list[Runner] = []
+            if self._stopped is not None:
+                stopped, self._stopped = self._stopped, []
+            return list(self._live), stopped
+
+
+LIVE = LiveRunners()
+
+
 class Runner:
     """The host side: claims for every worker, heartbeats, promotes, commits.
 
@@ -465,6 +514,7 @@ class Runner:
         except BaseException:
             await self._stop_metrics()
             raise
+        LIVE.add(self)
 
     async def _start(self) -> None:
         await self._at_start(self._require_migrated, what="schema check")
@@ -494,7 +544,12 @@ class Runner:
     async def stop(self, timeout: float | None = None) -> None:
         """Stop claiming; let handlers finish (up to ``timeout``) while heartbeats go on;
         then set cancel flags, stop the workers, and flush the committer."""
-        timeout = self.config.shutdown_timeout if timeout is None else timeout
+        try:
+            await self._stop(self.config.shutdown_timeout if timeout is None else timeout)
+        finally:
+            LIVE.remove(self)
+
+    async def _stop(self, timeout: float) -> None:
         self._stopping = True
         self._wake.set()
         await asyncio.gather(*self._claimers, return_exceptions=True)

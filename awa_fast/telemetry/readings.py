@@ -1,0 +1,76 @@
+"""What telemetry reports: awa-fast's metric catalogue (awa_fast.runtime.metrics, the
+numbers a runner's Prometheus endpoint serves) for the whole process.
+
+A process may run several runners (several clients, on several loops): each metric's
+readings from all of them are combined by the metric's own rule (:attr:`Metric.combine`).
+Counters are the process's totals over every runner it ran while telemetry was on, each
+counted from its own start: a runner that stops leaves its final counts in them, so they
+only grow (cumulative sums, as the Awa SDK's). Gauges are the live runners' readings now.
+Nothing here knows OpenTelemetry; awa_fast.telemetry.otel hands these numbers to it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from awa_fast.runtime.metrics import METRICS, Metric, Value
+from awa_fast.runtime.runner import LIVE
+
+if TYPE_CHECKING:
+    from awa_fast.runtime.runner import Runner
+
+# A metric's numbers by label value (None: a metric without a label).
+Numbers = dict[str | None, float]
+
+COUNTERS = tuple(metric for metric in METRICS if metric.type == "counter")
+
+
+class Readings:
+    """The process's numbers, metric by metric, while telemetry is on (between
+    :meth:`start` and :meth:`stop`)."""
+
+    def __init__(self) -> None:
+        # Readers may come from more than one thread (the export thread, shutdown's).
+        self._lock = threading.Lock()
+        self._retired: dict[Metric, Numbers] = {}  # final counts of runners that stopped
+
+    def start(self) -> None:
+        LIVE.watch(True)
+
+    def stop(self) -> None:
+        LIVE.watch(False)
+
+    def read(self, metric: Metric) -> Numbers:
+        """``metric``'s numbers for the process now (empty while no runner has any)."""
+        with self._lock:
+            live, stopped = LIVE.take()
+            for counter in COUNTERS:
+                add(counter, self._retired.setdefault(counter, {}), combined(counter, stopped))
+            numbers = combined(metric, live)
+            if metric.type == "counter":
+                add(metric, numbers, self._retired[metric])
+            return numbers
+
+
+def combined(metric: Metric, runners: Iterable[Runner]) -> Numbers:
+    """``metric``'s readings of ``runners``, combined."""
+    numbers: Numbers = {}
+    for runner in runners:
+        add(metric, numbers, _numbers(metric.read(runner)))
+    return numbers
+
+
+def add(metric: Metric, into: Numbers, numbers: Mapping[str | None, float]) -> None:
+    """Combine ``numbers`` of ``metric`` into ``into``."""
+    for key, number in numbers.items():
+        into[key] = metric.combine(into[key], number) if key in into else number
+
+
+def _numbers(value: Value) -> Numbers:
+    """A reading as numbers by label value; a copy, since runners go on counting in other
+    threads."""
+    if isinstance(value, Mapping):
+        return {key: number for key, number in value.items()}
+    return {} if value is None else {None: value}

@@ -35,10 +35,10 @@ from awa_fast.errors import (
 from awa_fast.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_fast.partitioned import PartitionedQueue
 from awa_fast.producer import insert, insert_async, insert_many, insert_many_async
+from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.followups import OutcomeContext
 from awa_fast.runtime.health import HealthCheck, QueueHealth
 from awa_fast.runtime.hooks import Event, EventType
-from awa_fast.runtime.runner import RunnerConfig
 from awa_fast.telemetry import init_telemetry, shutdown_telemetry
 from awa_fast.transaction import SyncTransaction, Transaction
 from awa_fast.types import InsertRequest, JobRow, JobState, UniqueOpts

@@ -221,7 +221,7 @@ def _plain(value: object) -> object:
 def _setting_arg(text: str) -> tuple[str, float | int]:
     from dataclasses import fields
 
-    from awa_fast.runtime.runner import RunnerConfig
+    from awa_fast.runtime.config import RunnerConfig
 
     name, sep, value = text.partition("=")
     names = {f.name for f in fields(RunnerConfig)}

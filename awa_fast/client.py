@@ -26,10 +26,11 @@ from awa_fast.descriptors import DescriptorOptions, descriptor
 from awa_fast.errors import ConfigError
 from awa_fast.maintenance.periodic import PeriodicOptions, periodic_job
 from awa_fast.runtime import health
+from awa_fast.runtime.config import DEFAULT_CONCURRENCY, QueueSpec, parse_queues
 from awa_fast.runtime.followups import FollowupRegistry, Make
 from awa_fast.runtime.hooks import Hook, HookRegistry
 from awa_fast.runtime.options import runner_config
-from awa_fast.runtime.runner import DEFAULT_CONCURRENCY, Handlers, QueueSpec, Runner, parse_queues
+from awa_fast.runtime.runner import Handlers, Runner
 from awa_fast.runtime.serve import serve
 from awa_fast.transaction import SyncTransaction, Transaction
 from awa_fast.types import InsertOptions, JobRow

@@ -18,8 +18,8 @@ from typing import Any
 
 from awa_fast.errors import ConfigError, ValidationError
 from awa_fast.producer import MAX_NAME_LENGTH, _name
+from awa_fast.runtime.config import _QUEUE_KEYS_REFUSED
 from awa_fast.runtime.ratelimit import check_rate_limit
-from awa_fast.runtime.runner import _QUEUE_KEYS_REFUSED
 from awa_fast.types import InsertOptions
 
 MAX_PARTITIONS = 32767  # the SDK's bound: its queue-storage shard numbers are smallints
@@ -33,7 +33,7 @@ _DOMAIN = 0x9D4D_1B2F_53A7_0C91
 Key = bytes | bytearray | memoryview | str  # a str routes as its UTF-8
 
 # queue_configs arguments awa-fast cannot honour -> the queue dict key the runner refuses
-# for the same reason (awa_fast.runtime.runner), with the value that asks for nothing.
+# for the same reason (awa_fast.runtime.config), with the value that asks for nothing.
 _REFUSED: dict[str, tuple[str, object]] = {
     "min_workers_per_partition": ("min_workers", None),
     "weight": ("weight", 1),

@@ -49,9 +49,10 @@ from awa_fast.db.migrate import migrate
 from awa_fast.db.queries import Q
 from awa_fast.runtime.attempt_writer import AttemptWriter
 from awa_fast.runtime.committer import Committer, Records
+from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.executor import ID, KIND, LEASE, Executor
 from awa_fast.runtime.hooks import EventType, HookDispatcher
-from awa_fast.runtime.runner import RunnerConfig, connect_claimer, started_row
+from awa_fast.runtime.runner import connect_claimer, started_row
 from awa_fast.types import InsertOptions, JobRow, JobState
 from awa_fast.worker import HandlerFunc, Job, Registry
 

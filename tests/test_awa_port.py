@@ -12,8 +12,8 @@ import pytest
 
 import awa_fast as awa
 from awa_fast.errors import ConfigError
+from awa_fast.runtime.config import RunnerConfig, parse_queues
 from awa_fast.runtime.options import AWA_OPTIONS, runner_config
-from awa_fast.runtime.runner import RunnerConfig, parse_queues
 from tests.factories import finish_jobs
 from tests.helpers import run
 

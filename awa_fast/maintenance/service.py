@@ -28,7 +28,8 @@ from awa_fast.runtime.hooks import EventType, HookDispatcher
 from awa_fast.types import JobRow
 
 if TYPE_CHECKING:
-    from awa_fast.runtime.runner import Handlers, RunnerConfig
+    from awa_fast.runtime.config import RunnerConfig
+    from awa_fast.runtime.runner import Handlers
 
 log = logging.getLogger("awa_fast.maintenance")
 

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from awa_fast.errors import ConfigError
+from awa_fast.runtime.config import QueueSpec, RunnerConfig
 from awa_fast.runtime.ratelimit import check_rate_limit
-from awa_fast.runtime.runner import QueueSpec, RunnerConfig
 
 # SDK name -> (RunnerConfig field, factor to that field's unit; None for a count)
 AWA_OPTIONS: Mapping[str, tuple[str, float | None]] = {

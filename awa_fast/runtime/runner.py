@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import socket
 import threading
@@ -27,7 +26,6 @@ from psycopg.types.string import ByteaBinaryLoader
 from awa_fast import descriptors
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.codec import decode_json
-from awa_fast.db import transitions as tr
 from awa_fast.db.connections import attempts_params, connect_hot, connect_hot_async
 from awa_fast.db.migrate import require_migrated
 from awa_fast.db.queries import Q
@@ -36,9 +34,9 @@ from awa_fast.errors import ConfigError
 from awa_fast.maintenance import periodic
 from awa_fast.maintenance.periodic import PeriodicJob
 from awa_fast.maintenance.service import Maintenance
-from awa_fast.producer import MAX_NAME_LENGTH
 from awa_fast.runtime.attempt_writer import AttemptWriter
 from awa_fast.runtime.committer import Committer
+from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.executor import JSONB_BINARY_VERSION, Executor
 from awa_fast.runtime.followups import FollowupRegistry
 from awa_fast.runtime.hooks import EventType, HookDispatcher, HookRegistry
@@ -50,231 +48,7 @@ log = logging.getLogger("awa_fast.runner")
 
 T = TypeVar("T")
 
-DEFAULT_CONCURRENCY = 100
-MIN_DESCRIPTOR_RETENTION_BEATS = 4  # the shortest descriptor retention, in heartbeats
 CAPACITY_RECHECK = 0.05  # seconds between looks at capacity while claiming waits for it
-QueueSpec = Mapping[str, int] | Sequence[tuple[str, int] | Mapping[str, Any] | str]
-
-
-@dataclass(frozen=True, slots=True)
-class RunnerConfig:
-    """Tuning with named defaults, validated once."""
-
-    # Each claim waits for its commit's fsync, a few milliseconds in which its connection
-    # does nothing: up to `claimers` claims run at once, each on its own connection, so
-    # one flushes while the next is planned, executed and dispatched (only when there is
-    # news to claim; see Runner._claim_loop). The batch bounds each claim; a claim waits
-    # until half a batch (at most half the queue's capacity) is free (Runner._reserve).
-    claim_batch: int = 500
-    claimers: int = 2
-    poll_interval: float = 1.0
-    promote_interval: float = 0.25
-    promote_batch: int = 2000
-    heartbeat_interval: float = 5.0
-    deadline: float = 600.0
-    commit_batch: int = 256
-    # A batch of outcomes commits when it holds commit_batch records, when its oldest has
-    # waited commit_delay, or at once when nothing else is in flight to join it.
-    commit_delay: float = 0.05
-    # Outcomes already waiting when a batch commits join it, up to commit_batch_max. One
-    # committer commits one batch at a time, each waiting for its fsync: with 58k jobs/s
-    # offered on two cores, batches of 256 carried 43-45k while the outcome ring filled
-    # (benches/RESULTS.md); a backlog should grow the batch, not itself.
-    commit_batch_max: int = 2048
-    sync_threads: int = 32
-    shutdown_timeout: float = 30.0
-    backoff: tr.Backoff = field(default_factory=tr.Backoff)
-    max_jobs_per_worker: int | None = None
-    max_worker_memory_mb: float | None = None
-    election_interval: float = 1.0
-    rescue_interval: float = 1.0
-    # The per-row sweeps read all of jobs_hot: the attempts no dead host accounts for
-    # (awa_fast/db/sql/maintenance.sql, job_select_stale) wait for them this long at most.
-    backstop_interval: float = 60.0
-    rescue_batch: int = 1000
-    heartbeat_staleness: float = 30.0
-    deadline_grace: float = 5.0
-    cleanup_interval: float = 60.0
-    cleanup_batch: int = 1000
-    completed_retention: float = 24 * 3600.0
-    failed_retention: float = 72 * 3600.0
-    # A queue or kind descriptor no host has refreshed for this long is deleted by the
-    # leader (0: never; the Awa SDK's descriptor_retention_days). Each host refreshes its
-    # own every descriptor_refresh_interval, or more often for a short retention
-    # (descriptor_refresh_every), so descriptors go only with the code that declared them.
-    descriptor_retention: float = 30 * 24 * 3600.0
-    descriptor_refresh_interval: float = 3600.0
-    vacuum_interval: float = 2.0
-    cron_interval: float = 1.0  # how often the leader enqueues periodic jobs that fell due
-    vacuum_dead_tuples: int = 20_000
-    # Durable batch operations (awa_fast.maintenance.batch): how often the leader looks for
-    # one, and how many jobs each of its transactions changes. While one has work left,
-    # its chunks follow each other at the promote pace instead.
-    batch_interval: float = 1.0
-    batch_chunk: int = 1000
-    dlq: bool = False
-    dlq_queues: Mapping[str, bool] = field(default_factory=dict)
-    queue_deadlines: Mapping[str, float] = field(default_factory=dict)
-    queue_retention: Mapping[str, tuple[float, float]] = field(default_factory=dict)
-    # queue -> (max_rate jobs/s, burst) this runner may start (awa_fast.runtime.ratelimit)
-    queue_rate_limits: Mapping[str, tuple[float, int]] = field(default_factory=dict)
-    # Serve /metrics and /health on 127.0.0.1 at this port (awa_fast.runtime.metrics).
-    metrics_port: int | None = None
-
-    def dlq_params(self) -> dict[str, Any]:
-        """The DLQ policy as job_rescue_many's parameters (it may rescue any queue's jobs)."""
-        return {
-            "dlq_all": self.dlq,
-            "no_dlq": [q for q, on in self.dlq_queues.items() if not on],
-            "dlq": [q for q, on in self.dlq_queues.items() if on],
-        }
-
-    def deadline_for(self, queue: str) -> float:
-        """Seconds an attempt of ``queue`` may run (a job's own deadline overrides it)."""
-        return self.queue_deadlines.get(queue, self.deadline)
-
-    def dlq_for(self, queues: Sequence[str]) -> frozenset[str]:
-        """The queues whose failures go to the dead-letter queue (per-queue overrides of
-        the ``dlq`` default)."""
-        return frozenset(q for q in queues if self.dlq_queues.get(q, self.dlq))
-
-    def descriptor_refresh_every(self) -> float:
-        """Seconds between refreshes of a host's descriptors: at most a quarter of the
-        retention, so that a live host refreshes each several times before the leader
-        could take it for abandoned."""
-        if not self.descriptor_retention:
-            # Refresh anyway: the leader applies its own retention, not this host's.
-            return self.descriptor_refresh_interval
-        return min(self.descriptor_refresh_interval, self.descriptor_retention / 4)
-
-    def __post_init__(self) -> None:
-        for name in (
-            "claim_batch",
-            "claimers",
-            "promote_batch",
-            "commit_batch",
-            "sync_threads",
-            "rescue_batch",
-            "cleanup_batch",
-            "batch_chunk",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1")
-        if self.commit_batch_max < self.commit_batch:
-            raise ConfigError(
-                f"commit_batch_max must be >= commit_batch ({self.commit_batch}), "
-                f"got {self.commit_batch_max}"
-            )
-        for name in (
-            "poll_interval",
-            "promote_interval",
-            "heartbeat_interval",
-            "deadline",
-            "commit_delay",
-            "shutdown_timeout",
-            "election_interval",
-            "rescue_interval",
-            "backstop_interval",
-            "heartbeat_staleness",
-            "deadline_grace",
-            "cleanup_interval",
-            "completed_retention",
-            "failed_retention",
-            "descriptor_refresh_interval",
-            "vacuum_interval",
-            "cron_interval",
-            "batch_interval",
-        ):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be > 0 seconds")
-        self._check_descriptor_retention()
-        for queue, limit in self.queue_rate_limits.items():
-            check_rate_limit(queue, limit)
-        port = self.metrics_port
-        if port is not None and (
-            isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
-        ):
-            raise ConfigError(f"metrics_port must be None or a port in 1..65535, got {port!r}")
-
-    def _check_descriptor_retention(self) -> None:
-        """0 (never delete) or a finite number of seconds long enough for live hosts to
-        refresh their descriptors in it: refreshes ride on heartbeats, so a retention of
-        a few heartbeat intervals would delete the descriptors of hosts still running."""
-        value = self.descriptor_retention
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if not number or not 0 <= value < math.inf:
-            raise ConfigError(
-                "descriptor_retention must be a finite number of seconds >= 0 "
-                f"(0 disables retention), got {value!r}"
-            )
-        floor = MIN_DESCRIPTOR_RETENTION_BEATS * self.heartbeat_interval
-        if 0 < value < floor:
-            raise ConfigError(
-                f"descriptor_retention must be 0 or at least {MIN_DESCRIPTOR_RETENTION_BEATS} "
-                f"heartbeat intervals ({floor:g} s), got {value:g} s: hosts refresh their "
-                "descriptors on heartbeats"
-            )
-
-
-# The keys of a queue given as a dict, as the Awa SDK's hard-reserved queue configs are:
-# its concurrency here; the others become RunnerConfig's per-queue settings
-# (awa_fast.runtime.options.queue_settings).
-QUEUE_KEYS = frozenset({"name", "max_workers", "rate_limit", "deadline_duration_ms", "retention"})
-# The SDK's other keys, refused by name: nothing here would act on them.
-_QUEUE_KEYS_REFUSED = {
-    "min_workers": "the SDK's weighted mode; give the queue max_workers",
-    "weight": "the SDK's weighted mode; give the queue max_workers",
-    "priority_aging_interval_ms": "a queue here claims in priority, run_at, id order",
-    "claimers": "claimers serve every queue here (RunnerConfig.claimers)",
-    "claim_batch_size": "one claim batch serves every queue here (RunnerConfig.claim_batch)",
-}
-
-
-def parse_queues(
-    queues: QueueSpec, *, default_concurrency: int = DEFAULT_CONCURRENCY
-) -> dict[str, int]:
-    """``{"email": 64}``, ``[("email", 64)]``, ``[{"name": "email", "max_workers": 64}]`` or
-    ``["email"]`` → ``{"email": 64}``; bad input raises :class:`ConfigError` naming it."""
-    items: list[tuple[object, object]] = []
-    if isinstance(queues, Mapping):
-        items = list(queues.items())
-    else:
-        for entry in queues:
-            if isinstance(entry, str):
-                items.append((entry, default_concurrency))
-            elif isinstance(entry, Mapping):
-                _check_queue_keys(entry)
-                items.append((entry.get("name"), entry.get("max_workers", default_concurrency)))
-            else:
-                items.append(tuple(entry))  # type: ignore[arg-type]
-    parsed: dict[str, int] = {}
-    for name, concurrency in items:
-        if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
-            raise ConfigError(f"queue name must be a non-empty string, got {name!r}")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigError(
-                f"queue {name!r}: concurrency must be an integer >= 1, got {concurrency!r}"
-            )
-        if name in parsed:
-            raise ConfigError(f"queue {name!r} given twice")
-        parsed[name] = concurrency
-    if not parsed:
-        raise ConfigError("at least one queue is required")
-    return parsed
-
-
-def _check_queue_keys(entry: Mapping[str, Any]) -> None:
-    name = entry.get("name")
-    for key in sorted(map(str, entry.keys() - QUEUE_KEYS)):
-        reason = _QUEUE_KEYS_REFUSED.get(key)
-        if reason is not None:
-            raise ConfigError(f"queue {name!r}: {key} not supported ({reason})")
-    unknown = sorted(map(str, entry.keys() - QUEUE_KEYS))
-    if unknown:
-        raise ConfigError(
-            f"queue {name!r}: unknown key(s) {', '.join(unknown)}; a queue dict takes "
-            f"{', '.join(sorted(QUEUE_KEYS))}"
-        )
 
 
 @dataclass(slots=True)

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 import uvloop
 
 from awa_fast.runtime import collector
+from awa_fast.runtime.config import QueueSpec, parse_queues
 from awa_fast.runtime.options import runner_config
-from awa_fast.runtime.runner import QueueSpec, Runner, parse_queues
+from awa_fast.runtime.runner import Runner
 
 if TYPE_CHECKING:
     from awa_fast.client import _Handlers

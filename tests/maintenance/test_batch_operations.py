@@ -17,8 +17,8 @@ import awa_fast
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.batch import BatchStep
 from awa_fast.maintenance.service import Maintenance
+from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.hooks import HookDispatcher
-from awa_fast.runtime.runner import RunnerConfig
 from tests.factories import insert_job
 from tests.helpers import await_until, job, run, wait_until
 

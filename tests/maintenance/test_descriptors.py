@@ -17,8 +17,8 @@ from awa_fast import descriptors
 from awa_fast.errors import ConfigError, ValidationError
 from awa_fast.maintenance.leader import LEADER_LOCK_KEY
 from awa_fast.maintenance.service import Maintenance
+from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.hooks import HookDispatcher
-from awa_fast.runtime.runner import RunnerConfig
 from tests.helpers import await_until, lock_waiters, run
 
 

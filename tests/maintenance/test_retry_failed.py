@@ -17,8 +17,8 @@ from psycopg.rows import dict_row
 import awa_fast
 from awa_fast import admin
 from awa_fast.maintenance.service import Maintenance
+from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.hooks import HookDispatcher
-from awa_fast.runtime.runner import RunnerConfig
 from tests.factories import finish_jobs
 from tests.helpers import job, lock_waiters, run, wait_until
 

@@ -16,8 +16,8 @@ import pytest
 import awa_fast
 from awa_fast import LeaseLost, RetryAfter
 from awa_fast.maintenance.service import Maintenance
+from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.hooks import HookDispatcher
-from awa_fast.runtime.runner import RunnerConfig
 from tests.factories import insert_job
 from tests.helpers import await_until, lock_waiters, run
 from tests.helpers import job as row_of

@@ -12,8 +12,8 @@ import awa_fast
 from awa_fast.db.connections import IdMap
 from awa_fast.maintenance.leader import Leader
 from awa_fast.maintenance.service import MIN_PROMOTE_PAUSE, Maintenance
+from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.hooks import HookDispatcher
-from awa_fast.runtime.runner import RunnerConfig
 from tests.factories import (
     TABLE_OF_STATE,
     finish_jobs,

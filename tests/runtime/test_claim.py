@@ -12,7 +12,8 @@ import pytest
 
 import awa_fast
 from awa_fast import EventType
-from awa_fast.runtime.runner import Runner, RunnerConfig
+from awa_fast.runtime.config import RunnerConfig
+from awa_fast.runtime.runner import Runner
 from tests.helpers import job, run, run_until, settled, states
 
 

@@ -11,7 +11,8 @@ import psycopg
 
 import awa_fast
 from awa_fast.db.connections import connect_hot_async
-from awa_fast.runtime.runner import Runner, RunnerConfig
+from awa_fast.runtime.config import RunnerConfig
+from awa_fast.runtime.runner import Runner
 from tests.factories import insert_job
 from tests.helpers import run, run_until, settled
 

@@ -15,9 +15,9 @@ import pytest
 
 import awa_fast
 from awa_fast.errors import ConfigError
+from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.metrics import serve_metrics
 from awa_fast.runtime.pool import EXIT_CAUSES
-from awa_fast.runtime.runner import RunnerConfig
 from tests.helpers import (
     await_until,
     free_port,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from awa_fast.errors import ConfigError
-from awa_fast.runtime.runner import RunnerConfig
+from awa_fast.runtime.config import RunnerConfig
 
 
 @pytest.mark.parametrize(

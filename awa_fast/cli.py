@@ -18,9 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import psycopg
 
 from awa_fast import logs
-from awa_fast.db.migrate import migrate
+from awa_fast.db.migrate import (
+    current_migration_version,
+    current_version,
+    migrate,
+    migrations_range,
+)
 
 _SCENARIOS = ("drain", "cpu", "io", "latency", "sustained", "retry", "scheduled", "promote")
 
@@ -39,9 +45,47 @@ def database_url(flag: str | None) -> str:
 
 
 def _cmd_migrate(opts: argparse.Namespace) -> int:
-    applied = migrate(database_url(opts.database_url))
-    print(f"applied migrations {applied}" if applied else "schema is up to date")
+    """Apply the pending migrations; or, with ``--sql`` or a range (the Awa SDK's
+    ``migrate`` options), print their SQL for a migration tool of one's own."""
+    ranged = (opts.only, opts.first, opts.last) != (None, None, None)
+    if not (opts.sql or opts.pending or ranged):
+        applied = migrate(database_url(opts.database_url))
+        print(f"applied migrations {applied}" if applied else "schema is up to date")
+        return 0
+    first, last = _migration_range(opts)
+    chosen = migrations_range(first, last)
+    if not chosen:
+        print(f"awa-fast migrate: no migrations in range ({first}, {last}]", file=sys.stderr)
+    for migration in chosen:
+        print(f"-- Migration V{migration.version}: {migration.name}\n{migration.sql}")
     return 0
+
+
+def _migration_range(opts: argparse.Namespace) -> tuple[int, int]:
+    """The versions ``(after, up to]`` that ``migrate``'s options select."""
+    latest = current_migration_version()
+    if opts.only is not None:
+        if opts.pending or opts.first is not None or opts.last is not None:
+            raise SystemExit("awa-fast migrate: --version takes no --from, --to or --pending")
+        if not 1 <= opts.only <= latest:
+            raise SystemExit(
+                f"awa-fast migrate: version {opts.only} is out of range: valid versions 1..{latest}"
+            )
+        return opts.only - 1, opts.only
+    if opts.pending:
+        if opts.first is not None:
+            raise SystemExit("awa-fast migrate: --pending starts where the database is, not --from")
+        url = (
+            opts.database_url
+            or os.environ.get("AWA_FAST_DATABASE_URL")
+            or os.environ.get("DATABASE_URL")
+        )
+        if not url:
+            raise SystemExit("awa-fast migrate: --pending needs the database: give --database-url")
+        with psycopg.connect(url, autocommit=True) as conn:
+            return current_version(conn), latest if opts.last is None else opts.last
+    first = 0 if opts.first is None else opts.first
+    return first, latest if opts.last is None else opts.last
 
 
 def _cmd_enqueue(opts: argparse.Namespace) -> int:
@@ -289,7 +333,17 @@ def parser() -> argparse.ArgumentParser:
         cmd.add_argument("--database-url", help="Postgres URL (default: a local cluster)")
         return cmd
 
-    command("migrate", "apply pending schema migrations").set_defaults(run=_cmd_migrate)
+    migrating = command("migrate", "apply pending schema migrations, or print their SQL")
+    migrating.add_argument("--sql", action="store_true", help="print the SQL, apply nothing")
+    migrating.add_argument(
+        "--from", dest="first", type=int, help="print migrations after this version"
+    )
+    migrating.add_argument("--to", dest="last", type=int, help="... up to this one")
+    migrating.add_argument("--version", dest="only", type=int, help="print this version's")
+    migrating.add_argument(
+        "--pending", action="store_true", help="print those the database has not applied"
+    )
+    migrating.set_defaults(run=_cmd_migrate)
 
     enqueue = command("enqueue", "insert one job")
     enqueue.add_argument("kind")

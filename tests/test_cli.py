@@ -158,3 +158,43 @@ def test_batch_operations_are_listed_and_cancelled(dsn: str) -> None:
     assert (listed["id"], listed["op_kind"]) == (op["id"], "set_priority")
     assert _json(_cli(dsn, "batch-cancel", op["id"]))["state"] == "cancelling"
     assert _json(_cli(dsn, "batch", "--state", "pending")) == []
+
+
+def test_migrate_prints_the_sql_a_tool_of_ones_own_applies(server_url: str) -> None:
+    """The SDK's ``migrate`` options: --sql prints every migration, --version one, --from /
+    --to a range, --pending what the database lacks; the printed SQL, applied as printed,
+    leaves ``migrate`` nothing to do."""
+    latest = awa_fast.current_migration_version()
+    name = "awa_fast_cli_migrate_sql"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    url = server_url.rsplit("/", 1)[0] + "/" + name
+    headers = [f"-- Migration V{m.version}: {m.name}" for m in awa_fast.migrations()]
+
+    def printed(*args: str) -> list[str]:
+        done = _cli(url, "migrate", *args)
+        assert done.returncode == 0, done.stderr
+        return [line for line in done.stdout.splitlines() if line.startswith("-- Migration V")]
+
+    assert printed("--sql") == headers
+    assert printed("--version", "2") == headers[1:2]
+    assert printed("--from", "3", "--to", "5") == headers[3:5]
+    old = subprocess.run(  # a database an older release migrated: versions 1-5
+        [sys.executable, "-m", "awa_fast.cli", "migrate", "--to", "5"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(old.encode())
+    assert printed("--pending") == headers[5:]
+    pending = _cli(url, "migrate", "--pending").stdout
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(pending.encode())
+    assert printed("--pending") == []
+    assert _cli(url, "migrate").stdout.strip() == "schema is up to date"
+    wrong = _cli(url, "migrate", "--version", str(latest + 1))
+    assert wrong.returncode == 1 and f"valid versions 1..{latest}" in wrong.stderr
+    mixed = _cli(url, "migrate", "--version", "2", "--from", "1")
+    assert mixed.returncode == 1 and "--version takes no --from" in mixed.stderr
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")

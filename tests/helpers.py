@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import time
 import urllib.request
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import psycopg
@@ -132,3 +134,21 @@ def lock_waiters(dsn: str, *, application_name: str | None = None) -> int:
             {"app": application_name},
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+@contextlib.contextmanager
+def blocked_call(dsn: str, call: Callable[[], object]) -> Iterator[list[object]]:
+    """Start ``call`` (a client method) in a thread and enter the block once it waits on a
+    lock; the block releases what holds it. After the block, the list holds what ``call``
+    returned: how a race test orders two parties without sleeping."""
+    result: list[object] = []
+    caller = threading.Thread(target=lambda: result.append(call()))
+    caller.start()
+    wait_until(
+        lambda: lock_waiters(dsn, application_name="awa-fast client") > 0,
+        timeout=10,
+        what="the call to wait",
+    )
+    yield result
+    caller.join(timeout=10)
+    assert not caller.is_alive() and len(result) == 1

@@ -3,7 +3,6 @@ open transaction, the other's statement waits on it, then the first commits."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +12,7 @@ from psycopg.rows import dict_row
 import awa_fast
 from awa_fast import admin
 from tests.factories import finish_jobs, insert_job
-from tests.helpers import job, lock_waiters, wait_until
+from tests.helpers import blocked_call, job
 
 
 def _behind_open_transaction(
@@ -21,19 +20,10 @@ def _behind_open_transaction(
 ) -> object:
     """Run ``hold`` in a transaction, start ``call`` in a thread, wait until the call waits
     on a lock ``hold`` took, commit, and return what ``call`` returned."""
-    result: list[object] = []
     with psycopg.connect(dsn) as holder:
         hold(holder)
-        caller = threading.Thread(target=lambda: result.append(call()))
-        caller.start()
-        wait_until(
-            lambda: lock_waiters(dsn, application_name="awa-fast client") > 0,
-            timeout=10,
-            what="the call to wait",
-        )
-        holder.commit()
-    caller.join(timeout=10)
-    assert not caller.is_alive() and len(result) == 1
+        with blocked_call(dsn, call) as result:
+            holder.commit()
     return result[0]
 
 

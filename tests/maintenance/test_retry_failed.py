@@ -4,9 +4,6 @@ retention and a second retry racing it."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,7 +17,7 @@ from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.hooks import HookDispatcher
 from tests.factories import finish_jobs
-from tests.helpers import job, lock_waiters, run, wait_until
+from tests.helpers import blocked_call, job, run
 
 LONG_AGO = (datetime.now(UTC) - timedelta(days=30)).isoformat()
 
@@ -144,23 +141,6 @@ def test_the_result_is_frozen_and_its_repr_counts_the_jobs(
         result.matched = 2  # type: ignore[misc]
 
 
-@contextmanager
-def _waiting(dsn: str, call: Callable[[], object]) -> Iterator[list[object]]:
-    """Start ``call`` in a thread and enter the block once it waits on a lock (the block
-    commits what holds it); after the block, the list holds what ``call`` returned."""
-    result: list[object] = []
-    caller = threading.Thread(target=lambda: result.append(call()))
-    caller.start()
-    wait_until(
-        lambda: lock_waiters(dsn, application_name="awa-fast client") > 0,
-        timeout=10,
-        what="the call to wait",
-    )
-    yield result
-    caller.join(timeout=10)
-    assert not caller.is_alive() and len(result) == 1
-
-
 def test_two_retries_at_once_retry_each_job_once_and_the_second_matched_them(
     client: awa_fast.Client, conn: Any, dsn: str
 ) -> None:
@@ -169,7 +149,7 @@ def test_two_retries_at_once_retry_each_job_once_and_the_second_matched_them(
     with psycopg.connect(dsn) as holder:
         rows = holder.cursor(row_factory=dict_row).execute(op.sql, op.params).fetchall()
         first = op.shape(rows)
-        with _waiting(dsn, lambda: client.retry_failed(queue="q")) as outcome:
+        with blocked_call(dsn, lambda: client.retry_failed(queue="q")) as outcome:
             holder.commit()
     assert ([j.id for j in first.jobs], first.matched) == (ids, 2)
     [second] = outcome
@@ -189,7 +169,7 @@ def test_a_failed_job_retention_deletes_while_a_retry_waits_is_matched_not_retri
     async def clean_and_race() -> list[object]:
         async with await psycopg.AsyncConnection.connect(dsn) as holder:
             assert await _maintenance(dsn).clean_once(holder) == 1  # not committed yet
-            with _waiting(dsn, lambda: client.retry_failed(queue="q")) as outcome:
+            with blocked_call(dsn, lambda: client.retry_failed(queue="q")) as outcome:
                 await holder.commit()
         return outcome
 

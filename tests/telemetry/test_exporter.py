@@ -315,7 +315,10 @@ def test_a_refused_endpoint_does_not_disturb_the_jobs(
 def test_failed_exports_are_logged_once_in_20_seconds_at_most(
     dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A collector that rejects every export: many fail, a line or two says so."""
+    """A collector that rejects every export: many fail, a line or two says so. The
+    OpenTelemetry exporter drops a repeat of one message within a 20 s window, so the ten or
+    more failures here log once, or twice when they straddle a window's end; one line per
+    failure (no rate limit) or none (failures swallowed) fails the test."""
     client = pinging_client(dsn)
 
     async def main(collector: Collector) -> None:
@@ -335,6 +338,6 @@ def test_failed_exports_are_logged_once_in_20_seconds_at_most(
             awa_fast.shutdown_telemetry()  # the last export is rejected too
     assert states(dsn) == {"completed": N}
     assert rejected >= 10
-    assert 1 <= len(failures) <= 2  # 2 if the wait crossed a 20-second window
+    assert 1 <= len(failures) <= 2 < rejected  # 2: the failures straddled a 20 s window
     assert {r.levelno for r in failures} == {logging.ERROR}
     assert "PERMISSION_DENIED" in failures[0].getMessage()

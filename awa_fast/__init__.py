@@ -16,6 +16,7 @@ from awa_fast.db.migrate import (
     migrate,
     migrations,
     migrations_range,
+    schema_patches,
 )
 from awa_fast.db.transitions import Backoff
 from awa_fast.errors import (
@@ -30,6 +31,7 @@ from awa_fast.errors import (
     TelemetryError,
     TerminalError,
     UniqueConflict,
+    UnknownJobKind,
     ValidationError,
 )
 from awa_fast.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
@@ -86,6 +88,7 @@ __all__ = [
     "Transaction",
     "UniqueConflict",
     "UniqueOpts",
+    "UnknownJobKind",
     "ValidationError",
     "WaitForCallback",
     "Worker",
@@ -100,5 +103,6 @@ __all__ = [
     "migrate",
     "migrations",
     "migrations_range",
+    "schema_patches",
     "shutdown_telemetry",
 ]

@@ -87,6 +87,14 @@ class CallbackNotFound(AwaError):
         self.callback_id = callback_id
 
 
+class UnknownJobKind(AwaError):
+    """The Awa SDK's error for a job kind no handler takes, here so that an ``except``
+    clause ported from the SDK names a class (one naming a missing attribute would raise
+    AttributeError itself, in the error path). No call raises it: a claimed job whose kind
+    has no handler in the claiming process fails, terminal, with "unknown job kind: ..." in
+    its errors, as the SDK's runtime fails it."""
+
+
 class TelemetryError(AwaError, RuntimeError):
     """``shutdown_telemetry``'s last export failed (telemetry is stopped all the same).
     A RuntimeError, as the Awa SDK's is, so a ported ``except`` clause catches it."""

@@ -266,11 +266,17 @@ def test_the_sdk_stats_pattern_flush_then_read_counts_what_is_there(client: awa.
 
 
 def test_sdk_names_for_errors_stats_and_the_schema_version(dsn: str, client: awa.Client) -> None:
-    """Ported ``except awa.DatabaseError`` clauses catch what the database raised (an except
-    clause naming a missing attribute would itself raise, hiding the error); the admin
-    types and the schema version are named as in the SDK."""
+    """Ported ``except awa.DatabaseError`` clauses catch what the database raised, and
+    ``except awa.UnknownJobKind`` ones let other errors pass (an except clause naming a
+    missing attribute would itself raise, hiding the error); the admin types and the schema
+    version are named as in the SDK."""
     with pytest.raises(awa.DatabaseError):
         awa.migrate(dsn.rsplit("/", 1)[0] + "/no_such_db")
+    with pytest.raises(awa.JobNotFound):
+        try:
+            client.get_job(-1)
+        except awa.UnknownJobKind:  # evaluated as the error passes; matches nothing
+            pytest.fail("get_job raised UnknownJobKind")
     client.insert(SendEmail("a@example.com", "hi"))
     assert all(isinstance(stat, awa.QueueStat) for stat in client.queue_stats())
     with psycopg.connect(dsn) as conn:

@@ -69,6 +69,14 @@ def migrations_range(from_version: int, to_version: int) -> list[Migration]:
     return [m for m in migrations() if from_version < m.version <= to_version]
 
 
+def schema_patches() -> list[tuple[str, str, str]]:
+    """The Awa SDK's repeatable schema patches, ``(name, description, sql)`` to apply after
+    the latest version's migration: none here, ever. Every awa-fast schema change is a
+    numbered migration, so a migration tool ported from the SDK that applies these after
+    :func:`migrations` applies nothing more, and misses nothing."""
+    return []
+
+
 def _recorded(version: int, name: str, sql: str) -> str:
     """``sql`` followed by the row that records it (and, for the first, preceded by the
     schema and table that hold that row)."""

@@ -116,6 +116,27 @@ def test_migrations_are_whole_for_a_tool_of_ones_own(server_url: str) -> None:
         assert names.fetchall() == [(m.version, m.name) for m in listed]
 
 
+def test_the_sdks_migration_loop_with_its_schema_patches_leaves_nothing_to_migrate(
+    server_url: str,
+) -> None:
+    """The SDK's own migration tool applies ``migrations_range`` and then, at the latest
+    version, ``schema_patches``: here that loop reaches a schema ``migrate`` finds complete,
+    and a client can start on it."""
+    url = _fresh_db(server_url, "awa_fast_migrate_sdk_loop")
+    latest = awa_fast.current_migration_version()
+    with psycopg.connect(url) as conn:
+        for _version, _description, sql in awa_fast.migrations_range(0, latest):
+            conn.execute(sql.encode())
+        for _name, _description, sql in awa_fast.schema_patches():
+            conn.execute(sql.encode())
+    assert awa_fast.migrate(url) == []
+    client = awa_fast.Client(url)
+    try:
+        assert client.insert({"n": 1}, kind="k").state == awa_fast.JobState.Available
+    finally:
+        client.close()
+
+
 def test_finished_jobs_move_out_of_jobs_hot_on_upgrade(server_url: str) -> None:
     """Version 6 moves the finished jobs an older schema kept in jobs_hot into jobs_done,
     every column intact, and leaves the unfinished ones where they can run."""

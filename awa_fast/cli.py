@@ -2,7 +2,8 @@
 
 With no database URL (``--database-url``, ``AWA_FAST_DATABASE_URL`` or ``DATABASE_URL``)
 every command starts — or reuses — a local Postgres in the user's data directory, migrates it
-and says which URL it uses, so a first run needs nothing.
+and says which URL it uses, so a first run needs nothing. The Awa SDK's command tree is here
+too (awa_fast.sdk_commands).
 """
 
 from __future__ import annotations
@@ -421,17 +422,44 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _leading_database_url(argv: list[str]) -> tuple[str | None, list[str]]:
+    """A ``--database-url`` given before the command, where the Awa SDK's command line
+    takes it, and the rest of ``argv``."""
+    if argv[:1] == ["--database-url"] and len(argv) > 1:
+        return argv[1], argv[2:]
+    if argv and argv[0].startswith("--database-url="):
+        return argv[0].partition("=")[2], argv[1:]
+    return None, argv
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from awa_fast import sdk_commands
+
+    url, rest = _leading_database_url(list(sys.argv[1:] if argv is None else argv))
+    if sdk_commands.is_sdk_command(rest):
+
+        def sdk_command() -> int:
+            return sdk_commands.main(rest, database_url=lambda: database_url(url))
+
+        return _exit_status(" ".join(rest[:2]), sdk_command)
+    if url is not None and rest:
+        rest = [rest[0], "--database-url", url, *rest[1:]]
+    opts = parser().parse_args(rest)
+    return _exit_status(opts.command, lambda: int(opts.run(opts)))
+
+
+def _exit_status(command: str, run: Callable[[], int]) -> int:
+    """``run``'s status, or an awa-fast error said on stderr: 1 for a job that is not
+    there, 2 for any other."""
     from awa_fast.errors import AwaError, JobNotFound
 
-    opts = parser().parse_args(argv)
     try:
-        return int(opts.run(opts))
+        return run()
     except JobNotFound as exc:
-        print(f"awa-fast {opts.command}: {exc}", file=sys.stderr)
+        print(f"awa-fast {command}: {exc}", file=sys.stderr)
         return 1
     except AwaError as exc:
-        print(f"awa-fast {opts.command}: {exc}", file=sys.stderr)
+        print(f"awa-fast {command}: {exc}", file=sys.stderr)
         return 2
 
 

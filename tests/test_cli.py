@@ -198,3 +198,105 @@ def test_migrate_prints_the_sql_a_tool_of_ones_own_applies(server_url: str) -> N
     assert mixed.returncode == 1 and "--version takes no --from" in mixed.stderr
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def _sdk(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A command as the Awa SDK's scripts spell it, with ``awa`` changed to ``awa_fast``:
+    ``python -m awa_fast --database-url URL GROUP COMMAND ...``."""
+    return subprocess.run(
+        [sys.executable, "-m", "awa_fast", "--database-url", dsn, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _lines(done: subprocess.CompletedProcess[str]) -> list[str]:
+    assert done.returncode == 0, done.stderr
+    return [line.rstrip() for line in done.stdout.splitlines()]
+
+
+def test_the_sdks_job_and_queue_commands_act_and_say_what_they_did(dsn: str) -> None:
+    with awa_fast.Client(dsn) as client:
+        [first, second] = [client.insert(Doomed(n), queue="q").id for n in (1, 2)]
+    listed = _lines(_sdk(dsn, "job", "list", "--queue", "q"))
+    assert listed[0].split() == ["ID", "KIND", "QUEUE", "STATE", "ATT", "MAX"]
+    assert [line.split() for line in listed[1:3]] == [
+        [str(second), "doomed", "q", "available", "0", "25"],
+        [str(first), "doomed", "q", "available", "0", "25"],
+    ]
+    assert listed[-1] == "2 jobs listed."
+    assert _lines(_sdk(dsn, "job", "cancel", str(first))) == [f"Cancelled job {first}"]
+    assert job(dsn, first)["state"] == "cancelled"
+    assert _lines(_sdk(dsn, "job", "retry", str(first))) == [f"Retried job {first}"]
+    assert job(dsn, first)["state"] == "available"
+    assert json.loads(_sdk(dsn, "job", "dump", str(first)).stdout)["job"]["id"] == first
+
+    assert _lines(_sdk(dsn, "queue", "pause", "q")) == ["Paused queue 'q'"]
+    [stats_header, stats] = _lines(_sdk(dsn, "queue-stats"))
+    assert (stats_header.split(), stats.split()) == (
+        ["QUEUE", "AVAIL", "RUNNING", "FAILED"],
+        ["q", "2", "0", "0"],
+    )
+    assert _lines(_sdk(dsn, "queue", "resume", "q")) == ["Resumed queue 'q'"]
+    assert _lines(_sdk(dsn, "queue", "drain", "q")) == ["Drained 2 jobs from queue 'q'"]
+    assert job(dsn, second)["state"] == "cancelled"
+    assert _lines(_sdk(dsn, "job", "discard", "--kind", "doomed")) == [
+        "Discarded 0 failed jobs of kind 'doomed'"
+    ]
+    missing = _sdk(dsn, "job", "cancel", str(first))
+    assert missing.returncode == 1 and "not in a state that allows it" in missing.stderr
+
+
+def test_the_sdks_dlq_and_cron_commands_act_and_say_what_they_did(dsn: str) -> None:
+    failed = run(_fail_one(dsn))
+    with awa_fast.Client(dsn) as client:
+        client.move_failed_to_dlq(failed, "bad address")
+        client.periodic("nightly", "0 3 * * *", Nightly, Nightly("sales"))
+        run(_register(client))
+    assert _lines(_sdk(dsn, "dlq", "depth")) == ["Total: 1", "  dq: 1"]
+    assert _lines(_sdk(dsn, "dlq", "depth", "--queue", "dq")) == ["dq: 1"]
+    listed = _lines(_sdk(dsn, "dlq", "list"))
+    assert listed[1].split()[:4] == [str(failed), "doomed", "dq", "bad"]
+    assert listed[-1].startswith(f"Next page: --before-id {failed} --before-dlq-at ")
+    refused = _sdk(dsn, "dlq", "purge")
+    assert refused.returncode == 1 and "or --all to confirm" in refused.stderr
+    assert _lines(_sdk(dsn, "dlq", "retry", str(failed))) == [
+        f"Retried DLQ job {failed} → job state available"
+    ]
+    assert _lines(_sdk(dsn, "dlq", "retry", str(failed))) == [f"No DLQ row with id {failed}"]
+    assert _lines(_sdk(dsn, "dlq", "purge", "--all")) == ["Purged 0 DLQ rows."]
+    assert _lines(_sdk(dsn, "dlq", "list")) == ["DLQ is empty (no matching rows)."]
+
+    [_, schedule, _, count] = _lines(_sdk(dsn, "cron", "list"))
+    assert schedule.split() == [
+        "nightly",
+        "0",
+        "3",
+        "*",
+        "*",
+        "*",
+        "UTC",
+        "coalesce",
+        "nightly",
+        "default",
+    ]
+    assert count == "1 schedules listed."
+    assert _lines(_sdk(dsn, "cron", "remove", "nightly")) == ["Removed cron schedule 'nightly'"]
+    assert _lines(_sdk(dsn, "cron", "remove", "nightly")) == [
+        "No cron schedule found with name 'nightly'"
+    ]
+
+
+def test_the_sdks_refusals_and_awa_fasts_own_commands_beside_its_tree(dsn: str) -> None:
+    """What the SDK refuses before it connects is refused the same; storage commands say
+    why there are none; the SDK's leading --database-url reaches awa-fast's own commands,
+    and awa-fast's ``job ID`` still shows one job."""
+    unfiltered = _sdk(dsn, "job", "retry-failed")
+    assert unfiltered.returncode == 1
+    assert unfiltered.stderr.strip() == "Specify exactly one of --kind or --queue"
+    storage = _sdk(dsn, "storage", "status")
+    assert storage.returncode == 1 and "one storage engine" in storage.stderr
+    assert _lines(_sdk(dsn, "migrate")) == ["schema is up to date"]
+    created = _json(_sdk(dsn, "enqueue", "k", "--queue", "own"))
+    assert _json(_sdk(dsn, "job", str(created["id"])))["queue"] == "own"

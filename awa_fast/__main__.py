@@ -1,0 +1,8 @@
+"""``python -m awa_fast``: the ``awa-fast`` command line, the Awa SDK's command tree
+(``python -m awa``) included."""
+
+import sys
+
+from awa_fast.cli import main
+
+sys.exit(main())

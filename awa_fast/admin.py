@@ -115,11 +115,11 @@ def get_jobs(job_ids: Sequence[int]) -> Op[list[JobRow]]:
 def dump_job(job_id: int) -> Op[str]:
     """A job and its lifecycle as pretty JSON, in the Awa SDK's shape (``awa job dump``):
     ``job`` (every column), ``summary``, ``timeline`` and, for a dead-lettered job,
-    ``dlq``. Raises ValidationError for an id with no job (the SDK raises too)."""
+    ``dlq``. Raises JobNotFound for an id with no job ("job not found: ID", as the SDK)."""
 
     def shape(rows: Rows) -> str:
         if not rows:
-            raise ValidationError("job_id", f"no job with id {job_id}")
+            raise JobNotFound(job_id)
         return _dump(dict(rows[0]))
 
     return Op(Q.job_dump, {"id": job_id}, shape)
@@ -137,14 +137,14 @@ _NOT_RUN = "The job has not been claimed yet; attempt 0 is the pre-run snapshot.
 def dump_run(job_id: int, attempt: int | None = None) -> Op[str]:
     """One attempt of a job as pretty JSON, in the Awa SDK's shape (``awa job dump-run``):
     the current attempt from the job's row (attempt 0 before its first claim), an earlier
-    one from the error it recorded. Raises ValidationError for an id with no job, or an
-    attempt it has not made."""
+    one from the error it recorded. Raises JobNotFound for an id with no job (as the SDK),
+    ValidationError for an attempt it has not made."""
     if attempt is not None:
         attempt = _int_in("attempt", attempt, 1, 2**31 - 1)
 
     def shape(rows: Rows) -> str:
         if not rows:
-            raise ValidationError("job_id", f"no job with id {job_id}")
+            raise JobNotFound(job_id)
         return _pretty(_run(dict(rows[0]), attempt))
 
     return Op(Q.job_dump, {"id": job_id}, shape)

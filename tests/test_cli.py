@@ -300,3 +300,6 @@ def test_the_sdks_refusals_and_awa_fasts_own_commands_beside_its_tree(dsn: str) 
     assert _lines(_sdk(dsn, "migrate")) == ["schema is up to date"]
     created = _json(_sdk(dsn, "enqueue", "k", "--queue", "own"))
     assert _json(_sdk(dsn, "job", str(created["id"])))["queue"] == "own"
+    missing = _sdk(dsn, "job", "dump", str(created["id"] + 1))
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == f"awa-fast job dump: job not found: {created['id'] + 1}"

@@ -49,7 +49,7 @@ def test_the_current_attempt_comes_from_the_row_and_an_earlier_one_from_its_erro
             admin.dump_run(job_id, 3)
         with pytest.raises(awa_fast.ValidationError, match="attempt"):
             admin.dump_run(job_id, 0)
-        with pytest.raises(awa_fast.ValidationError, match=f"no job with id {job_id + 1}"):
+        with pytest.raises(awa_fast.JobNotFound, match=f"^job not found: {job_id + 1}$"):
             admin.dump_run(job_id + 1)
     assert {k: current[k] for k in ("selected_attempt", "current_attempt", "source", "state")} == {
         "selected_attempt": 2,

@@ -223,7 +223,7 @@ def test_dump_job_shows_the_job_and_its_lifecycle(
     dead = json.loads(client.dump_job(row.id))
     assert dead["dlq"]["reason"] == "bad data" and dead["dlq"]["original_run_lease"] == 0
     assert dead["summary"]["can_retry"] is False and dead["job"]["id"] == row.id
-    with pytest.raises(awa_fast.ValidationError, match="no job with id 999999"):
+    with pytest.raises(awa_fast.JobNotFound, match=r"^job not found: 999999$"):
         client.dump_job(999999)
 
 

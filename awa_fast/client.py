@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, Unpack
 
@@ -191,14 +191,28 @@ class Client(_Handlers):
             return producer.insert_many(conn, items, **options)
 
     def insert_many_copy(
-        self, items: Iterable[object], **options: Unpack[InsertOptions]
+        self,
+        items: Iterable[object],
+        *,
+        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        **options: Unpack[InsertOptions],
     ) -> list[JobRow]:
-        """:meth:`insert_many` returning the jobs, as the Awa SDK's method of this name does."""
-        return self._run(admin.get_jobs(self.insert_many(items, **options)))
+        """:meth:`insert_many` returning the jobs, as the Awa SDK's method of this name does;
+        ``opts``, one entry per job or None, sets a job's own ``queue`` or ``ordering_key``."""
+        laid = producer.with_item_options(items, options, opts)
+        return self._run(admin.get_jobs(self.insert_many(laid, **options)))
 
-    def enqueue_many_copy(self, items: Iterable[object], **options: Unpack[InsertOptions]) -> int:
-        """:meth:`insert_many` returning how many jobs it inserted (the Awa SDK's name)."""
-        return len(self.insert_many(items, **options))
+    def enqueue_many_copy(
+        self,
+        items: Iterable[object],
+        *,
+        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        **options: Unpack[InsertOptions],
+    ) -> int:
+        """:meth:`insert_many` returning how many jobs it inserted (the Awa SDK's name);
+        ``opts`` as for :meth:`insert_many_copy`."""
+        laid = producer.with_item_options(items, options, opts)
+        return len(self.insert_many(laid, **options))
 
     def transaction(self) -> SyncTransaction:
         """Open a transaction on one of this client's connections, for the application's
@@ -541,16 +555,28 @@ class AsyncClient(_Handlers):
             return await producer.insert_many_async(conn, items, **options)
 
     async def insert_many_copy(
-        self, items: Iterable[object], **options: Unpack[InsertOptions]
+        self,
+        items: Iterable[object],
+        *,
+        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        **options: Unpack[InsertOptions],
     ) -> list[JobRow]:
-        """:meth:`insert_many` returning the jobs, as the Awa SDK's method of this name does."""
-        return await self._run(admin.get_jobs(await self.insert_many(items, **options)))
+        """:meth:`insert_many` returning the jobs, as the Awa SDK's method of this name does;
+        ``opts``, one entry per job or None, sets a job's own ``queue`` or ``ordering_key``."""
+        laid = producer.with_item_options(items, options, opts)
+        return await self._run(admin.get_jobs(await self.insert_many(laid, **options)))
 
     async def enqueue_many_copy(
-        self, items: Iterable[object], **options: Unpack[InsertOptions]
+        self,
+        items: Iterable[object],
+        *,
+        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        **options: Unpack[InsertOptions],
     ) -> int:
-        """:meth:`insert_many` returning how many jobs it inserted (the Awa SDK's name)."""
-        return len(await self.insert_many(items, **options))
+        """:meth:`insert_many` returning how many jobs it inserted (the Awa SDK's name);
+        ``opts`` as for :meth:`insert_many_copy`."""
+        laid = producer.with_item_options(items, options, opts)
+        return len(await self.insert_many(laid, **options))
 
     async def transaction(self) -> Transaction:
         """Open a transaction on one of this client's connections, for the application's

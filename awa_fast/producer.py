@@ -8,12 +8,13 @@ call the same functions on their own connections.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Unpack, overload
+from typing import Any, Unpack, cast, overload
 
 import msgspec
 import orjson
@@ -96,14 +97,22 @@ def _tags(value: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(_name("tags", tag) for tag in value)
 
 
-def _run_at(value: datetime | None) -> datetime | None:
+def _run_at(value: datetime | str | None) -> datetime | None:
+    """A job's due time: a datetime, or an ISO 8601 text of one. A naive one is taken as
+    UTC, as the Awa SDK takes it (``datetime.utcnow()`` is common in code ported from it)."""
     if value is None:
         return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            message = f"is not an ISO 8601 date and time: {value!r}"
+            raise ValidationError("run_at", message) from None
     if not isinstance(value, datetime):
-        raise ValidationError("run_at", f"must be a datetime, got {type(value).__name__}")
-    if value.tzinfo is None:
-        raise ValidationError("run_at", "must be timezone-aware (naive datetimes are ambiguous)")
-    return value
+        raise ValidationError(
+            "run_at", f"must be a datetime or an ISO 8601 text, got {type(value).__name__}"
+        )
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def positive_seconds(field: str, value: object) -> float:
@@ -127,12 +136,37 @@ def _unique(value: UniqueOpts | Mapping[str, Any] | None) -> UniqueOpts | None:
         except TypeError as exc:
             raise ValidationError("unique", str(exc)) from exc
     if opts is not None:
+        opts = dataclasses.replace(opts, states=_unique_states(opts.states))
         bad = [s for s in opts.states if s not in JOB_STATES]
         if bad or not opts.states:
             raise ValidationError("unique", f"states must be job states, got {list(opts.states)}")
         if opts.by_period is not None:
             _int_in("unique.by_period", opts.by_period, 1, 10**9)
     return opts
+
+
+# The Awa SDK's unique ``states`` as an int: bit i stands for the i-th of these.
+UNIQUE_STATE_BITS = (
+    "scheduled",
+    "available",
+    "running",
+    "completed",
+    "retryable",
+    "failed",
+    "cancelled",
+    "waiting_external",
+)
+
+
+def _unique_states(value: object) -> tuple[str, ...]:
+    """Unique states as names, from names or from the SDK's bitmask (1-255)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 < value < 1 << len(UNIQUE_STATE_BITS):
+            raise ValidationError("unique", f"states as a bitmask must be 1..255, got {value}")
+        return tuple(s for bit, s in enumerate(UNIQUE_STATE_BITS) if value >> bit & 1)
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise ValidationError("unique", f"states must be job states or a bitmask, got {value!r}")
+    return tuple(value)
 
 
 def _unique_key(opts: UniqueOpts, kind: str, queue: str, args: str) -> bytes:
@@ -212,6 +246,31 @@ def request_of(item: object, options: InsertOptions) -> InsertRequest:
         return InsertRequest(item, **opts)
     except TypeError as exc:
         raise ValidationError("options", str(exc)) from exc
+
+
+# What the Awa SDK's ``insert_many_copy(..., opts=[...])`` sets for one job of a batch.
+ITEM_OPTIONS = ("queue", "ordering_key")
+
+
+def with_item_options(
+    items: Iterable[object],
+    options: InsertOptions,
+    opts: Sequence[Mapping[str, Any] | None] | None,
+) -> list[object]:
+    """``items`` with the SDK's per-job ``opts`` laid over the batch's ``options``: an
+    entry (a queue, an ordering key) makes its item an InsertRequest; None keeps it."""
+    items = list(items)
+    if opts is None:
+        return items
+    if len(opts) != len(items):
+        raise ValidationError("opts", f"needs one entry per job ({len(items)}), got {len(opts)}")
+    laid = []
+    for index, (item, extra) in enumerate(zip(items, opts, strict=True)):
+        unknown = sorted(set(extra or ()) - set(ITEM_OPTIONS))
+        if unknown:
+            raise ValidationError(f"opts[{index}]", f"takes queue and ordering_key, got {unknown}")
+        laid.append(request_of(item, cast(InsertOptions, {**options, **extra})) if extra else item)
+    return laid
 
 
 def _statement_params(job: PreparedJob, job_id: int | None) -> dict[str, Any]:

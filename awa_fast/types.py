@@ -25,7 +25,9 @@ class JobState(StrEnum):
 
 
 JOB_STATES = tuple(JobState)
-DEFAULT_UNIQUE_STATES = ("scheduled", "available", "running", "retryable", "waiting_external")
+# The Awa SDK's default: a unique job holds its key until it fails, is cancelled or is
+# deleted (a completed one too, so a key by period runs once per period).
+DEFAULT_UNIQUE_STATES = ("scheduled", "available", "running", "completed", "retryable")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +101,11 @@ class JobRow:
     callback_id: str | None = None
     callback_timeout_at: datetime | None = None
     callback_result: Any = None
+
+    @property
+    def deadline(self) -> datetime | None:
+        """``deadline_at`` by the Awa SDK's name for it (its ``Job.deadline``)."""
+        return self.deadline_at
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> JobRow:

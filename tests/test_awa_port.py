@@ -237,6 +237,52 @@ def test_sdk_bulk_inserts_return_jobs_or_a_count(dsn: str) -> None:
     assert row == (15,)
 
 
+def test_sdk_per_job_opts_route_jobs_of_one_bulk_insert(dsn: str) -> None:
+    """``opts`` (the SDK's): one entry per job, None or a queue / ordering key of its own
+    over the batch's options; anything else in an entry is refused, naming it."""
+    emails = [SendEmail(f"u{i}@example.com", "news") for i in range(3)]
+    routes = [{"queue": "eu"}, None, {"queue": "us", "ordering_key": "tenant-7"}]
+    with awa.Client(dsn) as client:
+        jobs = client.insert_many_copy(emails, queue="news", priority=1, opts=routes)
+        assert [(j.queue, j.priority) for j in jobs] == [("eu", 1), ("news", 1), ("us", 1)]
+        with pytest.raises(awa.ValidationError) as extra:
+            client.enqueue_many_copy(emails, opts=[None, {"priority": 4}, None])
+        assert extra.value.field == "opts[1]" and "priority" in str(extra.value)
+        with pytest.raises(awa.ValidationError, match="one entry per job"):
+            client.insert_many_copy(emails, opts=[None])
+
+    async def main() -> int:
+        async with awa.AsyncClient(dsn) as client:
+            return await client.enqueue_many_copy(emails[:2], opts=[None, {"queue": "eu"}])
+
+    assert run(main()) == 2
+    with psycopg.connect(dsn) as conn:
+        counted = conn.execute(
+            "SELECT queue, count(*) FROM awa_fast.jobs GROUP BY queue ORDER BY queue"
+        ).fetchall()
+    assert counted == [("default", 1), ("eu", 2), ("news", 1), ("us", 1)]
+
+
+def test_module_migrate_is_awaited_as_the_sdks_is(server_url: str) -> None:
+    """``await awa.migrate(url)``, as code written for the SDK says it, migrates and gives
+    the versions applied; called plainly it does the same."""
+    name = "awa_fast_port_await_migrate"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    url = server_url.rsplit("/", 1)[0] + "/" + name
+
+    async def main() -> list[int]:
+        return await awa.migrate(url)
+
+    try:
+        assert run(main()) == list(range(1, awa.current_migration_version() + 1))
+        assert awa.migrate(url) == []
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
 def test_ordering_key_is_checked_and_stores_nothing_else(client: awa.Client) -> None:
     plain = client.insert(SendEmail("a@example.com", "hi"), queue="q")
     keyed = client.insert(SendEmail("a@example.com", "hi"), queue="q", ordering_key=b"cust-42")

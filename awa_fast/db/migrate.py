@@ -14,6 +14,7 @@ either way of migrating can follow the other.
 from __future__ import annotations
 
 import re
+from collections.abc import Generator
 from importlib import resources
 from typing import Any, NamedTuple
 
@@ -92,10 +93,23 @@ def current_migration_version() -> int:
     return migrations()[-1].version
 
 
-def migrate(dsn: str) -> list[int]:
+class Applied(list[int]):
+    """The versions a migration applied, in order. Awaitable as well: the Awa SDK's
+    ``migrate(url)`` is a coroutine function, so code ported from it says ``await
+    awa.migrate(url)``; the migration has run by then, on the calling thread (as a
+    program's start-up step, it blocks its event loop for that moment)."""
+
+    def __await__(self) -> Generator[None, None, Applied]:
+        return self._done().__await__()
+
+    async def _done(self) -> Applied:
+        return self
+
+
+def migrate(dsn: str) -> Applied:
     """Bring the database at ``dsn`` to the latest schema; returns the versions applied."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return migrate_connection(conn)
+        return Applied(migrate_connection(conn))
 
 
 def migrate_connection(conn: psycopg.Connection[Any]) -> list[int]:

@@ -57,6 +57,16 @@ def test_every_args_flavour_is_accepted(client: awa_fast.Client, args: object) -
     assert client.insert(args, kind=kind).kind == expected
 
 
+def test_run_at_as_the_sdk_gives_it_naive_utc_or_iso_text(client: awa_fast.Client) -> None:
+    """A naive run_at is UTC and an ISO 8601 text is parsed, as the Awa SDK takes them."""
+    due = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    naive = client.insert(SendEmail("naive"), run_at=due.replace(tzinfo=None))
+    text = client.insert(SendEmail("text"), run_at="2030-01-01T14:00:00+02:00")
+    bare = client.insert(SendEmail("bare"), run_at="2030-01-01T12:00:00")
+    assert [j.run_at for j in (naive, text, bare)] == [due, due, due]
+    assert {j.state for j in (naive, text, bare)} == {"scheduled"}
+
+
 def test_future_run_at_is_scheduled_in_the_deferred_table(
     client: awa_fast.Client, conn: psycopg.Connection[Any]
 ) -> None:
@@ -79,10 +89,14 @@ def test_future_run_at_is_scheduled_in_the_deferred_table(
         ({"priority": 5}, "priority"),
         ({"priority": True}, "priority"),
         ({"max_attempts": 0}, "max_attempts"),
-        ({"run_at": datetime(2030, 1, 1)}, "run_at"),
+        ({"run_at": "tomorrow"}, "run_at"),
+        ({"run_at": 1893456000}, "run_at"),
         ({"tags": "notalist"}, "tags"),
         ({"metadata": {"bad": object()}}, "metadata"),
         ({"unique": {"states": ["nope"]}}, "unique"),
+        ({"unique": {"states": 0}}, "unique"),
+        ({"unique": {"states": 256}}, "unique"),
+        ({"unique": {"states": "available"}}, "unique"),
         ({"deadline": 0}, "deadline"),
         ({"deadline": "soon"}, "deadline"),
     ],
@@ -426,9 +440,39 @@ def test_unique_jobs_conflict_while_live(
         client.insert(SendEmail("u"), unique_opts={"by_args": True})
     assert err.value.job_id == first.id
     assert client.insert(SendEmail("other"), unique={"by_args": True}).id != first.id
-    # Once the holder leaves the unique states, the key is free again.
+    # The default states are the Awa SDK's: a completed job still holds its key ...
     finish_jobs(conn, "completed", [first.id])
-    assert client.insert(SendEmail("u"), unique={"by_args": True}).id != first.id
+    with pytest.raises(UniqueConflict):
+        client.insert(SendEmail("u"), unique={"by_args": True})
+    # ... a failed one does not: once the holder leaves the unique states, the key is free.
+    failed = client.insert(SendEmail("f"), unique={"by_args": True})
+    finish_jobs(conn, "failed", [failed.id])
+    assert client.insert(SendEmail("f"), unique={"by_args": True}).id != failed.id
+
+
+def test_unique_states_as_the_sdks_bitmask(
+    client: awa_fast.Client, conn: psycopg.Connection[Any]
+) -> None:
+    """``unique_opts={"states": N}``, the SDK's form: bit i is the i-th state of
+    scheduled, available, running, completed, retryable, failed, cancelled,
+    waiting_external. With only "available" (2), a completed holder frees its key."""
+    held = client.insert(SendEmail("b"), unique_opts={"states": 0b10})
+    claimed = conn.execute(
+        "SELECT states::text[] FROM awa_fast.unique_claims WHERE job_id = %s", (held.id,)
+    ).fetchone()
+    assert claimed == (["available"],)
+    with pytest.raises(UniqueConflict):
+        client.insert(SendEmail("b"), unique_opts={"states": 0b10})
+    finish_jobs(conn, "completed", [held.id])
+    assert client.insert(SendEmail("b"), unique_opts={"states": 0b10}).id != held.id
+    every = client.insert(SendEmail("all"), unique_opts={"states": 255}).id
+    [(states,)] = conn.execute(
+        "SELECT states::text[] FROM awa_fast.unique_claims WHERE job_id = %s", (every,)
+    ).fetchall()
+    assert states == [
+        "scheduled", "available", "running", "completed",
+        "retryable", "failed", "cancelled", "waiting_external",
+    ]  # fmt: skip
 
 
 def test_unique_duplicates_are_skipped_in_insert_many(client: awa_fast.Client, dsn: str) -> None:

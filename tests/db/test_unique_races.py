@@ -74,17 +74,17 @@ def test_the_second_of_two_racing_inserts_conflicts_only_if_the_first_commits(
 
 
 def test_two_takeovers_of_a_key_whose_holder_finished_leave_one_holder(dsn: str) -> None:
-    """The key's holder completed, so the key is free; both racers take it over (an UPDATE
+    """The key's holder failed, so the key is free; both racers take it over (an UPDATE
     of the claim, not an INSERT), and the second must see the first's job once it waits."""
     with awa_fast.Client(dsn) as client:
         done = client.insert(Report("mon"), unique=UNIQUE)
     with psycopg.connect(dsn) as conn:
-        finish_jobs(conn, "completed", [done.id])
+        finish_jobs(conn, "failed", [done.id])
 
     first, second = _race(dsn, _insert, commit=True)
     assert first.id != done.id
     assert isinstance(second, awa_fast.UniqueConflict) and second.job_id == first.id
-    assert states(dsn) == {"available": 1, "completed": 1}
+    assert states(dsn) == {"available": 1, "failed": 1}
 
 
 def test_an_insert_on_a_fresh_non_autocommit_connection_joins_its_implicit_transaction(

@@ -85,7 +85,7 @@ def test_retry_from_dlq_at_a_later_time(
     past = client.retry_from_dlq(due, run_at=datetime.now(UTC) - timedelta(minutes=1))
     assert past is not None and past.state == "available"
     with pytest.raises(awa_fast.ValidationError, match="run_at"):
-        client.retry_from_dlq(later, run_at=datetime.now())  # naive
+        client.retry_from_dlq(later, run_at="in an hour")
     with pytest.raises(awa_fast.ValidationError, match="priority"):
         client.retry_from_dlq(later, priority=9)
     with pytest.raises(awa_fast.ValidationError, match="queue"):

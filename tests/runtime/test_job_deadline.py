@@ -85,7 +85,7 @@ def test_a_wait_for_a_callback_moves_the_deadline(dsn: str, processes: int | Non
                 await await_until(lambda: row_of(dsn, row.id)["state"] == "completed")
             finally:
                 await client.shutdown()
-            return row.id, resumed.deadline_at
+            return row.id, resumed.deadline  # the SDK's name for deadline_at
 
     job_id, resumed_deadline = run(main())
     row = row_of(dsn, job_id)

@@ -508,7 +508,9 @@ class Client(_Handlers):
         return self._run(admin.delete_cron_job(name))
 
     def health_check(self) -> health.HealthCheck:
-        """Whether Postgres answers (within a few seconds, up or down): a producer's probe."""
+        """Whether Postgres answers (``postgres_connected``, within a few seconds, up or
+        down). ``healthy`` is False, as in the Awa SDK: this client runs no handlers here
+        (``serve``'s pool answers its own ``/health``)."""
         return health.health_of(None, health.available(self.dsn, []))
 
     def close(self) -> None:
@@ -876,7 +878,8 @@ class AsyncClient(_Handlers):
 
     async def health_check(self) -> health.HealthCheck:
         """Whether Postgres answers (within a few seconds, up or down) and, once started,
-        whether this client claims and heartbeats: for readiness and liveness probes."""
+        whether this client claims and heartbeats: for readiness and liveness probes.
+        ``healthy`` is False before ``start()`` and after ``shutdown()``, as in the Awa SDK."""
         return await health.probe(self.dsn, self._runner)
 
     async def start(

@@ -1,6 +1,8 @@
 """A client's health, for readiness and liveness probes: does it reach Postgres, and, when
 it runs handlers, are its claim loops and heartbeat alive. The Awa SDK's ``HealthCheck``
-shape, so a probe written for it reads the same fields.
+shape and values, so a probe written for it reads the same fields and gets the same
+answers: ``healthy`` only while the client runs handlers (a producer, or a client shut
+down, reads ``postgres_connected``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,26 @@ class QueueHealth:
     available: int  # jobs of this queue waiting to be claimed, by any client
     max_workers: int  # this client's concurrency for the queue
 
+    # The SDK's weighted-queue fields. awa-fast refuses weighted queue configs
+    # (min_workers / weight), so they are always None here, as the SDK reports them for a
+    # queue that does not use them; they exist so that ported code reading or logging
+    # them keeps working.
+
+    @property
+    def min_workers(self) -> int | None:
+        """Always None: no weighted queues here."""
+        return None
+
+    @property
+    def weight(self) -> int | None:
+        """Always None: no weighted queues here."""
+        return None
+
+    @property
+    def overflow_held(self) -> int | None:
+        """Always None: no weighted queues, so no overflow capacity to hold."""
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class HealthCheck:
@@ -42,10 +64,12 @@ class HealthCheck:
 
     @property
     def healthy(self) -> bool:
-        """Postgres is reachable and, if the client runs handlers, it claims and
-        heartbeats and is not shutting down."""
+        """The client runs handlers, reaches Postgres, claims and heartbeats, and is not
+        shutting down. False for a client never started or shut down, as in the Awa SDK:
+        a probe of a worker must fail once it stops working. A producer's probe reads
+        ``postgres_connected``."""
         serving = self.poll_loop_alive and self.heartbeat_alive and not self.shutting_down
-        return self.postgres_connected and (serving or not self.running)
+        return self.running and self.postgres_connected and serving
 
 
 def available(dsn: str, queues: Sequence[str]) -> dict[str, int] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import psycopg
+import psycopg.errors
 
 
 class AwaError(Exception):
@@ -93,6 +94,12 @@ class UnknownJobKind(AwaError):
     AttributeError itself, in the error path). No call raises it: a claimed job whose kind
     has no handler in the claiming process fails, terminal, with "unknown job kind: ..." in
     its errors, as the SDK's runtime fails it."""
+
+
+class NoRowFound(AwaError, psycopg.errors.NoDataFound):
+    """A transaction's ``fetch_one`` found no row. A database error as well (SQLSTATE
+    P0002): the Awa SDK raises its ``DatabaseError`` here, so a ported ``except
+    awa.DatabaseError`` clause catches it, as does ``except awa.AwaError``."""
 
 
 class TelemetryError(AwaError, RuntimeError):

@@ -29,7 +29,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import JsonbDumper
 
 from awa_fast import admin, producer
-from awa_fast.errors import AwaError, ValidationError
+from awa_fast.errors import AwaError, NoRowFound, ValidationError
 from awa_fast.types import InsertOptions, JobRow
 
 _CLOSED = "the transaction was already committed or rolled back"
@@ -80,7 +80,7 @@ def _adapt(cur: psycopg.RawCursor[DictRow] | psycopg.AsyncRawCursor[DictRow]) ->
 
 def _one(row: dict[str, Any] | None) -> dict[str, Any]:
     if row is None:
-        raise AwaError("fetch_one: the query returned no row (fetch_optional returns None)")
+        raise NoRowFound("fetch_one: the query returned no row (fetch_optional returns None)")
     return row
 
 
@@ -145,7 +145,7 @@ class SyncTransaction(_Handle):
             return cur.rowcount
 
     def fetch_one(self, query: str, *args: Any) -> dict[str, Any]:
-        """The first row; :class:`~awa_fast.AwaError` when there is none."""
+        """The first row; :class:`~awa_fast.errors.NoRowFound` when there is none."""
         return _one(self.fetch_optional(query, *args))
 
     def fetch_optional(self, query: str, *args: Any) -> dict[str, Any] | None:
@@ -238,7 +238,7 @@ class Transaction(_Handle):
             return cur.rowcount
 
     async def fetch_one(self, query: str, *args: Any) -> dict[str, Any]:
-        """The first row; :class:`~awa_fast.AwaError` when there is none."""
+        """The first row; :class:`~awa_fast.errors.NoRowFound` when there is none."""
         return _one(await self.fetch_optional(query, *args))
 
     async def fetch_optional(self, query: str, *args: Any) -> dict[str, Any] | None:

@@ -184,6 +184,12 @@ def test_statements_take_dollar_placeholders_and_return_dicts(
         assert tx.execute("UPDATE orders SET note = NULL") == 2
         with pytest.raises(AwaError, match="returned no row"):
             tx.fetch_one("SELECT id FROM orders WHERE id = $1", 99)
+        try:  # the SDK raises DatabaseError here, and ported code catches that
+            tx.fetch_one("SELECT id FROM orders WHERE id = $1", 99)
+        except awa_fast.DatabaseError as exc:
+            assert exc.sqlstate == "P0002"
+        else:
+            pytest.fail("fetch_one of no row raised nothing")
 
 
 def test_the_wrong_number_of_arguments_is_refused_before_anything_is_sent(

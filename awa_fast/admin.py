@@ -136,11 +136,12 @@ _NOT_RUN = "The job has not been claimed yet; attempt 0 is the pre-run snapshot.
 
 def dump_run(job_id: int, attempt: int | None = None) -> Op[str]:
     """One attempt of a job as pretty JSON, in the Awa SDK's shape (``awa job dump-run``):
-    the current attempt from the job's row (attempt 0 before its first claim), an earlier
-    one from the error it recorded. Raises JobNotFound for an id with no job (as the SDK),
-    ValidationError for an attempt it has not made."""
+    the current attempt from the job's row (attempt 0 before its first claim, and again
+    after a retry resets the count), an earlier one from the error it recorded. Raises
+    JobNotFound for an id with no job (as the SDK), ValidationError for an attempt it
+    cannot show, with the SDK's wording (:func:`_run` says which)."""
     if attempt is not None:
-        attempt = _int_in("attempt", attempt, 1, 2**31 - 1)
+        attempt = _int_in("attempt", attempt, 0, 2**31 - 1)
 
     def shape(rows: Rows) -> str:
         if not rows:
@@ -151,15 +152,28 @@ def dump_run(job_id: int, attempt: int | None = None) -> Op[str]:
 
 
 def _run(job: dict[str, Any], attempt: int | None) -> dict[str, Any]:
-    current = job["attempt"]
+    """The SDK's rules: the current attempt (0 included) comes from the row. Another one
+    comes from its entry in errors[] (the last entry, should a retry have run it twice):
+    below the current attempt, or any attempt once a retry has reset the count to 0 (its
+    entries are all the job has run). Past the current attempt, or 0 once the job has
+    run, there is none; neither is an attempt without an entry."""
+    current, job_id = job["attempt"], job["id"]
     selected = current if attempt is None else attempt
-    if attempt is not None and not 1 <= selected <= current:
-        made = f"made {current} attempt(s)" if current else "not run yet"
-        raise ValidationError("attempt", f"job {job['id']} has {made}, so no attempt {selected}")
-    entry = next((e for e in reversed(job["errors"]) if e.get("attempt") == selected), None)
     now = selected == current
+    entry = next((e for e in reversed(job["errors"]) if e.get("attempt") == selected), None)
+    if not now and current and not 0 < selected < current:
+        raise ValidationError(
+            "attempt",
+            f"attempt {selected} is not available for job {job_id}; current attempt is {current}",
+        )
+    if not now and entry is None:
+        raise ValidationError(
+            "attempt",
+            f"attempt {selected} is not present in the recorded error history for job {job_id}",
+        )
+    terminal = None if entry is None else bool(entry.get("terminal"))
     return {
-        "job_id": job["id"],
+        "job_id": job_id,
         "kind": job["kind"],
         "queue": job["queue"],
         "selected_attempt": selected,
@@ -167,12 +181,12 @@ def _run(job: dict[str, Any], attempt: int | None) -> dict[str, Any]:
         "current_run_lease": job["run_lease"],
         "selected_run_lease": job["run_lease"] if now else None,
         "source": "current_job_row" if now else "error_history",
-        # An earlier attempt that recorded an error was retried (it is not the last).
-        "state": job["state"] if now else ("retryable" if entry else None),
+        # An earlier attempt ended in its entry: failed if that was terminal, else retried.
+        "state": job["state"] if now else ("failed" if terminal else "retryable"),
         "started_at": job["attempted_at"] if now else None,
         "finished_at": job["finalized_at"] if now else entry and entry.get("at"),
         "error": entry and entry.get("error"),
-        "terminal": None if entry is None else bool(entry.get("terminal")),
+        "terminal": terminal,
         "progress": job["progress"] if now else None,
         "metadata": job["metadata"] if now else None,
         "callback": (
@@ -296,8 +310,10 @@ _UNCLAIMED_KEY_STATES = list(DEFAULT_UNIQUE_STATES)
 
 
 def retry(job_id: int) -> Op[int | None]:
-    """Run a failed or cancelled job again (attempts reset); its id if it was queued. A
-    live job holding its unique key meanwhile raises UniqueConflict naming that job."""
+    """Run a failed, cancelled or parked (waiting_external) job again, attempts reset, as
+    the Awa SDK's retry does; its id if it was queued, None for a job in any other state. A
+    parked job's callback is cleared with it, so that a late answer finds no job. A live
+    job holding its unique key meanwhile raises UniqueConflict naming that job."""
     params = {"id": job_id, "kind": None, "queue": None, "unique_states": _UNCLAIMED_KEY_STATES}
     return Op(Q.job_retry, params, _revived_one)
 

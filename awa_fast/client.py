@@ -238,7 +238,8 @@ class Client(_Handlers):
         return self._run(admin.find_job(job_id)) if self._run(admin.cancel(job_id)) else None
 
     def retry(self, job_id: int) -> JobRow | None:
-        """Run a failed or cancelled job again; None if it was not failed or cancelled."""
+        """Run a failed, cancelled or parked (waiting_external) job again, attempts reset;
+        None if it was in none of those states. A parked job's callback is spent."""
         return self._resolved(admin.retry(job_id))
 
     def cancel_by_unique_key(
@@ -606,7 +607,8 @@ class AsyncClient(_Handlers):
         return await self._run(admin.find_job(job_id)) if cancelled else None
 
     async def retry(self, job_id: int) -> JobRow | None:
-        """Run a failed or cancelled job again; None if it was not failed or cancelled."""
+        """Run a failed, cancelled or parked (waiting_external) job again, attempts reset;
+        None if it was in none of those states. A parked job's callback is spent."""
         return await self._resolved(admin.retry(job_id))
 
     async def cancel_by_unique_key(

@@ -120,7 +120,10 @@ def test_drain_dump_and_the_dead_letter_queue(dsn: str) -> None:
     dumped = _json(_cli(dsn, "dump", str(waiting[0])))
     assert dumped["job"]["state"] == "cancelled"
     never_ran = _cli(dsn, "dump-run", str(waiting[0]), "--attempt", "1")
-    assert never_ran.returncode == 2 and "not run yet" in never_ran.stderr
+    assert (
+        never_ran.returncode == 2
+        and "not present in the recorded error history" in never_ran.stderr
+    )
 
     failed = run(_fail_one(dsn))
     moved = _json(_cli(dsn, "dlq-move", str(failed), "bad address"))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import awa_fast
-from tests.factories import finish_jobs
+from tests.factories import finish_jobs, insert_job
 from tests.helpers import await_until, job, run, run_until, settled, states
 
 FAST = {"heartbeat_interval": 0.1, "rescue_interval": 0.1, "promote_interval": 0.05}
@@ -63,6 +63,18 @@ def test_cancel_retry_and_stats_on_idle_jobs(client: awa_fast.Client, dsn: str) 
     assert [j.id for j in client.list_jobs(queue="q1", kind="task")] == [queued.id]
     with pytest.raises(awa_fast.ValidationError):
         client.list_jobs(state="nope")
+
+
+@pytest.mark.parametrize("state", ["available", "running", "scheduled", "retryable", "completed"])
+def test_retry_leaves_a_job_it_does_not_revive_alone(
+    client: awa_fast.Client, conn: Any, dsn: str, state: str
+) -> None:
+    """retry revives failed, cancelled and parked jobs; on any other job it returns None
+    and changes nothing."""
+    job_id = insert_job(conn, state=state, attempt=1, run_lease=1)
+    before = job(dsn, job_id)
+    assert client.retry(job_id) is None
+    assert job(dsn, job_id) == before
 
 
 def test_get_job_of_no_job_raises_naming_it(dsn: str) -> None:

@@ -211,3 +211,61 @@ def test_a_callback_id_answers_only_for_the_attempt_that_registered_it(dsn: str)
         (awa_fast.ValidationError, "timeout_seconds")
     ] * 4
     assert isinstance(lost, awa_fast.LeaseLost) and (lost.job_id, lost.run_lease) == (job_id, 2)
+
+
+def test_retry_revives_a_parked_job_and_spends_its_callback(dsn: str) -> None:
+    """As the Awa SDK's retry: a job parked on a callback goes back to available, its
+    attempts reset and its callback cleared (an answer to it finds no job), its errors and
+    run lease as they were; the next claim runs it afresh."""
+    client = awa_fast.AsyncClient(dsn)
+    tokens: list[str] = []
+
+    @client.task(Charge)
+    async def charge(job: awa_fast.Job[Charge]) -> Any:
+        if tokens:
+            return None
+        token = await job.register_callback(timeout_seconds=600, filter="true")
+        tokens.append(token.id)
+        return WaitForCallback(token)
+
+    async def main() -> int:
+        async with client:
+            parked = await client.insert(Charge(1))
+            await run_until(
+                client, {"default": 1}, lambda: job(dsn, parked.id)["state"] == "waiting_external"
+            )
+            before = job(dsn, parked.id)
+            assert _rules(dsn, parked.id) is not None
+            retried = await client.retry(parked.id)
+            assert retried is not None
+            assert (retried.id, retried.state, retried.attempt) == (parked.id, "available", 0)
+            row = job(dsn, parked.id)
+            assert row["run_at"] > before["run_at"]
+            assert {k: row[k] for k in ("run_lease", "errors", "attempted_at")} == {
+                k: before[k] for k in ("run_lease", "errors", "attempted_at")
+            }
+            cleared = ("callback_id", "callback_timeout_at", "heartbeat_at", "deadline_at")
+            assert before["callback_id"] is not None
+            assert {k: row[k] for k in cleared} == dict.fromkeys(cleared)
+            assert _rules(dsn, parked.id) is None  # register_callback's filter went too
+            with pytest.raises(awa_fast.CallbackNotFound):
+                await client.complete_external(tokens[0], {"late": True})
+            assert await client.retry(parked.id) is None  # available: nothing to revive
+            await run_until(
+                client, {"default": 1}, lambda: job(dsn, parked.id)["state"] == "completed"
+            )
+            return parked.id
+
+    job_id = run(main())
+    done = job(dsn, job_id)
+    assert (done["attempt"], done["run_lease"], done["errors"], len(tokens)) == (1, 2, [], 1)
+
+
+def _rules(dsn: str, job_id: int) -> object:
+    """A hot row's callback expressions (the jobs view leaves the column out)."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT callback_rules FROM awa_fast.jobs_hot WHERE id = %s", (job_id,)
+        ).fetchone()
+    assert row is not None
+    return row[0]

@@ -4,12 +4,15 @@ real runner failed once and then completed."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
+import psycopg
 import pytest
 
 import awa_fast
 from awa_fast.db.transitions import Backoff
+from tests.factories import finish_jobs, insert_job
 from tests.helpers import run, run_until, states
 
 
@@ -45,10 +48,14 @@ def test_the_current_attempt_comes_from_the_row_and_an_earlier_one_from_its_erro
     with awa_fast.Client(dsn) as admin:
         current = orjson.loads(admin.dump_run(job_id))
         first = orjson.loads(admin.dump_run(job_id, 1))
-        with pytest.raises(awa_fast.ValidationError, match="has made 2 attempt"):
-            admin.dump_run(job_id, 3)
+        for beyond in (3, 0):  # the SDK's refusal: a later attempt, or the pre-run one
+            with pytest.raises(
+                awa_fast.ValidationError,
+                match=f"attempt {beyond} is not available for job {job_id}; current attempt is 2$",
+            ):
+                admin.dump_run(job_id, beyond)
         with pytest.raises(awa_fast.ValidationError, match="attempt"):
-            admin.dump_run(job_id, 0)
+            admin.dump_run(job_id, -1)
         with pytest.raises(awa_fast.JobNotFound, match=f"^job not found: {job_id + 1}$"):
             admin.dump_run(job_id + 1)
     assert {k: current[k] for k in ("selected_attempt", "current_attempt", "source", "state")} == {
@@ -73,7 +80,11 @@ def test_a_job_not_yet_run_dumps_its_pre_run_snapshot(dsn: str) -> None:
     with awa_fast.Client(dsn) as admin:
         job = admin.insert(Flaky(2), queue="idle")
         snapshot = orjson.loads(admin.dump_run(job.id))
-        with pytest.raises(awa_fast.ValidationError, match="has not run yet, so no attempt 1"):
+        assert orjson.loads(admin.dump_run(job.id, 0)) == snapshot  # the SDK takes 0 too
+        with pytest.raises(
+            awa_fast.ValidationError,
+            match=f"attempt 1 is not present in the recorded error history for job {job.id}$",
+        ):
             admin.dump_run(job.id, 1)
     assert (snapshot["selected_attempt"], snapshot["source"], snapshot["state"]) == (
         0,
@@ -84,3 +95,57 @@ def test_a_job_not_yet_run_dumps_its_pre_run_snapshot(dsn: str) -> None:
     assert snapshot["notes"] == [
         "The job has not been claimed yet; attempt 0 is the pre-run snapshot."
     ]
+
+
+def _entry(attempt: int, error: str, **more: object) -> dict[str, object]:
+    return {"attempt": attempt, "error": error, "at": f"2026-01-01T00:00:0{attempt}Z", **more}
+
+
+def test_a_retried_job_dumps_its_earlier_attempts_from_its_error_history(
+    client: awa_fast.Client, conn: psycopg.Connection[Any]
+) -> None:
+    """retry resets the attempt counter, not the errors: as the SDK, attempt 0 is the
+    pre-run snapshot and each attempt the errors record is still there to dump, the last
+    one failed (its entry is terminal), the others retryable."""
+    job_id = insert_job(conn, queue="idle", attempt=2, run_lease=2)
+    history = [_entry(1, "first try"), _entry(2, "gave up", terminal=True)]
+    finish_jobs(conn, "failed", [job_id], errors=history)
+    assert client.retry(job_id) is not None
+    snapshot = orjson.loads(client.dump_run(job_id, 0))
+    first, last = (orjson.loads(client.dump_run(job_id, n)) for n in (1, 2))
+    assert orjson.loads(client.dump_run(job_id)) == snapshot
+    assert {k: snapshot[k] for k in ("selected_attempt", "current_attempt", "source")} == {
+        "selected_attempt": 0,
+        "current_attempt": 0,
+        "source": "current_job_row",
+    }
+    assert (snapshot["state"], snapshot["selected_run_lease"]) == ("available", 2)
+    for dumped, attempt, state in ((first, 1, "retryable"), (last, 2, "failed")):
+        assert {k: dumped[k] for k in ("selected_attempt", "current_attempt", "source")} == {
+            "selected_attempt": attempt,
+            "current_attempt": 0,
+            "source": "error_history",
+        }
+        assert (dumped["state"], dumped["selected_run_lease"]) == (state, None)
+        assert dumped["raw_error_entry"] == history[attempt - 1]
+        assert dumped["error"] == history[attempt - 1]["error"]
+        assert dumped["terminal"] is (state == "failed")
+    with pytest.raises(
+        awa_fast.ValidationError,
+        match=f"attempt 3 is not present in the recorded error history for job {job_id}$",
+    ):
+        client.dump_run(job_id, 3)
+
+
+def test_an_earlier_attempt_that_recorded_no_error_cannot_be_dumped(
+    client: awa_fast.Client, conn: psycopg.Connection[Any]
+) -> None:
+    """errors[] is all the history there is: an attempt with no entry there (given back by
+    retry_external, say) is refused as the SDK refuses it, not dumped empty."""
+    job_id = insert_job(conn, state="running", attempt=2, run_lease=2)
+    with pytest.raises(
+        awa_fast.ValidationError,
+        match=f"attempt 1 is not present in the recorded error history for job {job_id}$",
+    ):
+        client.dump_run(job_id, 1)
+    assert orjson.loads(client.dump_run(job_id, 2))["state"] == "running"

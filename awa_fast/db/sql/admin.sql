@@ -32,11 +32,18 @@ SELECT id, (SELECT pg_notify('awa_fast_cancel', h.id || ':' || h.run_lease)
 FROM cancelled;
 
 -- name: job_retry
--- Run failed (or, given by id, cancelled) jobs again, with their attempts reset: by id
--- when `id` is given, else every failed job of `kind` and `queue` (each NULL for any). A
--- job with a unique key takes it back as dlq_retry's entries do; one whose key a live job
--- holds stays finished. One row per job locked: the job as requeued (`holder` NULL), or,
--- for one held off, only `holder`, the id of the live job holding its key; a single row
+-- Run failed (or, given by id, cancelled or parked) jobs again, with their attempts reset:
+-- by id when `id` is given, else every failed job of `kind` and `queue` (each NULL for
+-- any). A parked job (waiting_external, in jobs_hot) is revived as the Awa SDK's retry
+-- does: its callback, its expressions, its heartbeat and its deadline cleared, so a late
+-- answer to that callback finds no job, its errors and run lease as they were (its next
+-- claim takes a new lease; nothing that holds the old one matches a row that is not
+-- running or parked). It leaves jobs_hot and comes back through the same insert as a
+-- finished job, which wakes the claimers. Locked, the row is re-checked as parked: a
+-- callback or a timeout rescue that took it first leaves nothing to revive.
+-- A job with a unique key takes it back as dlq_retry's entries do; one whose key a live job
+-- holds stays where it is. One row per job locked: the job as requeued (`holder` NULL),
+-- or, for one held off, only `holder`, the id of the live job holding its key; a single row
 -- of NULLs when none was. Every row also carries `matched`, how many jobs the scan found
 -- (a job another retry or retention took between the scan and the lock is found but not
 -- locked), and `pruned_failed_count`: how many failed jobs retention has deleted from
@@ -57,17 +64,33 @@ picked AS (
     ORDER BY id
     FOR UPDATE
 ),
+parked AS (
+    SELECT id, unique_key FROM awa_fast.jobs_hot
+    WHERE %(id)s::bigint IS NOT NULL AND id = %(id)s AND state = 'waiting_external'
+    FOR UPDATE
+),
 claimed AS (
     SELECT id, awa_fast.unique_claim_retake(
         unique_key, id, %(unique_states)s::awa_fast.job_state[]) AS holder
-    FROM picked
+    FROM (SELECT * FROM picked UNION ALL SELECT * FROM parked) AS locked
 ),
-revived AS (
+finished AS (
     DELETE FROM awa_fast.jobs_done
     WHERE id IN (SELECT id FROM claimed WHERE holder = id)
-    RETURNING *
+    RETURNING id, kind, queue, args, priority, max_attempts, created_at, attempted_at,
+              run_lease, errors, metadata, tags, progress, unique_key, callback_result,
+              deadline_seconds
+),
+unparked AS (
+    DELETE FROM awa_fast.jobs_hot
+    WHERE id IN (SELECT id FROM claimed WHERE holder = id) AND state = 'waiting_external'
+    RETURNING id, kind, queue, args, priority, max_attempts, created_at, attempted_at,
+              run_lease, errors, metadata, tags, progress, unique_key, callback_result,
+              deadline_seconds
 ),
 requeued AS (
+    -- The columns left out (callback id, timeout and expressions, heartbeat, deadline,
+    -- host, finalized_at) start NULL, as on a job never claimed.
     INSERT INTO awa_fast.jobs_hot (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, run_lease, errors, metadata, tags, progress, unique_key,
@@ -75,7 +98,7 @@ requeued AS (
     SELECT id, kind, queue, args, 'available', priority, 0, max_attempts, now(), created_at,
            attempted_at, run_lease, errors, metadata, tags, progress, unique_key,
            callback_result, deadline_seconds
-    FROM revived
+    FROM (SELECT * FROM finished UNION ALL SELECT * FROM unparked) AS revived
     RETURNING *
 ),
 summary AS (

@@ -123,6 +123,14 @@ def positive_seconds(field: str, value: object) -> float:
     return float(value)
 
 
+def _metadata(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValidationError("metadata", f"must be a dict, got {type(value).__name__}")
+    return dict(value)
+
+
 def _deadline(value: float | None) -> float | None:
     return None if value is None else positive_seconds("deadline", value)
 
@@ -210,7 +218,7 @@ def options_of(request: InsertRequest) -> Options:
         max_attempts=_int_in("max_attempts", request.max_attempts, 1, _SMALLINT_MAX),
         run_at=_run_at(request.run_at),
         tags=_tags(request.tags),
-        metadata=encode_json("metadata", dict(request.metadata or {})).decode(),
+        metadata=encode_json("metadata", _metadata(request.metadata)).decode(),
         unique=unique,
         deadline=_deadline(request.deadline),
     )

@@ -93,6 +93,7 @@ def test_future_run_at_is_scheduled_in_the_deferred_table(
         ({"run_at": 1893456000}, "run_at"),
         ({"tags": "notalist"}, "tags"),
         ({"metadata": {"bad": object()}}, "metadata"),
+        ({"metadata": [1, 2]}, "metadata"),
         ({"unique": {"states": ["nope"]}}, "unique"),
         ({"unique": {"states": 0}}, "unique"),
         ({"unique": {"states": 256}}, "unique"),

@@ -9,6 +9,8 @@ from typing import Any
 import orjson
 import psycopg
 
+from awa_fast.db.connections import IdMap
+
 TABLE_OF_STATE = {
     "available": "jobs_hot",
     "running": "jobs_hot",
@@ -96,3 +98,20 @@ def record_emptied_statistics(conn: psycopg.Connection[Any], *, running: int) ->
     conn.execute("DELETE FROM awa_fast.jobs_hot")
     conn.execute("VACUUM ANALYZE awa_fast.jobs_hot")
     insert_running(conn, running)
+
+
+def rescue_params(job_id: int, *, lease: int, message: str, from_state: str) -> dict[str, Any]:
+    """Parameters of ``Q.job_rescue_many`` for one attempt, no dead-letter queue, no
+    jitter: what a rescue sweep would pass for it."""
+    return {
+        "ids": [job_id],
+        "leases": IdMap({job_id: lease}),
+        "messages": IdMap({job_id: message}),
+        "from_state": from_state,
+        "dlq_all": False,
+        "no_dlq": [],
+        "dlq": [],
+        "base": 1.0,
+        "max": 60.0,
+        "jitter": 0.0,
+    }

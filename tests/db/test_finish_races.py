@@ -18,7 +18,7 @@ import pytest
 
 from awa_fast.db.connections import IdMap
 from awa_fast.db.queries import Q
-from tests.factories import insert_job
+from tests.factories import insert_job, rescue_params
 from tests.helpers import wait_until
 
 LEASE = 1
@@ -34,18 +34,7 @@ FINISHERS: dict[str, Finisher] = {
     "cancel": (Q.job_cancel, lambda i: {"id": i, "reason": "race"}, "cancelled"),
     "rescue": (
         Q.job_rescue_many,
-        lambda i: {
-            "ids": [i],
-            "leases": IdMap({i: LEASE}),
-            "messages": IdMap({i: "lost"}),
-            "from_state": "running",
-            "dlq_all": False,
-            "no_dlq": [],
-            "dlq": [],
-            "base": 1.0,
-            "max": 60.0,
-            "jitter": 0.0,
-        },
+        lambda i: rescue_params(i, lease=LEASE, message="lost", from_state="running"),
         "retryable",
     ),
 }

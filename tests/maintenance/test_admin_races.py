@@ -12,9 +12,8 @@ from psycopg.rows import dict_row
 
 import awa_fast
 from awa_fast import admin
-from awa_fast.db.connections import IdMap
 from awa_fast.db.queries import Q
-from tests.factories import finish_jobs, insert_job
+from tests.factories import finish_jobs, insert_job, rescue_params
 from tests.helpers import blocked_call, job, wait_until
 
 
@@ -169,18 +168,9 @@ def test_a_timeout_rescue_waiting_on_a_retry_of_its_parked_job_finds_nothing(
     rescue that waited on the retry's lock away, recording no error."""
     job_id, _ = _parked(conn)
     op = admin.retry(job_id)
-    rescue = {
-        "ids": [job_id],
-        "leases": IdMap({job_id: 1}),
-        "messages": IdMap({job_id: "callback timed out"}),
-        "from_state": "waiting_external",
-        "dlq_all": False,
-        "no_dlq": [],
-        "dlq": [],
-        "base": 1.0,
-        "max": 60.0,
-        "jitter": 0.0,
-    }
+    rescue = rescue_params(
+        job_id, lease=1, message="callback timed out", from_state="waiting_external"
+    )
     rescued: list[int] = []
     with psycopg.connect(dsn) as holder, psycopg.connect(dsn, autocommit=True) as sweeper:
         holder.execute(op.sql, op.params)

@@ -33,7 +33,8 @@ DEFAULT_UNIQUE_STATES = ("scheduled", "available", "running", "completed", "retr
 @dataclass(frozen=True, slots=True)
 class UniqueOpts:
     """At most one live job per key. The key is the kind plus, as chosen, the queue, the args
-    and the ``by_period`` time bucket (seconds); "live" means in one of ``states``."""
+    and the ``by_period`` time bucket (seconds); "live" means in one of ``states``: state
+    names, or the Awa SDK's bitmask (an int; ``awa_fast.producer.UNIQUE_STATE_BITS``)."""
 
     by_args: bool = True
     by_queue: bool = False

@@ -163,7 +163,17 @@ class ForkedWorkers:
     # -- dispatch -------------------------------------------------------------------------
 
     def accepting(self) -> Sequence[int]:
-        return [w for w, p in enumerate(self.procs) if p is not None and p.transport is not None]
+        """Workers connected, not killed and not yet reaped, and not running a flagged
+        attempt (Runner.flagged_workers): a job sent to any other would be lost with it."""
+        flagged = self.runner.flagged_workers()
+        return [
+            w
+            for w, p in enumerate(self.procs)
+            if p is not None
+            and p.transport is not None
+            and p.pid not in self._evicted
+            and w not in flagged
+        ]
 
     def alive(self) -> int:
         """Worker processes forked and not yet reaped."""

@@ -608,6 +608,27 @@ class Runner:
         if self.inflight.cancel(job_id, lease) and self._loop is not None:
             self._flagged.setdefault((job_id, lease), (self._loop.time(), why))
 
+    def _unflag(self, ended: list[tuple[int, int]]) -> None:
+        """Forget flagged attempts that ended; their workers take jobs again, so claim."""
+        for attempt in ended:
+            del self._flagged[attempt]
+        if ended:
+            self.wake()
+
+    def flagged_workers(self) -> set[int]:
+        """Workers running an attempt whose cancel flag is set: until it ends, or its
+        worker is killed for ignoring it, a worker gets no new jobs. A handler stuck in a
+        CPU loop blocks its whole process; a job delivered there would only wait, and be
+        lost when the process is killed (a retry once went that way, spending an attempt)."""
+        if not self._flagged:
+            return set()
+        flagged = self._flagged.keys()
+        return {
+            worker
+            for worker in range(self.workers.count)
+            if not flagged.isdisjoint(self.inflight.held_by(worker))
+        }
+
     async def _heartbeat_loop(self) -> None:
         await self._periodic(
             self.config.heartbeat_interval, self._heartbeat_once, name="awa-fast heartbeat"
@@ -649,7 +670,7 @@ class Runner:
         await self._refresh_descriptors(conn)
         ids, leases = self.inflight.running()
         if not ids:
-            self._flagged.clear()
+            self._unflag(list(self._flagged))
             return
         running = set(zip(ids, leases, strict=True))
         newest: dict[int, int] = {}  # an older attempt of a job cannot own its row
@@ -667,10 +688,9 @@ class Runner:
         assert self._loop is not None
         now = self._loop.time()
         grace = self.config.deadline_grace
+        self._unflag([attempt for attempt in self._flagged if attempt not in running])
         for attempt, (since, why) in list(self._flagged.items()):
-            if attempt not in running:
-                del self._flagged[attempt]
-            elif now - since > grace:
+            if now - since > grace:
                 del self._flagged[attempt]
                 self.workers.evict(
                     *attempt, reason=f"{why}; its handler ignored cancellation for {grace:g}s"

@@ -68,6 +68,28 @@ def test_cpu_loop_ignoring_cancellation_gets_its_worker_replaced(serve: Any, dsn
     assert worker_exits(scrape(port))["evicted"] == 1
 
 
+def test_a_worker_whose_handler_ignores_its_cancel_flag_gets_no_new_jobs(
+    serve: Any, dsn: str
+) -> None:
+    """While a handler ignores its cancel flag (for the whole test here: the grace is
+    long), its worker process is sent no new jobs: they run on the other worker. Sent to
+    the stuck one, a job would wait behind the loop and be lost with the process when it
+    is killed (a retry once was, spending an attempt)."""
+    with awa_fast.Client(dsn) as client:
+        client.insert(Spin(seconds=120))
+    serve(
+        "--processes", "2", "--queue", "default=4",
+        "--set", "deadline=1", "--set", "deadline_grace=600", *FAST,
+    )  # fmt: skip
+    wait_until(lambda: bool(_query(dsn, "SELECT 1 FROM calls WHERE note = 'flagged'")))
+    [(spinner,)] = _query(dsn, "SELECT pid FROM calls WHERE note = 'flagged'")
+    with awa_fast.Client(dsn) as client:
+        quick = client.insert_many([Step("record") for _ in range(8)])
+    wait_until(lambda: states(dsn) == {"running": 1, "completed": 8}, what="the jobs after it")
+    ran_on = _query(dsn, "SELECT DISTINCT pid FROM calls WHERE job_id = ANY(%s)", quick)
+    assert len(ran_on) == 1 and ran_on[0][0] != spinner
+
+
 def _leader(servers: list[Serve]) -> Serve | None:
     leaders = [s for s in servers if "now the maintenance leader" in s.log()]
     return leaders[0] if len(leaders) == 1 else None

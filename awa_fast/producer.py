@@ -25,7 +25,14 @@ from psycopg.rows import dict_row
 from awa_fast.codec import encode_args, encode_json, holds_nul, kind_of, object_encoder
 from awa_fast.db.queries import Q
 from awa_fast.errors import UniqueConflict, ValidationError
-from awa_fast.types import JOB_STATES, InsertOptions, InsertRequest, JobRow, UniqueOpts
+from awa_fast.types import (
+    JOB_STATES,
+    UNIQUE_STATE_BITS,
+    InsertOptions,
+    InsertRequest,
+    JobRow,
+    UniqueOpts,
+)
 
 MAX_NAME_LENGTH = 128
 _SMALLINT_MAX = 32767
@@ -151,19 +158,6 @@ def _unique(value: UniqueOpts | Mapping[str, Any] | None) -> UniqueOpts | None:
         if opts.by_period is not None:
             _int_in("unique.by_period", opts.by_period, 1, 10**9)
     return opts
-
-
-# The Awa SDK's unique ``states`` as an int: bit i stands for the i-th of these.
-UNIQUE_STATE_BITS = (
-    "scheduled",
-    "available",
-    "running",
-    "completed",
-    "retryable",
-    "failed",
-    "cancelled",
-    "waiting_external",
-)
 
 
 def _unique_states(value: object) -> tuple[str, ...]:

@@ -28,13 +28,24 @@ JOB_STATES = tuple(JobState)
 # The Awa SDK's default: a unique job holds its key until it fails, is cancelled or is
 # deleted (a completed one too, so a key by period runs once per period).
 DEFAULT_UNIQUE_STATES = ("scheduled", "available", "running", "completed", "retryable")
+# The Awa SDK's unique ``states`` as an int: bit i stands for the i-th of these.
+UNIQUE_STATE_BITS = (
+    "scheduled",
+    "available",
+    "running",
+    "completed",
+    "retryable",
+    "failed",
+    "cancelled",
+    "waiting_external",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class UniqueOpts:
     """At most one live job per key. The key is the kind plus, as chosen, the queue, the args
     and the ``by_period`` time bucket (seconds); "live" means in one of ``states``: state
-    names, or the Awa SDK's bitmask (an int; ``awa_fast.producer.UNIQUE_STATE_BITS``)."""
+    names, or the Awa SDK's bitmask (an int; :data:`UNIQUE_STATE_BITS`)."""
 
     by_args: bool = True
     by_queue: bool = False

@@ -406,6 +406,43 @@ def queue_stats() -> Op[list[QueueStat]]:
     return Op(Q.queue_stats, {}, _stats)
 
 
+# The Awa SDK's storage report (``storage_status()``), for awa-fast's one engine: a row per
+# job in tables of its own, what the SDK calls "canonical", active since the schema was
+# installed, with no queue storage to move to. Scripts that read the report's fields get
+# the SDK's answer for a cluster that has not started a transition.
+_ONE_ENGINE = "awa-fast has one storage engine: there is no queue storage to move to"
+
+
+def storage_status() -> Op[str]:
+    """The Awa SDK's storage-transition report, as pretty JSON."""
+    return Op(Q.storage_status, {}, _storage_report)
+
+
+def _storage_report(rows: Rows) -> str:
+    installed_at, backlog = rows[0]["installed_at"], rows[0]["live_backlog"]
+    return _pretty(
+        {
+            "current_engine": "canonical",
+            "active_engine": "canonical",
+            "prepared_engine": None,
+            "state": "canonical",
+            "transition_epoch": 0,
+            "details": {},
+            "entered_at": installed_at,
+            "updated_at": installed_at,
+            "finalized_at": None,
+            "canonical_live_backlog": backlog,
+            "prepared_queue_storage_schema": None,
+            "prepared_schema_ready": False,
+            "live_runtime_capability_counts": {},
+            "can_enter_mixed_transition": False,
+            "enter_mixed_transition_blockers": [_ONE_ENGINE],
+            "can_finalize": False,
+            "finalize_blockers": [_ONE_ENGINE],
+        }
+    )
+
+
 def list_jobs(
     *,
     state: str | None = None,

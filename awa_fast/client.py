@@ -288,6 +288,11 @@ class Client(_Handlers):
     def queue_stats(self) -> list[admin.QueueStat]:
         return self._run(admin.queue_stats())
 
+    def storage_status(self) -> str:
+        """The Awa SDK's storage-transition report, as pretty JSON: one engine, always
+        active, with nothing to transition to (its blockers say so)."""
+        return self._run(admin.storage_status())
+
     def list_jobs(self, **filters: Any) -> list[JobRow]:
         """Newest first; filters: ``state``, ``kind``, ``queue``, ``limit`` (100)."""
         return self._run(admin.list_jobs(**filters))
@@ -656,6 +661,11 @@ class AsyncClient(_Handlers):
 
     async def queue_stats(self) -> list[admin.QueueStat]:
         return await self._run(admin.queue_stats())
+
+    async def storage_status(self) -> str:
+        """The Awa SDK's storage-transition report, as pretty JSON: one engine, always
+        active, with nothing to transition to (its blockers say so)."""
+        return await self._run(admin.storage_status())
 
     async def list_jobs(self, **filters: Any) -> list[JobRow]:
         """Newest first; filters: ``state``, ``kind``, ``queue``, ``limit`` (100)."""

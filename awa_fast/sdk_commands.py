@@ -103,8 +103,7 @@ def main(argv: Sequence[str], *, database_url: Callable[[], str]) -> int:
 
 def _refusal(opts: argparse.Namespace) -> str | None:
     """What is refused before connecting: as the SDK refuses them, a retry-failed without
-    exactly one filter and a bulk DLQ command with no filter and no --all; and the storage
-    commands, for a storage transition awa-fast does not have."""
+    exactly one filter and a bulk DLQ command with no filter and no --all."""
     if (opts.group, opts.command) == ("job", "retry-failed") and bool(opts.kind) == bool(
         opts.queue
     ):
@@ -115,8 +114,6 @@ def _refusal(opts: argparse.Namespace) -> str | None:
             f"dlq {opts.command}: pass --kind/--queue/--tag to scope, or --all to confirm "
             "a fleet-wide operation."
         )
-    if opts.group == "storage":
-        return "awa-fast has one storage engine: there is no storage transition to show"
     return None
 
 
@@ -306,4 +303,5 @@ COMMANDS: dict[tuple[str, str], Command] = {
     ),
     ("cron", "list"): _list_cron,
     ("cron", "remove"): _remove_cron,
+    ("storage", "status"): _said(lambda c, o: c.storage_status(), "{result}"),
 }

@@ -4,7 +4,9 @@ SDK's names, option names and calling conventions, as its docs and stubs give th
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -328,6 +330,41 @@ def test_sdk_names_for_errors_stats_and_the_schema_version(dsn: str, client: awa
     with psycopg.connect(dsn) as conn:
         [(version,)] = conn.execute("SELECT max(version) FROM awa_fast.schema_version").fetchall()
     assert awa.current_migration_version() == version
+
+
+def test_storage_status_is_the_sdks_report_of_one_engine_and_its_live_backlog(
+    dsn: str, client: awa.Client, conn: Any
+) -> None:
+    """Ported monitoring reads ``storage_status()`` as the SDK's JSON for a cluster on its
+    canonical engine: active since the schema was installed, every unfinished job in the
+    backlog (a finished one is not), and a blocker that says why no transition can start."""
+    client.insert(SendEmail("a@example.com", "due"))
+    client.insert(
+        SendEmail("b@example.com", "later"), run_at=datetime.now(UTC) + timedelta(hours=1)
+    )
+    finished = client.insert(SendEmail("c@example.com", "done"))
+    finish_jobs(conn, "completed", [finished.id])
+    report = json.loads(client.storage_status())
+    [(installed_at,)] = conn.execute(
+        "SELECT applied_at FROM awa_fast.schema_version WHERE version = 1"
+    ).fetchall()
+    assert datetime.fromisoformat(report["entered_at"]) == installed_at
+    assert report["canonical_live_backlog"] == 2
+    assert (report["current_engine"], report["active_engine"], report["state"]) == (
+        "canonical",
+        "canonical",
+        "canonical",
+    )
+    assert report["can_enter_mixed_transition"] is False and report["can_finalize"] is False
+    assert report["enter_mixed_transition_blockers"] == [
+        "awa-fast has one storage engine: there is no queue storage to move to"
+    ]
+
+    async def from_async() -> str:
+        async with awa.AsyncClient(dsn) as async_client:
+            return await async_client.storage_status()
+
+    assert json.loads(asyncio.run(from_async())) == report
 
 
 def test_retry_failed_returns_the_sdks_result(client: awa.Client, conn: Any) -> None:

@@ -419,3 +419,10 @@ SELECT * FROM finished UNION ALL SELECT * FROM again;
 SELECT queue, count(*) FROM awa_fast.jobs_hot
 WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
 GROUP BY queue;
+
+-- name: storage_status
+-- What the Awa SDK's storage report needs here: when the schema was installed (the one
+-- engine has been active since) and the live backlog, every job not yet finished.
+SELECT (SELECT applied_at FROM awa_fast.schema_version WHERE version = 1) AS installed_at,
+       (SELECT count(*) FROM awa_fast.jobs_hot)
+       + (SELECT count(*) FROM awa_fast.jobs_deferred) AS live_backlog;

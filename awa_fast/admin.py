@@ -19,7 +19,13 @@ from awa_fast.codec import encode_args, encode_json
 from awa_fast.db.queries import Q
 from awa_fast.errors import CallbackNotFound, JobNotFound, UniqueConflict, ValidationError
 from awa_fast.producer import _int_in, _name, _run_at, positive_seconds, unique_key
-from awa_fast.types import DEFAULT_UNIQUE_STATES, JOB_STATES, JobRow, JobState
+from awa_fast.types import (
+    DEFAULT_CALLBACK_TIMEOUT,
+    DEFAULT_UNIQUE_STATES,
+    JOB_STATES,
+    JobRow,
+    JobState,
+)
 
 T = TypeVar("T")
 Rows = Sequence[dict[str, Any]]
@@ -753,7 +759,9 @@ def resume_external(callback_id: str, payload: object = None) -> Op[JobRow]:
     return Op(Q.callback_resume, params, shape)
 
 
-def heartbeat_callback(callback_id: str, timeout_seconds: float = 3600.0) -> Op[JobRow]:
+def heartbeat_callback(
+    callback_id: str, timeout_seconds: float = DEFAULT_CALLBACK_TIMEOUT
+) -> Op[JobRow]:
     """The external system behind ``callback_id`` is still at work: its job, waiting on it,
     times out ``timeout_seconds`` from now instead."""
     params = {

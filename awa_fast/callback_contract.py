@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from awa_fast import _core
 from awa_fast.errors import ValidationError
+from awa_fast.types import DEFAULT_CALLBACK_TIMEOUT
 
 __all__ = [
     "DEFAULT_HEARTBEAT_TIMEOUT_SECS",
@@ -38,7 +39,7 @@ SIGNATURE_HEADER = "X-Awa-Signature"
 DEFAULT_PATH_PREFIX = "/api/callbacks"
 """Where receiver routes live by default: ``{prefix}/{callback_id}/{action}``."""
 
-DEFAULT_HEARTBEAT_TIMEOUT_SECS = 3600.0
+DEFAULT_HEARTBEAT_TIMEOUT_SECS = DEFAULT_CALLBACK_TIMEOUT
 """The callback timeout a heartbeat sets when the request names none (as
 ``Client.heartbeat_callback``'s default)."""
 

@@ -33,7 +33,7 @@ from awa_fast.runtime.options import runner_config
 from awa_fast.runtime.runner import Handlers, Runner
 from awa_fast.runtime.serve import serve
 from awa_fast.transaction import SyncTransaction, Transaction
-from awa_fast.types import InsertOptions, JobRow
+from awa_fast.types import DEFAULT_CALLBACK_TIMEOUT, InsertOptions, JobRow
 from awa_fast.worker import HandlerFunc, Registry, Worker
 
 F = TypeVar("F", bound=HandlerFunc)
@@ -497,7 +497,9 @@ class Client(_Handlers):
         """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``."""
         return self._run(admin.resume_external(callback_id, payload))
 
-    def heartbeat_callback(self, callback_id: str, timeout_seconds: float = 3600.0) -> JobRow:
+    def heartbeat_callback(
+        self, callback_id: str, timeout_seconds: float = DEFAULT_CALLBACK_TIMEOUT
+    ) -> JobRow:
         """Push the callback's timeout to ``timeout_seconds`` from now."""
         return self._run(admin.heartbeat_callback(callback_id, timeout_seconds))
 
@@ -872,7 +874,9 @@ class AsyncClient(_Handlers):
         """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``."""
         return await self._run(admin.resume_external(callback_id, payload))
 
-    async def heartbeat_callback(self, callback_id: str, timeout_seconds: float = 3600.0) -> JobRow:
+    async def heartbeat_callback(
+        self, callback_id: str, timeout_seconds: float = DEFAULT_CALLBACK_TIMEOUT
+    ) -> JobRow:
         """Push the callback's timeout to ``timeout_seconds`` from now."""
         return await self._run(admin.heartbeat_callback(callback_id, timeout_seconds))
 

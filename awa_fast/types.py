@@ -25,6 +25,9 @@ class JobState(StrEnum):
 
 
 JOB_STATES = tuple(JobState)
+# How long a callback waits for its answer, or for the next heartbeat, unless told: an hour, as
+# in the Awa SDK.
+DEFAULT_CALLBACK_TIMEOUT = 3600.0
 # The Awa SDK's default: a unique job holds its key until it fails, is cancelled or is
 # deleted (a completed one too, so a key by period runs once per period).
 DEFAULT_UNIQUE_STATES = ("scheduled", "available", "running", "completed", "retryable")

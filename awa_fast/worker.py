@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from awa_fast import callback_rules
 from awa_fast.codec import Decoder, decoder_for, kind_of
 from awa_fast.errors import ConfigError, ValidationError
+from awa_fast.types import DEFAULT_CALLBACK_TIMEOUT
 
 if TYPE_CHECKING:
     from awa_fast.runtime.attempt_writer import AttemptWriter
@@ -32,7 +33,7 @@ class CallbackToken:
     return ``WaitForCallback(token)`` from the handler."""
 
     id: str
-    timeout_seconds: float = 3600.0
+    timeout_seconds: float = DEFAULT_CALLBACK_TIMEOUT
 
     @property
     def callback_id(self) -> str:
@@ -182,7 +183,7 @@ class Job(Generic[T]):
 
     async def register_callback(
         self,
-        timeout_seconds: float = 3600.0,
+        timeout_seconds: float = DEFAULT_CALLBACK_TIMEOUT,
         filter: str | None = None,
         on_complete: str | None = None,
         on_fail: str | None = None,

@@ -19,6 +19,7 @@ import orjson
 
 from awa_fast.errors import TerminalError
 from awa_fast.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
+from awa_fast.types import DEFAULT_CALLBACK_TIMEOUT
 
 
 class Target(IntEnum):
@@ -164,7 +165,7 @@ def from_result(result: object, attempt: Attempt) -> Transition:
 
 
 def attempt_timeout(token: object) -> float:
-    return float(getattr(token, "timeout_seconds", 3600.0))
+    return float(getattr(token, "timeout_seconds", DEFAULT_CALLBACK_TIMEOUT))
 
 
 def from_exception(exc: BaseException, attempt: Attempt, backoff: Backoff) -> Transition:

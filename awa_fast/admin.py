@@ -33,9 +33,15 @@ Rows = Sequence[dict[str, Any]]
 
 @dataclass(frozen=True, slots=True)
 class Op(Generic[T]):
+    """A statement, its parameters and what its rows become. ``first``, when given, runs
+    before it with the same parameters, as a statement of its own: it unpacks the packs
+    holding the jobs ``sql`` acts on (migration 0016), so that ``sql``, which gets a
+    snapshot of its own, finds them as rows."""
+
     sql: str
     params: dict[str, Any]
     shape: Callable[[Rows], T]
+    first: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +314,7 @@ def delete_cron_job(name: str) -> Op[bool]:
 
 def cancel(job_id: int, reason: str = "by admin") -> Op[bool]:
     """Cancel a job in any unfinished state; True if it was cancelled."""
-    return Op(Q.job_cancel, {"id": job_id, "reason": reason}, _any)
+    return Op(Q.job_cancel, {"id": job_id, "reason": reason}, _any, first=Q.job_unpack)
 
 
 # A revived job's unique key whose claim is gone is taken with the default live states.
@@ -405,15 +411,15 @@ def resume_queue(queue: str) -> Op[None]:
 def drain_queue(queue: str) -> Op[int]:
     """Cancel every job of ``queue`` that waits (available, scheduled, retryable, parked on
     a callback); running attempts finish as they would. Returns how many were cancelled."""
-    return Op(Q.queue_drain, {"queue": _name("queue", queue)}, _count)
+    return Op(Q.queue_drain, {"queue": _name("queue", queue)}, _count, first=Q.queue_unpack)
 
 
 def queue_stats() -> Op[list[QueueStat]]:
     return Op(Q.queue_stats, {}, _stats)
 
 
-# The Awa SDK's storage report (``storage_status()``), for awa-fast's one engine: a row per
-# job in tables of its own, what the SDK calls "canonical", active since the schema was
+# The Awa SDK's storage report (``storage_status()``), for awa-fast's one engine: jobs in
+# tables of its own, what the SDK would call "canonical", active since the schema was
 # installed, with no queue storage to move to. Scripts that read the report's fields get
 # the SDK's answer for a cluster that has not started a transition.
 _ONE_ENGINE = "awa-fast has one storage engine: there is no queue storage to move to"

@@ -152,12 +152,16 @@ _SESSION = {"autocommit": True, "application_name": "awa-fast client"}
 
 def _execute(conn: Connection[Any], op: admin.Op[T]) -> T:
     cur = conn.cursor(row_factory=dict_row)
+    if op.first is not None:
+        cur.execute(op.first, op.params)
     cur.execute(op.sql, op.params)
     return op.shape(cur.fetchall() if cur.description else [])
 
 
 async def _aexecute(conn: AsyncConnection[Any], op: admin.Op[T]) -> T:
     cur = conn.cursor(row_factory=dict_row)
+    if op.first is not None:
+        await cur.execute(op.first, op.params)
     await cur.execute(op.sql, op.params)
     return op.shape(await cur.fetchall() if cur.description else [])
 

@@ -539,6 +539,25 @@ def _uniform_params(items: list[object], options: InsertOptions) -> dict[str, An
     }
 
 
+# From this many jobs a uniform batch is stored as packs (migration 0016): a row per up to
+# 512 jobs instead of one per job, which costs the producer's backend about a third as much
+# a job (benches/RESULTS.md, "Session 18"). Below it, the rows of job_insert_uniform: a
+# claim covers its packs by reading limit / PACK_MIN_JOBS + 2 of them.
+PACK_MIN_JOBS = 64
+
+
+def _uniform_statement(items: Sequence[object]) -> str:
+    return Q.job_insert_packed if len(items) >= PACK_MIN_JOBS else Q.job_insert_uniform
+
+
+def _uniform_ids(rows: Sequence[tuple[Any, ...]]) -> list[int]:
+    """The ids of a uniform insert, in item order: one a row (job_insert_uniform) or a
+    list a pack (job_insert_packed, packs of ascending ids in any order)."""
+    if rows and isinstance(rows[0][0], list):
+        return [job_id for (ids,) in sorted(rows) for job_id in ids]
+    return [row[0] for row in rows]
+
+
 def prepare_many(items: Iterable[object], options: InsertOptions) -> list[PreparedJob]:
     """Validate every item before anything is written; the error names the item's index.
 
@@ -572,7 +591,7 @@ def insert_many(
     uniform = _uniform_params(items, options)
     if uniform is not None:
         with _transaction(conn, one_statement=True):
-            return [row[0] for row in conn.execute(Q.job_insert_uniform, uniform).fetchall()]
+            return _uniform_ids(conn.execute(_uniform_statement(items), uniform).fetchall())
     jobs = prepare_many(items, options)
     plain = [j for j in jobs if j.unique_key is None]
     placed: list[int | None] = [None] * len(jobs)
@@ -604,8 +623,8 @@ async def insert_many_async(
     uniform = _uniform_params(items, options)
     if uniform is not None:
         async with _transaction(conn, one_statement=True):
-            cur = await conn.execute(Q.job_insert_uniform, uniform)
-            return [row[0] for row in await cur.fetchall()]
+            cur = await conn.execute(_uniform_statement(items), uniform)
+            return _uniform_ids(await cur.fetchall())
     jobs = prepare_many(items, options)
     plain = [j for j in jobs if j.unique_key is None]
     placed: list[int | None] = [None] * len(jobs)

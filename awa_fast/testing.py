@@ -311,6 +311,9 @@ class _Worker:
             "host_id": None,
         }
         while True:
+            # The queue's packs, unpacked and committed first, so that the hold finds
+            # their jobs as rows and the claim can pass over them.
+            await holder.execute(Q.queue_unpack, {"queue": queue})
             async with holder.transaction():
                 await holder.execute(Q.testing_queue_lock, {"queue": queue})
                 hold = await holder.execute(Q.testing_job_hold, {"kind": kind, "queue": queue})

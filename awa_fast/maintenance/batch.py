@@ -91,6 +91,7 @@ async def _advance(
         return await _finish(cur, op_id, "cancelled", runner_instance)
     if operation["state"] == "pending":
         params = {"id": op_id, "filter": Jsonb(operation["filter"])}
+        await cur.execute(Q.queue_unpack, {"queue": operation["filter"].get("queue")})
         await cur.execute(Q.batch_operation_start, {**params, "runner_instance": runner_instance})
         return BatchStep(str(op_id), "running")
     return await _apply_chunk(cur, operation, chunk, runner_instance)

@@ -136,16 +136,35 @@ LIMIT 1;
 -- A job wherever it is, the dead-letter queue included, in the jobs view's columns plus
 -- the dead-letter ones (NULL elsewhere).
 SELECT j.*, NULL::text AS dlq_reason, NULL::timestamptz AS dlq_at
-FROM awa_fast.jobs j WHERE j.id = %(id)s
+FROM awa_fast.job_rows j WHERE j.id = %(id)s
+UNION ALL
+SELECT j.*, NULL, NULL FROM awa_fast.packed_jobs(ARRAY[%(id)s::bigint]) j
 UNION ALL
 SELECT (jsonb_populate_record(NULL::awa_fast.jobs, to_jsonb(d))).*, d.dlq_reason, d.dlq_at
 FROM awa_fast.dlq d WHERE d.id = %(id)s;
 
 -- name: job_list
-SELECT * FROM awa_fast.jobs
-WHERE (%(state)s::text IS NULL OR state::text = %(state)s)
-  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+-- Newest first. Of the packs (migration 0016), only the `limit` matching ones with the
+-- highest last ids are unpacked: a pack's last job is never claimed before its others, so
+-- any packed job among the newest `limit` lies in one of them.
+WITH packs AS (
+    SELECT * FROM awa_fast.job_packs
+    WHERE (%(state)s::text IS NULL OR %(state)s = 'available')
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+    ORDER BY ids[cardinality(ids)] DESC
+    LIMIT %(limit)s
+)
+SELECT * FROM (
+    SELECT * FROM awa_fast.job_rows
+    WHERE (%(state)s::text IS NULL OR state::text = %(state)s)
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+    ORDER BY id DESC
+    LIMIT %(limit)s
+) r
+UNION ALL
+SELECT j.* FROM packs p, awa_fast.pack_jobs(p::awa_fast.job_packs) j
 ORDER BY id DESC
 LIMIT %(limit)s;
 
@@ -193,8 +212,8 @@ FROM waiting
 RETURNING id;
 
 -- name: queue_stats
--- Per queue: the work that waits or runs, read whole from jobs_hot and jobs_deferred (they
--- hold nothing else, and counting it visits it anyway); from the history in jobs_done only
+-- Per queue: the work that waits or runs, read whole from jobs_hot, job_packs and
+-- jobs_deferred (they hold nothing else, and counting it visits it anyway); from the history in jobs_done only
 -- what an index reaches: failed and cancelled jobs through jobs_done_failed, the last
 -- hour's completions through jobs_done_finalized. (A count of every completed job would
 -- read the whole retention window: it is not here.) A queue shows once it has one of
@@ -206,6 +225,11 @@ WITH hot AS (
            count(*) FILTER (WHERE state = 'waiting_external') AS waiting_external,
            min(run_at) FILTER (WHERE state = 'available') AS oldest_available
     FROM awa_fast.jobs_hot
+    GROUP BY queue
+),
+packed AS (
+    SELECT queue, sum(cardinality(ids) - taken) AS packed, min(run_at) AS oldest_packed
+    FROM awa_fast.job_packs
     GROUP BY queue
 ),
 deferred AS (
@@ -230,9 +254,10 @@ recent AS (
     GROUP BY queue
 )
 SELECT queue,
-       COALESCE(available, 0) + COALESCE(running, 0) + COALESCE(waiting_external, 0)
-           + COALESCE(scheduled, 0) + COALESCE(retryable, 0) AS total_queued,
-       COALESCE(available, 0) AS available,
+       COALESCE(available, 0) + COALESCE(packed, 0) + COALESCE(running, 0)
+           + COALESCE(waiting_external, 0) + COALESCE(scheduled, 0) + COALESCE(retryable, 0)
+           AS total_queued,
+       COALESCE(available, 0) + COALESCE(packed, 0) AS available,
        COALESCE(running, 0) AS running,
        COALESCE(scheduled, 0) AS scheduled,
        COALESCE(retryable, 0) AS retryable,
@@ -240,10 +265,11 @@ SELECT queue,
        COALESCE(failed, 0) AS failed,
        COALESCE(cancelled, 0) AS cancelled,
        COALESCE(completed_last_hour, 0) AS completed_last_hour,
-       EXTRACT(EPOCH FROM now() - oldest_available)::float8 AS lag_seconds,
+       EXTRACT(EPOCH FROM now() - LEAST(oldest_available, oldest_packed))::float8 AS lag_seconds,
        COALESCE(m.paused, false) AS paused,
        m.paused_by
 FROM hot
+FULL JOIN packed USING (queue)
 FULL JOIN deferred USING (queue)
 FULL JOIN unsuccessful USING (queue)
 FULL JOIN recent USING (queue)
@@ -416,8 +442,15 @@ SELECT * FROM finished UNION ALL SELECT * FROM again;
 
 -- name: queue_available
 -- Jobs waiting to be claimed in each of the given queues (a health check's view of them).
-SELECT queue, count(*) FROM awa_fast.jobs_hot
-WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
+SELECT queue, sum(n)::bigint AS count FROM (
+    SELECT queue, count(*) AS n FROM awa_fast.jobs_hot
+    WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
+    GROUP BY queue
+    UNION ALL
+    SELECT queue, sum(cardinality(ids) - taken) FROM awa_fast.job_packs
+    WHERE queue = ANY(%(queues)s::text[])
+    GROUP BY queue
+) waiting
 GROUP BY queue;
 
 -- name: storage_status
@@ -425,4 +458,15 @@ GROUP BY queue;
 -- engine has been active since) and the live backlog, every job not yet finished.
 SELECT (SELECT applied_at FROM awa_fast.schema_version WHERE version = 1) AS installed_at,
        (SELECT count(*) FROM awa_fast.jobs_hot)
+       + (SELECT COALESCE(sum(cardinality(ids) - taken), 0) FROM awa_fast.job_packs)
        + (SELECT count(*) FROM awa_fast.jobs_deferred) AS live_backlog;
+
+-- name: job_unpack
+-- Before acting on the job `id`: if a pack holds it unclaimed, the pack's jobs become
+-- jobs_hot's available rows (migration 0016).
+SELECT awa_fast.unpack_jobs(NULL, %(id)s);
+
+-- name: queue_unpack
+-- Before acting on the available jobs of `queue` (NULL: of every queue): its packs' jobs
+-- become jobs_hot's available rows (migration 0016).
+SELECT awa_fast.unpack_jobs(%(queue)s, NULL);

@@ -31,7 +31,7 @@ RETURNING id;
 -- waiter's deadline_at is its attempt's new deadline (the job's job.deadline).
 SELECT id, run_lease, state::text AS state, callback_id::text AS callback_id,
        callback_result, errors -> -1 ->> 'error' AS last_error, deadline_at
-FROM awa_fast.jobs
+FROM awa_fast.job_rows  -- a claimed job is never packed
 WHERE id = ANY(%(ids)s::bigint[]);
 
 -- name: job_park_callback

@@ -4,10 +4,15 @@
 -- zero rows means the attempt is stale and its outcome is dropped.
 
 -- name: job_claim_batch
--- Take up to `limit` available jobs of one queue in priority/run_at/id order. FOR UPDATE
--- re-checks each row under its lock (a row another claimer took since the scan's snapshot
--- fails `state = 'available'` there and is skipped), and the lock holds until the UPDATE.
--- The picked rows reach the UPDATE as an array of their ctids (a TID scan): as a joined
+-- Take up to `limit` available jobs of one queue in priority/run_at/id order, from
+-- jobs_hot's available rows and from packs (migration 0016) alike: each source's first
+-- candidates are locked (FOR UPDATE SKIP LOCKED, which re-checks a row under its lock: one
+-- another claimer took since the scan's snapshot is skipped), merged in claim order, a pack
+-- counting as its unclaimed jobs at its first one's place, and taken up to `limit`.
+-- Candidate rows become running by an UPDATE; a pack's taken jobs are written as running
+-- rows, and the pack advances past them (or is deleted once all are taken). Candidates not
+-- taken stay locked until this statement's transaction ends, and available.
+-- The taken rows reach the UPDATE as an array of their ctids (a TID scan): as a joined
 -- CTE, the generic plan a prepared statement switches to joined them by hashing every
 -- available row (a bitmap scan of the whole queue per claim, dead index entries never
 -- marked), so claims slowed as the queue grew and a backlog fed itself; matched by id,
@@ -15,8 +20,45 @@
 -- A locked row cannot move before this statement ends, so its ctid names it exactly. A
 -- row the lock found updated by a transaction newer than this statement's snapshot (and
 -- still available) is invisible to the TID scan: it is left for the next claim, never
--- lost or taken twice.
-WITH claimed AS (
+-- lost or taken twice. A pack is at least 64 jobs (job_insert_packed) and only the first
+-- one in claim order can be partly taken, so `limit` / 64 + 2 packs cover a claim.
+WITH queue_open AS (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM awa_fast.queue_meta m WHERE m.queue = %(queue)s AND m.paused
+    ) AS open
+),
+candidate_rows AS (
+    SELECT ctid, priority, run_at, id FROM awa_fast.jobs_hot
+    WHERE state = 'available' AND queue = %(queue)s AND (SELECT open FROM queue_open)
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+candidate_packs AS (
+    SELECT id AS pack, priority, run_at, ids[taken + 1] AS id, taken,
+           cardinality(ids) - taken AS size
+    FROM awa_fast.job_packs
+    WHERE queue = %(queue)s AND (SELECT open FROM queue_open)
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s / 64 + 2
+    FOR UPDATE SKIP LOCKED
+),
+candidates AS (
+    SELECT ctid, NULL::bigint AS pack, priority, run_at, id, 0 AS taken, 1 AS size
+    FROM candidate_rows
+    UNION ALL
+    SELECT NULL::tid, pack, priority, run_at, id, taken, size FROM candidate_packs
+),
+ahead AS (
+    SELECT *, sum(size) OVER (ORDER BY priority, run_at, id ROWS UNBOUNDED PRECEDING)
+              - size AS before
+    FROM candidates
+),
+chosen AS (
+    SELECT ctid, pack, taken, size, least(size, %(limit)s - before) AS k
+    FROM ahead WHERE before < %(limit)s
+),
+claimed AS (
     UPDATE awa_fast.jobs_hot j
     SET state = 'running',
         attempt = j.attempt + 1,
@@ -30,16 +72,7 @@ WITH claimed AS (
         callback_id = NULL,
         callback_timeout_at = NULL,
         callback_rules = NULL
-    WHERE j.ctid = ANY (ARRAY(
-        SELECT ctid FROM awa_fast.jobs_hot
-        WHERE state = 'available' AND queue = %(queue)s
-          AND NOT EXISTS (
-              SELECT 1 FROM awa_fast.queue_meta m WHERE m.queue = %(queue)s AND m.paused
-          )
-        ORDER BY priority, run_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ))
+    WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM chosen WHERE pack IS NULL))
     -- Empty metadata and errors (most jobs' first attempt) come back as NULL: nothing to
     -- load here, send to a worker or parse there. deadline_at is the handler's
     -- job.deadline: set here from now() and the job's own deadline_seconds, neither of
@@ -48,8 +81,45 @@ WITH claimed AS (
               j.priority, j.tags, NULLIF(j.metadata, '{}') AS metadata,
               NULLIF(j.errors, '[]') AS errors, j.progress, j.run_at, j.created_at,
               j.deadline_at
+),
+advanced AS (
+    UPDATE awa_fast.job_packs p
+    SET taken = p.taken + (SELECT c.k FROM chosen c WHERE c.pack = p.id)
+    WHERE p.id = ANY (ARRAY(SELECT pack FROM chosen WHERE pack IS NOT NULL AND k < size))
+),
+emptied AS (
+    DELETE FROM awa_fast.job_packs p
+    WHERE p.id = ANY (ARRAY(SELECT pack FROM chosen WHERE pack IS NOT NULL AND k = size))
+),
+started AS (
+    -- A pack's job on its first attempt: the row a claim of its available row would leave.
+    -- Each pack's taken jobs come from pack_slice in the select list, with no join.
+    INSERT INTO awa_fast.jobs_hot AS j (
+        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+        attempted_at, heartbeat_at, run_lease, host_id, tags, metadata, deadline_seconds,
+        deadline_at)
+    SELECT (t.job).id, t.kind, t.queue, (t.job).args::jsonb, 'running', t.priority, 1,
+           t.max_attempts, t.run_at, t.created_at, now(), now(), 1, %(host_id)s, t.tags,
+           t.metadata, t.deadline_seconds,
+           now() + make_interval(secs => COALESCE(t.deadline_seconds, %(deadline_s)s))
+    FROM (
+        SELECT p.kind, p.queue, p.priority, p.max_attempts, p.run_at, p.created_at, p.tags,
+               p.metadata, p.deadline_seconds,
+               awa_fast.pack_slice(
+                   p, (SELECT (c.taken + c.k)::integer FROM chosen c WHERE c.pack = p.id)
+               ) AS job
+        FROM awa_fast.job_packs p
+        WHERE p.id = ANY (ARRAY(SELECT pack FROM chosen WHERE pack IS NOT NULL))
+    ) t
+    RETURNING j.id, j.run_lease, j.kind, j.queue, j.args, j.attempt, j.max_attempts,
+              j.priority, j.tags, NULLIF(j.metadata, '{}') AS metadata,
+              NULLIF(j.errors, '[]') AS errors, j.progress, j.run_at, j.created_at,
+              j.deadline_at
 )
-SELECT * FROM claimed ORDER BY priority, run_at, id;
+SELECT * FROM claimed
+UNION ALL
+SELECT * FROM started
+ORDER BY priority, run_at, id;
 
 -- name: job_complete_many
 -- The hot path: every plain completion of a batch in one statement, moving each row from
@@ -307,14 +377,37 @@ FROM unnest(string_to_array(%(args)s, E'\x1e')) WITH ORDINALITY AS a(args, n)
 ORDER BY a.n
 RETURNING id;
 
+-- name: job_insert_packed
+-- A uniform batch of 64 jobs or more (the args as in job_insert_uniform) as packs
+-- (migration 0016): one row per up to 512 jobs, the batch split evenly, so that every pack
+-- holds 64 jobs at least. Ids are drawn in the args' order; the packs come back with them.
+WITH args AS (
+    SELECT a.args, a.n, nextval('awa_fast.job_id_seq') AS id,
+           count(*) OVER () AS total
+    FROM unnest(string_to_array(%(args)s, E'\x1e')) WITH ORDINALITY AS a(args, n)
+    ORDER BY a.n
+)
+INSERT INTO awa_fast.job_packs (kind, queue, priority, max_attempts, tags, metadata,
+                                deadline_seconds, ids, args)
+SELECT %(kind)s, %(queue)s, %(priority)s::smallint, %(max_attempts)s::smallint,
+       %(tags)s::text[], %(metadata)s::jsonb, %(deadline)s::float8,
+       array_agg(a.id ORDER BY a.n), string_agg(a.args, E'\x1e' ORDER BY a.n)
+FROM args a
+GROUP BY (a.n - 1) * ((a.total + 511) / 512) / a.total
+RETURNING ids;
+
 -- name: job_next_ids
 SELECT nextval('awa_fast.job_id_seq') FROM generate_series(1, %(count)s);
 
 -- name: job_get
-SELECT * FROM awa_fast.jobs WHERE id = %(id)s;
+SELECT * FROM awa_fast.job_rows WHERE id = %(id)s
+UNION ALL
+SELECT * FROM awa_fast.packed_jobs(ARRAY[%(id)s::bigint]);
 
 -- name: job_get_many
-SELECT * FROM awa_fast.jobs WHERE id = ANY(%(ids)s::bigint[]);
+SELECT * FROM awa_fast.job_rows WHERE id = ANY(%(ids)s::bigint[])
+UNION ALL
+SELECT * FROM awa_fast.packed_jobs(%(ids)s::bigint[]);
 
 -- name: job_lock_running
 -- The follow-up path reads the trigger's row under lock before its transition, so `make`

@@ -36,6 +36,7 @@ SELECT t.id, (SELECT count(*) FROM held) AS held FROM target t;
 -- snapshots, periodic schedules, descriptors), in one statement and so one transaction; the schema and
 -- its version stay.
 WITH hot AS (DELETE FROM awa_fast.jobs_hot),
+packs AS (DELETE FROM awa_fast.job_packs),
 deferred AS (DELETE FROM awa_fast.jobs_deferred),
 done AS (DELETE FROM awa_fast.jobs_done),
 dlq AS (DELETE FROM awa_fast.dlq),

@@ -536,18 +536,23 @@ def _uniform_params(items: list[object], options: InsertOptions) -> dict[str, An
         "tags": list(shared.tags),
         "metadata": shared.metadata,
         "deadline": shared.deadline,
+        "count": len(items),
     }
 
 
 # From this many jobs a uniform batch is stored as packs (migration 0016): a row per up to
-# 512 jobs instead of one per job, which costs the producer's backend about a third as much
-# a job (benches/RESULTS.md, "Session 18"). Below it, the rows of job_insert_uniform: a
-# claim covers its packs by reading limit / PACK_MIN_JOBS + 2 of them.
+# PACK_MAX_JOBS jobs instead of one per job, which costs the producer's backend a fraction
+# as much a job (benches/RESULTS.md, "Session 18"). Below it, the rows of
+# job_insert_uniform: a claim covers its packs by reading limit / PACK_MIN_JOBS + 2 of them.
 PACK_MIN_JOBS = 64
+PACK_MAX_JOBS = 512  # job_insert_packed's split
 
 
 def _uniform_statement(items: Sequence[object]) -> str:
-    return Q.job_insert_packed if len(items) >= PACK_MIN_JOBS else Q.job_insert_uniform
+    """One row a job, one pack with the args text as sent, or packs split in the server."""
+    if len(items) < PACK_MIN_JOBS:
+        return Q.job_insert_uniform
+    return Q.job_insert_pack if len(items) <= PACK_MAX_JOBS else Q.job_insert_packed
 
 
 def _uniform_ids(rows: Sequence[tuple[Any, ...]]) -> list[int]:

@@ -205,7 +205,7 @@ async def _sample(url: str, runner: Runner, samples: list[list[float]], *, inter
         while True:
             cur = await conn.execute(
                 "SELECT (SELECT count(*) FROM awa_fast.jobs_hot WHERE state = 'available')"
-                " + (SELECT COALESCE(sum(cardinality(ids) - taken), 0) FROM awa_fast.job_packs), "
+                " + (SELECT COALESCE(sum(size - taken), 0) FROM awa_fast.job_packs), "
                 "(SELECT n_dead_tup FROM pg_stat_user_tables "
                 " WHERE schemaname = 'awa_fast' AND relname = 'jobs_hot')"
             )

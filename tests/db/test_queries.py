@@ -58,11 +58,12 @@ def _generic_plan(conn: psycopg.Connection[Any], query: str, params: dict[str, A
 
 
 def _queue(conn: psycopg.Connection[Any], *, table: str) -> None:
-    """``analyzed``/``no-stats``: a backlog beside a long history, analyzed or not (where a
-    plan that scans the queue shows); ``empty``: a run's start, before any statistics or
-    rows; ``emptied``: a burst's start after the leader vacuumed a jobs_hot of dead
-    versions only and recorded it empty (where a plan that puts jobs_hot outside the batch
-    shows: joined to it, a 1,000-job completion read all of jobs_hot per job, 464 ms)."""
+    """``analyzed``/``no-stats``: a backlog of rows and packs beside a long history,
+    analyzed or not (where a plan that scans the queue shows); ``empty``: a run's start,
+    before any statistics or rows; ``emptied``: a burst's start after the leader vacuumed
+    a jobs_hot of dead versions only and recorded it empty (where a plan that puts
+    jobs_hot outside the batch shows: joined to it, a 1,000-job completion read all of
+    jobs_hot per job, 464 ms)."""
     if table == "empty":
         return
     if table == "emptied":
@@ -80,8 +81,14 @@ def _queue(conn: psycopg.Connection[Any], *, table: str) -> None:
         "INSERT INTO awa_fast.jobs_hot (kind, queue, state, heartbeat_at)"
         " SELECT 'k', 'default', 'running', now() FROM generate_series(1, 2000)"
     )
+    conn.execute(
+        "INSERT INTO awa_fast.job_packs"
+        " (kind, queue, priority, max_attempts, tags, metadata, ids, args, size, next_id)"
+        " SELECT 'k', 'default', 2, 25, '{}', '{}', ARRAY[g * 2, g * 2 + 1],"
+        " '{}' || chr(30) || '{}', 2, g * 2 FROM generate_series(10000000, 10002000) g"
+    )
     if table == "analyzed":
-        conn.execute("ANALYZE awa_fast.jobs_hot, awa_fast.jobs_done")
+        conn.execute("ANALYZE awa_fast.jobs_hot, awa_fast.jobs_done, awa_fast.job_packs")
 
 
 @pytest.mark.parametrize("table", ["analyzed", "no-stats", "empty", "emptied"])

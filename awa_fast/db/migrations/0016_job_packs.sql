@@ -31,9 +31,14 @@ CREATE TABLE awa_fast.job_packs (
     -- text never holds raw), as the producer sent them, parsed when a job is claimed.
     ids bigint[] NOT NULL,
     args text NOT NULL,
-    -- How many of the jobs, from the first, have been claimed.
+    -- How many jobs the pack holds, how many of them, from the first, have been claimed,
+    -- and the id of the first unclaimed one: what a claim orders and counts packs by, kept
+    -- beside the arrays so that it reads none of them (a large value, stored apart) but
+    -- the packs it takes.
+    size integer NOT NULL,
     taken integer NOT NULL DEFAULT 0,
-    CONSTRAINT job_packs_taken CHECK (taken >= 0 AND taken < cardinality(ids))
+    next_id bigint NOT NULL,
+    CONSTRAINT job_packs_taken CHECK (taken >= 0 AND taken < size)
 );
 CREATE INDEX job_packs_claim ON awa_fast.job_packs (queue, priority, run_at, id);
 -- The range of a pack's ids, for a job looked up by id (awa_fast.packed_jobs, below): a

@@ -228,7 +228,7 @@ WITH hot AS (
     GROUP BY queue
 ),
 packed AS (
-    SELECT queue, sum(cardinality(ids) - taken) AS packed, min(run_at) AS oldest_packed
+    SELECT queue, sum(size - taken) AS packed, min(run_at) AS oldest_packed
     FROM awa_fast.job_packs
     GROUP BY queue
 ),
@@ -447,7 +447,7 @@ SELECT queue, sum(n)::bigint AS count FROM (
     WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
     GROUP BY queue
     UNION ALL
-    SELECT queue, sum(cardinality(ids) - taken) FROM awa_fast.job_packs
+    SELECT queue, sum(size - taken) FROM awa_fast.job_packs
     WHERE queue = ANY(%(queues)s::text[])
     GROUP BY queue
 ) waiting
@@ -458,7 +458,7 @@ GROUP BY queue;
 -- engine has been active since) and the live backlog, every job not yet finished.
 SELECT (SELECT applied_at FROM awa_fast.schema_version WHERE version = 1) AS installed_at,
        (SELECT count(*) FROM awa_fast.jobs_hot)
-       + (SELECT COALESCE(sum(cardinality(ids) - taken), 0) FROM awa_fast.job_packs)
+       + (SELECT COALESCE(sum(size - taken), 0) FROM awa_fast.job_packs)
        + (SELECT count(*) FROM awa_fast.jobs_deferred) AS live_backlog;
 
 -- name: job_unpack

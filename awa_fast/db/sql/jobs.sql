@@ -35,8 +35,7 @@ candidate_rows AS (
     FOR UPDATE SKIP LOCKED
 ),
 candidate_packs AS (
-    SELECT id AS pack, priority, run_at, ids[taken + 1] AS id, taken,
-           cardinality(ids) - taken AS size
+    SELECT id AS pack, priority, run_at, next_id AS id, taken, size - taken AS size
     FROM awa_fast.job_packs
     WHERE queue = %(queue)s AND (SELECT open FROM queue_open)
     ORDER BY priority, run_at, id
@@ -84,7 +83,9 @@ claimed AS (
 ),
 advanced AS (
     UPDATE awa_fast.job_packs p
-    SET taken = p.taken + (SELECT c.k FROM chosen c WHERE c.pack = p.id)
+    SET (taken, next_id) = (
+        SELECT p.taken + c.k, p.ids[p.taken + c.k + 1] FROM chosen c WHERE c.pack = p.id
+    )
     WHERE p.id = ANY (ARRAY(SELECT pack FROM chosen WHERE pack IS NOT NULL AND k < size))
 ),
 emptied AS (
@@ -377,10 +378,24 @@ FROM unnest(string_to_array(%(args)s, E'\x1e')) WITH ORDINALITY AS a(args, n)
 ORDER BY a.n
 RETURNING id;
 
+-- name: job_insert_pack
+-- A uniform batch of 64 to 512 jobs (the args as in job_insert_uniform) as one pack
+-- (migration 0016), its args stored as they came. Ids are drawn in the args' order.
+WITH drawn AS (
+    SELECT ARRAY(SELECT nextval('awa_fast.job_id_seq') FROM generate_series(1, %(count)s))
+        AS ids
+)
+INSERT INTO awa_fast.job_packs (kind, queue, priority, max_attempts, tags, metadata,
+                                deadline_seconds, ids, args, size, next_id)
+SELECT %(kind)s, %(queue)s, %(priority)s::smallint, %(max_attempts)s::smallint,
+       %(tags)s::text[], %(metadata)s::jsonb, %(deadline)s::float8, d.ids, %(args)s,
+       %(count)s, d.ids[1]
+FROM drawn d
+RETURNING ids;
+
 -- name: job_insert_packed
--- A uniform batch of 64 jobs or more (the args as in job_insert_uniform) as packs
--- (migration 0016): one row per up to 512 jobs, the batch split evenly, so that every pack
--- holds 64 jobs at least. Ids are drawn in the args' order; the packs come back with them.
+-- A uniform batch of more than 512 jobs as packs: one row per up to 512 jobs, the batch
+-- split evenly. Ids are drawn in the args' order; the packs come back with them.
 WITH args AS (
     SELECT a.args, a.n, nextval('awa_fast.job_id_seq') AS id,
            count(*) OVER () AS total
@@ -388,10 +403,11 @@ WITH args AS (
     ORDER BY a.n
 )
 INSERT INTO awa_fast.job_packs (kind, queue, priority, max_attempts, tags, metadata,
-                                deadline_seconds, ids, args)
+                                deadline_seconds, ids, args, size, next_id)
 SELECT %(kind)s, %(queue)s, %(priority)s::smallint, %(max_attempts)s::smallint,
        %(tags)s::text[], %(metadata)s::jsonb, %(deadline)s::float8,
-       array_agg(a.id ORDER BY a.n), string_agg(a.args, E'\x1e' ORDER BY a.n)
+       array_agg(a.id ORDER BY a.n), string_agg(a.args, E'\x1e' ORDER BY a.n), count(*),
+       min(a.id)
 FROM args a
 GROUP BY (a.n - 1) * ((a.total + 511) / 512) / a.total
 RETURNING ids;

@@ -57,17 +57,31 @@ def _generic_plan(conn: psycopg.Connection[Any], query: str, params: dict[str, A
     return json.dumps(rows[0])
 
 
+def _packs(conn: psycopg.Connection[Any]) -> None:
+    """2,000 packs of 2 jobs each (ids far above the rows')."""
+    conn.execute(
+        "INSERT INTO awa_fast.job_packs"
+        " (kind, queue, priority, max_attempts, tags, metadata, ids, args, size, next_id)"
+        " SELECT 'k', 'default', 2, 25, '{}', '{}', ARRAY[g * 2, g * 2 + 1],"
+        " '{}' || chr(30) || '{}', 2, g * 2 FROM generate_series(10000000, 10002000) g"
+    )
+
+
 def _queue(conn: psycopg.Connection[Any], *, table: str) -> None:
     """``analyzed``/``no-stats``: a backlog of rows and packs beside a long history,
     analyzed or not (where a plan that scans the queue shows); ``empty``: a run's start,
     before any statistics or rows; ``emptied``: a burst's start after the leader vacuumed
     a jobs_hot of dead versions only and recorded it empty (where a plan that puts
     jobs_hot outside the batch shows: joined to it, a 1,000-job completion read all of
-    jobs_hot per job, 464 ms)."""
+    jobs_hot per job, 464 ms), and job_packs recorded empty under packs again."""
     if table == "empty":
         return
     if table == "emptied":
         record_emptied_statistics(conn, running=3000)
+        _packs(conn)
+        conn.execute("DELETE FROM awa_fast.job_packs")
+        conn.execute("VACUUM ANALYZE awa_fast.job_packs")
+        _packs(conn)
         return
     conn.execute(
         "INSERT INTO awa_fast.jobs_done (kind, queue, state, finalized_at)"
@@ -81,12 +95,7 @@ def _queue(conn: psycopg.Connection[Any], *, table: str) -> None:
         "INSERT INTO awa_fast.jobs_hot (kind, queue, state, heartbeat_at)"
         " SELECT 'k', 'default', 'running', now() FROM generate_series(1, 2000)"
     )
-    conn.execute(
-        "INSERT INTO awa_fast.job_packs"
-        " (kind, queue, priority, max_attempts, tags, metadata, ids, args, size, next_id)"
-        " SELECT 'k', 'default', 2, 25, '{}', '{}', ARRAY[g * 2, g * 2 + 1],"
-        " '{}' || chr(30) || '{}', 2, g * 2 FROM generate_series(10000000, 10002000) g"
-    )
+    _packs(conn)
     if table == "analyzed":
         conn.execute("ANALYZE awa_fast.jobs_hot, awa_fast.jobs_done, awa_fast.job_packs")
 

@@ -40,7 +40,8 @@ CREATE TABLE awa_fast.job_packs (
     next_id bigint NOT NULL,
     CONSTRAINT job_packs_taken CHECK (taken >= 0 AND taken < size)
 );
-CREATE INDEX job_packs_claim ON awa_fast.job_packs (queue, priority, run_at, id);
+-- In claim order: a pack's place is its first unclaimed job's.
+CREATE INDEX job_packs_claim ON awa_fast.job_packs (queue, priority, run_at, next_id);
 -- The range of a pack's ids, for a job looked up by id (awa_fast.packed_jobs, below): a
 -- pack's index entries cost its producer one per pack, not one per job.
 CREATE INDEX job_packs_ids ON awa_fast.job_packs

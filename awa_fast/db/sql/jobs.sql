@@ -38,7 +38,7 @@ candidate_packs AS (
     SELECT id AS pack, priority, run_at, next_id AS id, taken, size - taken AS size
     FROM awa_fast.job_packs
     WHERE queue = %(queue)s AND (SELECT open FROM queue_open)
-    ORDER BY priority, run_at, id
+    ORDER BY priority, run_at, next_id
     LIMIT %(limit)s / 64 + 2
     FOR UPDATE SKIP LOCKED
 ),

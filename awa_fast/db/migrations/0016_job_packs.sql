@@ -105,6 +105,42 @@ LANGUAGE sql STABLE AS $$
       AND j.id = ANY (p_ids) AND cardinality(p_ids) > 0
 $$;
 
+-- Start the next `p_take` jobs of the pack `p_pack`, which the calling claim holds locked
+-- (job_claim_batch): each becomes its running row in jobs_hot, the row a claim of its
+-- available row would leave, and the pack advances past them, or goes once all are taken.
+CREATE FUNCTION awa_fast.start_packed(
+    p_pack bigint, p_take integer, p_host_id bigint, p_deadline_s double precision
+) RETURNS TABLE (
+    id bigint, run_lease bigint, kind text, queue text, args jsonb, attempt smallint,
+    max_attempts smallint, priority smallint, tags text[], metadata jsonb, errors jsonb,
+    progress jsonb, run_at timestamptz, created_at timestamptz, deadline_at timestamptz
+)
+LANGUAGE sql AS $$
+    WITH pack AS (
+        SELECT * FROM awa_fast.job_packs WHERE id = p_pack
+    ),
+    advanced AS (
+        UPDATE awa_fast.job_packs p
+        SET taken = p.taken + p_take, next_id = p.ids[p.taken + p_take + 1]
+        WHERE p.id = p_pack AND p.taken + p_take < p.size
+    ),
+    emptied AS (
+        DELETE FROM awa_fast.job_packs p WHERE p.id = p_pack AND p.taken + p_take = p.size
+    )
+    INSERT INTO awa_fast.jobs_hot AS j (
+        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+        attempted_at, heartbeat_at, run_lease, host_id, tags, metadata, deadline_seconds,
+        deadline_at)
+    SELECT s.id, p.kind, p.queue, s.args::jsonb, 'running', p.priority, 1, p.max_attempts,
+           p.run_at, p.created_at, now(), now(), 1, p_host_id, p.tags, p.metadata,
+           p.deadline_seconds,
+           now() + make_interval(secs => COALESCE(p.deadline_seconds, p_deadline_s))
+    FROM pack p, awa_fast.pack_slice(p::awa_fast.job_packs, p.taken + p_take) s
+    RETURNING j.id, j.run_lease, j.kind, j.queue, j.args, j.attempt, j.max_attempts,
+              j.priority, j.tags, NULLIF(j.metadata, '{}'), NULLIF(j.errors, '[]'),
+              j.progress, j.run_at, j.created_at, j.deadline_at
+$$;
+
 -- Unpack into jobs_hot's available rows the packs of `p_queue` (NULL: of every queue) that
 -- hold the unclaimed job `p_id` (NULL: any); how many jobs were unpacked. A pack a claim
 -- holds is waited for, and then unpacked as that claim left it.

@@ -81,41 +81,14 @@ claimed AS (
               NULLIF(j.errors, '[]') AS errors, j.progress, j.run_at, j.created_at,
               j.deadline_at
 ),
-advanced AS (
-    UPDATE awa_fast.job_packs p
-    SET (taken, next_id) = (
-        SELECT p.taken + c.k, p.ids[p.taken + c.k + 1] FROM chosen c WHERE c.pack = p.id
-    )
-    WHERE p.id = ANY (ARRAY(SELECT pack FROM chosen WHERE pack IS NOT NULL AND k < size))
-),
-emptied AS (
-    DELETE FROM awa_fast.job_packs p
-    WHERE p.id = ANY (ARRAY(SELECT pack FROM chosen WHERE pack IS NOT NULL AND k = size))
-),
 started AS (
-    -- A pack's job on its first attempt: the row a claim of its available row would leave.
-    -- Each pack's taken jobs come from pack_slice in the select list, with no join.
-    INSERT INTO awa_fast.jobs_hot AS j (
-        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-        attempted_at, heartbeat_at, run_lease, host_id, tags, metadata, deadline_seconds,
-        deadline_at)
-    SELECT (t.job).id, t.kind, t.queue, (t.job).args::jsonb, 'running', t.priority, 1,
-           t.max_attempts, t.run_at, t.created_at, now(), now(), 1, %(host_id)s, t.tags,
-           t.metadata, t.deadline_seconds,
-           now() + make_interval(secs => COALESCE(t.deadline_seconds, %(deadline_s)s))
-    FROM (
-        SELECT p.kind, p.queue, p.priority, p.max_attempts, p.run_at, p.created_at, p.tags,
-               p.metadata, p.deadline_seconds,
-               awa_fast.pack_slice(
-                   p, (SELECT (c.taken + c.k)::integer FROM chosen c WHERE c.pack = p.id)
-               ) AS job
-        FROM awa_fast.job_packs p
-        WHERE p.id = ANY (ARRAY(SELECT pack FROM chosen WHERE pack IS NOT NULL))
+    -- Each pack's taken jobs, started by awa_fast.start_packed (migration 0016), called
+    -- once a pack from the select list: a claim that takes no pack runs none of it.
+    SELECT (t.job).* FROM (
+        SELECT awa_fast.start_packed(c.pack, c.k::integer, %(host_id)s, %(deadline_s)s) AS job
+        FROM chosen c
+        WHERE c.pack IS NOT NULL
     ) t
-    RETURNING j.id, j.run_lease, j.kind, j.queue, j.args, j.attempt, j.max_attempts,
-              j.priority, j.tags, NULLIF(j.metadata, '{}') AS metadata,
-              NULLIF(j.errors, '[]') AS errors, j.progress, j.run_at, j.created_at,
-              j.deadline_at
 )
 SELECT * FROM claimed
 UNION ALL

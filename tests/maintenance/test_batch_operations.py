@@ -419,3 +419,21 @@ def test_the_running_leader_applies_operations_submitted_through_the_async_clien
 
     run(scenario())
     assert {queue for queue, _, _ in _where(dsn, ids).values()} == {"elsewhere"}
+
+
+def test_an_operation_moves_jobs_stored_in_packs(
+    client: awa_fast.Client, conn: psycopg.Connection[Any], dsn: str
+) -> None:
+    """Jobs of a uniform batch (stored as packs, migration 0016) are unpacked when the
+    operation takes its snapshot, and moved as any available job; a pack in another queue
+    stays packed."""
+    packed = client.insert_many([Email(f"{n}@example.com") for n in range(100)], queue="a")
+    other = client.insert_many([Email(f"{n}@example.com") for n in range(100)], queue="c")
+    submitted = client.move_queue("b", filter={"queue": "a"}, submitted_by="ops")
+    leader = Leader(dsn)
+    assert leader.step() == BatchStep(submitted["id"], "running")
+    assert client.get_batch_operation(submitted["id"])["total_matched"] == 100
+    assert leader.step() == BatchStep(submitted["id"], "completed", changed=100)
+    assert set(_where(dsn, packed).values()) == {("b", 2, "available")}
+    assert set(_where(dsn, other).values()) == {("c", 2, "available")}
+    assert conn.execute("SELECT queue FROM awa_fast.job_packs").fetchall() == [("c",)]

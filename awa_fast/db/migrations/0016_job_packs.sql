@@ -86,7 +86,7 @@ LANGUAGE sql IMMUTABLE AS $$
            NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, 0::bigint, '[]'::jsonb,
            p.metadata, p.tags, NULL::jsonb, NULL::bytea, NULL::uuid, NULL::timestamptz,
            NULL::jsonb, p.deadline_seconds
-    FROM awa_fast.pack_slice(p, cardinality(p.ids)) j
+    FROM awa_fast.pack_slice(p, p.size) j
 $$;
 
 CREATE VIEW awa_fast.jobs AS

@@ -370,8 +370,7 @@ RETURNING ids;
 -- A uniform batch of more than 512 jobs as packs: one row per up to 512 jobs, the batch
 -- split evenly. Ids are drawn in the args' order; the packs come back with them.
 WITH args AS (
-    SELECT a.args, a.n, nextval('awa_fast.job_id_seq') AS id,
-           count(*) OVER () AS total
+    SELECT a.args, a.n, nextval('awa_fast.job_id_seq') AS id
     FROM unnest(string_to_array(%(args)s, E'\x1e')) WITH ORDINALITY AS a(args, n)
     ORDER BY a.n
 )
@@ -382,7 +381,7 @@ SELECT %(kind)s, %(queue)s, %(priority)s::smallint, %(max_attempts)s::smallint,
        array_agg(a.id ORDER BY a.n), string_agg(a.args, E'\x1e' ORDER BY a.n), count(*),
        min(a.id)
 FROM args a
-GROUP BY (a.n - 1) * ((a.total + 511) / 512) / a.total
+GROUP BY (a.n - 1) * ((%(count)s + 511) / 512) / %(count)s
 RETURNING ids;
 
 -- name: job_next_ids

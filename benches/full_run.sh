@@ -10,6 +10,8 @@
 # is measured again (about 20 minutes).
 set -eu
 url=${1:?usage: full_run.sh POSTGRES_SERVER_URL}
+# awa-fast runs last: fail now, not after the peers' 40 minutes, if it cannot start.
+awa-fast bench --help >/dev/null
 out=benches/latest
 export AWA_FAST_BENCH_CPU_ITERATIONS="${AWA_FAST_BENCH_CPU_ITERATIONS:-16000}"
 if [ "${AWA_FAST_ONLY:-0}" = 1 ]; then

@@ -40,6 +40,7 @@ from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.executor import JSONB_BINARY_VERSION, Executor
 from awa_fast.runtime.followups import FollowupRegistry
 from awa_fast.runtime.hooks import EventType, HookDispatcher, HookRegistry
+from awa_fast.runtime.packwatch import PackWatch
 from awa_fast.runtime.ratelimit import TokenBucket, check_rate_limit
 from awa_fast.types import JobRow, JobState
 from awa_fast.worker import Registry, instant
@@ -208,6 +209,7 @@ class Runner:
         # Otherwise it is not (it cost an empty claim per batch of jobs finished, half of
         # all claims beside a producer): new jobs announce themselves with a NOTIFY.
         self._starved = False
+        self._packs = PackWatch(len(self.queues))  # which queues' claims look at packs
         self._stopping = False
         self._commit_stop = threading.Event()
         self._commit_thread: threading.Thread | None = None
@@ -435,12 +437,8 @@ class Runner:
         try:
             while not self._stopping:
                 async with self._watch:
-                    if not self._backlog and not self._stopping:
-                        # A worker pushes an outcome just before it gives the capacity
-                        # back: a wake-up from the committer may come a moment early.
-                        wait = CAPACITY_RECHECK if self._starved else self.config.poll_interval
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self._wake.wait(), wait)
+                    if not self._backlog and not self._stopping and await self._polled():
+                        self._packs.heard()  # what no NOTIFY announced
                     self._wake.clear()
                 if self._stopping:
                     break
@@ -459,6 +457,30 @@ class Runner:
                     self._wake.set()
         finally:
             await cur.connection.close()
+
+    async def _polled(self) -> bool:
+        """Wait for news, or for the poll interval; True when it was the poll.
+
+        While claiming waits for capacity (``_starved``), look again every
+        CAPACITY_RECHECK: a worker pushes an outcome just before it gives the capacity
+        back, so a wake-up from the committer may come a moment early. ``_starved`` is
+        also marked while a claim round runs; a watcher that came in then looks again at
+        the end of its recheck, and goes on waiting if that round found capacity (it did
+        not: the two claimers' watches claimed every 50 ms in turn, an idle runner's
+        claim rounds 20 times a second).
+        """
+        deadline = time.monotonic() + self.config.poll_interval
+        while (left := deadline - time.monotonic()) > 0:
+            starved = self._starved
+            try:
+                await asyncio.wait_for(
+                    self._wake.wait(), min(CAPACITY_RECHECK, left) if starved else left
+                )
+                return False
+            except TimeoutError:
+                if starved and self._starved:
+                    return False
+        return True
 
     def _reserve(self, queue_index: int) -> list[tuple[int, int]]:
         """Reserve up to one claim batch of capacity, least-loaded workers first.
@@ -528,9 +550,10 @@ class Runner:
             if not want:
                 starved = True
                 continue
+            packs = self._packs.claim(queue_index)
             try:
                 await cur.execute(
-                    Q.job_claim_batch,
+                    Q.job_claim_rows if packs is None else Q.job_claim_batch,
                     {
                         "queue": queue,
                         "limit": want,
@@ -545,6 +568,8 @@ class Runner:
                 self._unspend(queue_index, want)
                 raise
             self._unspend(queue_index, want - len(rows))
+            if packs is not None:
+                self._packs.claimed(queue_index, packs, full=len(rows) == want)
             self._dispatch(rows, queue_index, reserved)
             self.claimed_by_queue[queue_index] += len(rows)
             full = full or len(rows) == want
@@ -583,21 +608,26 @@ class Runner:
     # -- services -------------------------------------------------------------------------
 
     async def _listen_loop(self) -> None:
-        """Wake claiming on new jobs (one NOTIFY per inserting statement) and flip cancel
-        flags for admin cancels of attempts running here."""
+        """Wake claiming on new jobs (one NOTIFY per inserting statement), and on news of
+        packs (awa_fast.runtime.packwatch), and flip cancel flags for admin cancels of
+        attempts running here."""
+        queue_index = {queue: index for index, queue in enumerate(self.queues)}
         while not self._stopping:
             try:
                 async with await psycopg.AsyncConnection.connect(
                     self.dsn, autocommit=True, application_name="awa-fast listener"
                 ) as conn:
-                    await conn.execute("LISTEN awa_fast_jobs")
-                    await conn.execute("LISTEN awa_fast_cancel")
+                    for channel in ("awa_fast_jobs", "awa_fast_packs", "awa_fast_cancel"):
+                        await conn.execute(f"LISTEN {channel}")
+                    self._packs.heard()  # news may have gone unheard while disconnected
                     self._wake.set()
                     async for note in conn.notifies():
                         if note.channel == "awa_fast_cancel":
                             job_id, _, lease = note.payload.partition(":")
                             self._flag(int(job_id), int(lease), why="cancelled by admin")
-                        elif note.payload in self.queues:
+                        elif note.payload in queue_index:
+                            if note.channel == "awa_fast_packs":
+                                self._packs.heard(queue_index[note.payload])
                             self._wake.set()
             except psycopg.OperationalError as exc:
                 log.warning("LISTEN connection lost (%s); polling until it is back", exc)

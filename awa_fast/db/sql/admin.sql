@@ -175,6 +175,7 @@ ON CONFLICT (queue) DO UPDATE
 SET paused = true, paused_at = now(), paused_by = %(paused_by)s, updated_at = now();
 
 -- name: queue_resume
+-- Packs wait in a paused queue as rows do: news on both channels (migration 0017).
 WITH resumed AS (
     INSERT INTO awa_fast.queue_meta (queue, paused, updated_at)
     VALUES (%(queue)s, false, now())
@@ -182,7 +183,7 @@ WITH resumed AS (
     SET paused = false, paused_at = NULL, paused_by = NULL, updated_at = now()
     RETURNING queue
 )
-SELECT pg_notify('awa_fast_jobs', queue) FROM resumed;
+SELECT pg_notify('awa_fast_jobs', queue), pg_notify('awa_fast_packs', queue) FROM resumed;
 
 -- name: queue_drain
 -- Cancel every job of a queue that waits: available or parked on a callback (jobs_hot),

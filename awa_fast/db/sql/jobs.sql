@@ -3,6 +3,54 @@
 -- Every statement that finishes an attempt matches (id, run_lease, state = 'running'):
 -- zero rows means the attempt is stale and its outcome is dropped.
 
+-- fragment: claim_set
+-- A claimed row becomes its new attempt, the same in job_claim_batch and job_claim_rows.
+SET state = 'running',
+    attempt = j.attempt + 1,
+    run_lease = j.run_lease + 1,
+    attempted_at = now(),
+    heartbeat_at = now(),
+    host_id = %(host_id)s,
+    deadline_at = now() + make_interval(secs => COALESCE(j.deadline_seconds, %(deadline_s)s)),
+    -- A callback id belongs to the attempt that registered it: one from an earlier
+    -- attempt must not resolve this one. Its expressions go with it.
+    callback_id = NULL,
+    callback_timeout_at = NULL,
+    callback_rules = NULL
+
+-- fragment: claim_returning
+-- Empty metadata and errors (most jobs' first attempt) come back as NULL: nothing to load
+-- here, send to a worker or parse there. deadline_at is the handler's job.deadline: set
+-- here from now() and the job's own deadline_seconds, neither of which the row carries
+-- back, so the claimer could not recompute it exactly.
+RETURNING j.id, j.run_lease, j.kind, j.queue, j.args, j.attempt, j.max_attempts,
+          j.priority, j.tags, NULLIF(j.metadata, '{}') AS metadata,
+          NULLIF(j.errors, '[]') AS errors, j.progress, j.run_at, j.created_at,
+          j.deadline_at
+
+-- name: job_claim_rows
+-- job_claim_batch for a queue that holds no packs, as far as the runner has heard
+-- (awa_fast.runtime.packwatch): jobs_hot's available rows alone, in claim order. Its plan
+-- has none of the pack scan, merge and window; an idle runner's one-job claim returned
+-- 0.1-0.2 ms sooner (benches/RESULTS.md, session 19). Rows are taken by ctid, for the
+-- reasons job_claim_batch gives.
+WITH claimed AS (
+    UPDATE awa_fast.jobs_hot j
+    -- include: claim_set
+    WHERE j.ctid = ANY (ARRAY(
+        SELECT ctid FROM awa_fast.jobs_hot
+        WHERE state = 'available' AND queue = %(queue)s
+          AND NOT EXISTS (
+              SELECT 1 FROM awa_fast.queue_meta m WHERE m.queue = %(queue)s AND m.paused
+          )
+        ORDER BY priority, run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ))
+    -- include: claim_returning
+)
+SELECT * FROM claimed ORDER BY priority, run_at, id;
+
 -- name: job_claim_batch
 -- Take up to `limit` available jobs of one queue in priority/run_at/id order, from
 -- jobs_hot's available rows and from packs (migration 0016) alike: each source's first
@@ -59,27 +107,9 @@ chosen AS (
 ),
 claimed AS (
     UPDATE awa_fast.jobs_hot j
-    SET state = 'running',
-        attempt = j.attempt + 1,
-        run_lease = j.run_lease + 1,
-        attempted_at = now(),
-        heartbeat_at = now(),
-        host_id = %(host_id)s,
-        deadline_at = now() + make_interval(secs => COALESCE(j.deadline_seconds, %(deadline_s)s)),
-        -- A callback id belongs to the attempt that registered it: one from an earlier
-        -- attempt must not resolve this one. Its expressions go with it.
-        callback_id = NULL,
-        callback_timeout_at = NULL,
-        callback_rules = NULL
+    -- include: claim_set
     WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM chosen WHERE pack IS NULL))
-    -- Empty metadata and errors (most jobs' first attempt) come back as NULL: nothing to
-    -- load here, send to a worker or parse there. deadline_at is the handler's
-    -- job.deadline: set here from now() and the job's own deadline_seconds, neither of
-    -- which the row carries back, so the claimer could not recompute it exactly.
-    RETURNING j.id, j.run_lease, j.kind, j.queue, j.args, j.attempt, j.max_attempts,
-              j.priority, j.tags, NULLIF(j.metadata, '{}') AS metadata,
-              NULLIF(j.errors, '[]') AS errors, j.progress, j.run_at, j.created_at,
-              j.deadline_at
+    -- include: claim_returning
 ),
 started AS (
     -- Each pack's taken jobs, started by awa_fast.start_packed (migration 0016), called

@@ -1,0 +1,47 @@
+"""Which claim statement a queue needs: with packs or without.
+
+A claim that also looks at packs (``job_claim_batch``) costs more than one that reads
+jobs_hot alone (``job_claim_rows``): an idle runner's one-job claim returned 0.1-0.2 ms
+later (benches/RESULTS.md, session 19). So a runner claims rows alone while it knows a
+queue holds no packs, and it knows that from its own claims and from the news it hears.
+
+* A claim that looked at packs and came back short took every pack it could see: until
+  more news, the queue has none. One that came back full may have left a pack behind, and
+  is news itself.
+* News is a NOTIFY on ``awa_fast_packs`` (packs inserted, a pack left part-taken by any
+  runner's claim, a queue resumed), the listener's (re)connection, which may have missed
+  some, and a claim loop's wait running out, which catches what nothing announced (a pack a
+  rolled-back claim held when this runner's claim skipped it).
+
+News is a count, not a flag: a claim that saw no packs clears the queue only back to the
+count it started with, so news that came while it ran is never lost.
+"""
+
+from __future__ import annotations
+
+
+class PackWatch:
+    """Per queue, whether the next claim must look at packs."""
+
+    def __init__(self, queues: int) -> None:
+        # Every queue starts with news: at start, nobody has looked.
+        self._news = [1] * queues
+        self._clear = [0] * queues
+
+    def heard(self, queue_index: int | None = None) -> None:
+        """Packs may wait in ``queue_index`` (``None``: in every queue)."""
+        for index in range(len(self._news)) if queue_index is None else (queue_index,):
+            self._news[index] += 1
+
+    def claim(self, queue_index: int) -> int | None:
+        """Before a claim: a token to pass to :meth:`claimed` if it must look at packs,
+        ``None`` if rows alone will do."""
+        news = self._news[queue_index]
+        return news if news != self._clear[queue_index] else None
+
+    def claimed(self, queue_index: int, token: int, *, full: bool) -> None:
+        """After a claim that looked at packs (``token`` from :meth:`claim`)."""
+        if full:
+            self.heard(queue_index)
+        else:
+            self._clear[queue_index] = token

@@ -1,0 +1,100 @@
+"""A runner claims jobs_hot's rows alone until it hears a queue may hold packs
+(awa_fast.runtime.packwatch, migration 0017). Each test polls once an hour, so only news
+can bring the packed jobs to a claim: without it they would wait for the poll, and the test
+times out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+import awa_fast
+from awa_fast.db.queries import Q
+from tests.helpers import await_until, job, run
+
+HOUR = 3600.0
+
+
+@dataclass
+class Tick:
+    n: int
+
+
+def _completed(dsn: str, ids: list[int]) -> bool:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM awa_fast.jobs WHERE id = ANY(%s) AND state = 'completed'",
+            (ids,),
+        ).fetchone()
+    return row is not None and row[0] == len(ids)
+
+
+def _client(dsn: str) -> awa_fast.AsyncClient:
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Tick)(lambda job: None)
+    return client
+
+
+async def _one_job_done(client: awa_fast.AsyncClient, dsn: str, queue: str = "default") -> None:
+    """Insert a plain job and wait for it: the runner has claimed since everything before."""
+    ran = await client.insert(Tick(-1), queue=queue)
+    await await_until(lambda: job(dsn, ran.id)["state"] == "completed", what="the plain job")
+
+
+def test_packs_inserted_while_claims_read_rows_alone_are_claimed(dsn: str) -> None:
+    client = _client(dsn)
+
+    async def main() -> None:
+        async with client:
+            await client.start({"default": 50}, poll_interval=HOUR)
+            await _one_job_done(client, dsn)  # claims found no packs: rows alone from here
+            ids = await client.insert_many([Tick(n) for n in range(100)])
+            await await_until(lambda: _completed(dsn, ids), timeout=15.0, what="packed jobs")
+            await client.shutdown()
+
+    run(main())
+
+
+def test_the_rest_of_a_pack_another_claim_held_is_news(dsn: str) -> None:
+    """A claim elsewhere holds a pack and takes part of it: this runner's claims skip the
+    locked pack and find none. When that claim commits, the rest of the pack is news."""
+    client = _client(dsn)
+    elsewhere = psycopg.connect(dsn)  # one transaction, open until the commit below
+
+    async def main() -> list[int]:
+        async with client:
+            ids = await client.insert_many([Tick(n) for n in range(100)])
+            params = {"queue": "default", "limit": 10, "deadline_s": 60.0, "host_id": None}
+            taken: list[Any] = elsewhere.execute(Q.job_claim_batch, params).fetchall()
+            assert [row[0] for row in taken] == ids[:10]
+            await client.start({"default": 50}, poll_interval=HOUR)
+            await _one_job_done(client, dsn)  # its claims skipped the locked pack
+            elsewhere.commit()
+            await await_until(lambda: _completed(dsn, ids[10:]), timeout=15.0, what="the rest")
+            await client.shutdown()
+            return ids
+
+    try:
+        ids = run(main())
+    finally:
+        elsewhere.close()
+    assert job(dsn, ids[0])["state"] == "running"  # the other claim's, never this runner's
+
+
+def test_packs_of_a_resumed_queue_are_claimed(dsn: str) -> None:
+    client = _client(dsn)
+
+    async def main() -> None:
+        async with client:
+            await client.pause_queue("default")
+            await client.start({"default": 50, "other": 5}, poll_interval=HOUR)
+            ids = await client.insert_many([Tick(n) for n in range(100)])
+            await _one_job_done(client, dsn, queue="other")  # the paused queue was looked at
+            assert not _completed(dsn, ids[:1])
+            await client.resume_queue("default")
+            await await_until(lambda: _completed(dsn, ids), timeout=15.0, what="packed jobs")
+            await client.shutdown()
+
+    run(main())

@@ -68,6 +68,14 @@ def _catalogue() -> tuple[Metric, ...]:
             "queue",
         ),
         Metric(
+            "awa_fast_claims_total",
+            "counter",
+            "Claim statements this runner ran: one per claim batch while jobs keep coming, "
+            "one per poll interval (or NOTIFY) while the queue is idle.",
+            _by_queue(lambda r: r.claims_by_queue),
+            "queue",
+        ),
+        Metric(
             "awa_fast_outcomes_committed_total",
             "counter",
             "Handler outcomes the committer settled, by the state each asked for "

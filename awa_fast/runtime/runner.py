@@ -219,6 +219,7 @@ class Runner:
         self._last_beat = 0.0  # time.monotonic() of the last heartbeat that landed
         self._descriptors_due = 0.0  # time.monotonic() of the next descriptor refresh
         self.claimed_by_queue = [0] * len(self.queues)  # jobs claimed, by queue index
+        self.claims_by_queue = [0] * len(self.queues)  # claim statements run, by queue index
         self._buckets = [
             TokenBucket(*check_rate_limit(q, config.queue_rate_limits[q]))
             if q in config.queue_rate_limits
@@ -551,6 +552,7 @@ class Runner:
                 starved = True
                 continue
             packs = self._packs.claim(queue_index)
+            self.claims_by_queue[queue_index] += 1
             try:
                 await cur.execute(
                     Q.job_claim_rows if packs is None else Q.job_claim_batch,

@@ -14,7 +14,7 @@ import awa_fast
 from awa_fast import EventType
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.runner import Runner
-from tests.helpers import job, run, run_until, settled, states
+from tests.helpers import await_until, job, run, run_until, settled, states
 
 
 @dataclass
@@ -229,3 +229,30 @@ def test_a_rate_limited_queue_starts_no_more_than_its_bucket_allows(
         assert n <= tokens + 1, claims
         tokens, previous = tokens - n, at
     assert claims[-1][0] - claims[0][0] >= (total - burst) / rate - 0.1, claims
+
+
+def test_an_idle_runner_claims_on_news_not_in_a_loop(dsn: str) -> None:
+    """With the poll an hour away, an idle runner runs no claim until news comes. Its two
+    claimers used to take turns every 50 ms, each reading the other's round in flight as a
+    wait for capacity: about 20 claims in the quiet second below. The second is a window
+    to count in, not a wait for anything: the right count is zero however slow it runs."""
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Mark)(lambda job: None)
+
+    async def main() -> tuple[int, int]:
+        async with client:
+            runner = await client.start({"default": 5}, poll_interval=3600.0)
+            ran = await client.insert(Mark("one"))
+            await await_until(lambda: job(dsn, ran.id)["state"] == "completed", what="the job")
+            await await_until(lambda: runner.in_flight_by_queue() == {"default": 0})
+            before = runner.claims_by_queue[0]
+            await asyncio.sleep(1.0)
+            quiet = runner.claims_by_queue[0] - before
+            news = await client.insert(Mark("two"))
+            await await_until(lambda: job(dsn, news.id)["state"] == "completed", what="news")
+            await client.shutdown()
+            return quiet, runner.claims_by_queue[0] - before
+
+    quiet, after_news = run(main())
+    assert quiet == 0
+    assert after_news >= 1

@@ -465,10 +465,10 @@ class Runner:
         While claiming waits for capacity (``_starved``), look again every
         CAPACITY_RECHECK: a worker pushes an outcome just before it gives the capacity
         back, so a wake-up from the committer may come a moment early. ``_starved`` is
-        also marked while a claim round runs; a watcher that came in then looks again at
-        the end of its recheck, and goes on waiting if that round found capacity (it did
-        not: the two claimers' watches claimed every 50 ms in turn, an idle runner's
-        claim rounds 20 times a second).
+        also marked while a claim round runs, so a watcher that came in then checks again
+        at the end of its recheck and goes on waiting if that round found capacity. A
+        watcher that claimed there instead kept an idle runner's two claimers claiming in
+        turn every 50 ms.
         """
         deadline = time.monotonic() + self.config.poll_interval
         while (left := deadline - time.monotonic()) > 0:

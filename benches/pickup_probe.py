@@ -27,7 +27,7 @@ import psycopg
 import uvloop
 
 from awa_fast import producer
-from awa_fast.bench.measure import fresh_database
+from awa_fast.bench.measure import drop_database, fresh_database
 from awa_fast.db.queries import Q
 
 GAP = 0.02  # seconds between jobs, as the latency scenario's 50 jobs/s
@@ -131,7 +131,11 @@ def main() -> None:
     if not args.url:
         parser.error("a server URL is needed, unless --wake")
     for statement in args.statements:
-        probe_claims(fresh_database(args.url), statement, args.jobs)
+        url = fresh_database(args.url)
+        try:
+            probe_claims(url, statement, args.jobs)
+        finally:
+            drop_database(args.url, url)
 
 
 if __name__ == "__main__":

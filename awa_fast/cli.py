@@ -51,7 +51,10 @@ def _cmd_migrate(opts: argparse.Namespace) -> int:
     ranged = (opts.only, opts.first, opts.last) != (None, None, None)
     if not (opts.sql or opts.pending or ranged):
         applied = migrate(database_url(opts.database_url))
-        print(f"applied migrations {applied}" if applied else "schema is up to date")
+        # The Awa SDK's line on stdout, for the scripts that look for it; what it did below.
+        print("Migrations applied successfully.")
+        detail = f"applied migrations {applied}" if applied else "schema is up to date"
+        print(f"awa-fast: {detail}", file=sys.stderr)
         return 0
     first, last = _migration_range(opts)
     chosen = migrations_range(first, last)

@@ -194,7 +194,9 @@ def test_migrate_prints_the_sql_a_tool_of_ones_own_applies(server_url: str) -> N
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(pending.encode())
     assert printed("--pending") == []
-    assert _cli(url, "migrate").stdout.strip() == "schema is up to date"
+    up_to_date = _cli(url, "migrate")
+    assert up_to_date.stdout.strip() == "Migrations applied successfully."
+    assert up_to_date.stderr.strip() == "awa-fast: schema is up to date"
     wrong = _cli(url, "migrate", "--version", str(latest + 1))
     assert wrong.returncode == 1 and f"valid versions 1..{latest}" in wrong.stderr
     mixed = _cli(url, "migrate", "--version", "2", "--from", "1")
@@ -300,7 +302,7 @@ def test_the_sdks_refusals_and_awa_fasts_own_commands_beside_its_tree(dsn: str) 
     unfiltered = _sdk(dsn, "job", "retry-failed")
     assert unfiltered.returncode == 1
     assert unfiltered.stderr.strip() == "Specify exactly one of --kind or --queue"
-    assert _lines(_sdk(dsn, "migrate")) == ["schema is up to date"]
+    assert _lines(_sdk(dsn, "migrate")) == ["Migrations applied successfully."]  # the SDK's
     created = _json(_sdk(dsn, "enqueue", "k", "--queue", "own"))
     assert _json(_sdk(dsn, "job", str(created["id"])))["queue"] == "own"
     missing = _sdk(dsn, "job", "dump", str(created["id"] + 1))

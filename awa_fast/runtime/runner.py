@@ -209,7 +209,8 @@ class Runner:
         # Otherwise it is not (it cost an empty claim per batch of jobs finished, half of
         # all claims beside a producer): new jobs announce themselves with a NOTIFY.
         self._starved = False
-        self._packs = PackWatch(len(self.queues))  # which queues' claims look at packs
+        # Which queues' claims look at packs.
+        self._packs = PackWatch(len(self.queues), every=config.poll_interval)
         self._stopping = False
         self._commit_stop = threading.Event()
         self._commit_thread: threading.Thread | None = None
@@ -438,8 +439,8 @@ class Runner:
         try:
             while not self._stopping:
                 async with self._watch:
-                    if not self._backlog and not self._stopping and await self._polled():
-                        self._packs.heard()  # what no NOTIFY announced
+                    if not self._backlog and not self._stopping:
+                        await self._await_news()
                     self._wake.clear()
                 if self._stopping:
                     break
@@ -459,8 +460,8 @@ class Runner:
         finally:
             await cur.connection.close()
 
-    async def _polled(self) -> bool:
-        """Wait for news, or for the poll interval; True when it was the poll.
+    async def _await_news(self) -> None:
+        """Wait for news, or for the poll interval.
 
         While claiming waits for capacity (``_starved``), look again every
         CAPACITY_RECHECK: a worker pushes an outcome just before it gives the capacity
@@ -477,11 +478,10 @@ class Runner:
                 await asyncio.wait_for(
                     self._wake.wait(), min(CAPACITY_RECHECK, left) if starved else left
                 )
-                return False
+                return
             except TimeoutError:
                 if starved and self._starved:
-                    return False
-        return True
+                    return
 
     def _reserve(self, queue_index: int) -> list[tuple[int, int]]:
         """Reserve up to one claim batch of capacity, least-loaded workers first.
@@ -551,7 +551,7 @@ class Runner:
             if not want:
                 starved = True
                 continue
-            packs = self._packs.claim(queue_index)
+            packs = self._packs.claim(queue_index, now=time.monotonic())
             self.claims_by_queue[queue_index] += 1
             try:
                 await cur.execute(

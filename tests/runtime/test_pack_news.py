@@ -1,10 +1,11 @@
 """A runner claims jobs_hot's rows alone until it hears a queue may hold packs
-(awa_fast.runtime.packwatch, migration 0017). Each test polls once an hour, so only news
-can bring the packed jobs to a claim: without it they would wait for the poll, and the test
-times out."""
+(awa_fast.runtime.packwatch, migration 0017). Each test but the last polls once an hour, so
+only news can bring the packed jobs to a claim: without it they would wait for the poll,
+and the test times out."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,24 @@ def _client(dsn: str) -> awa_fast.AsyncClient:
     return client
 
 
+def _listening(dsn: str) -> bool:
+    """The runner's listener has run its last LISTEN: the news its connection counts as
+    (every queue may hold packs) is heard, and no NOTIFY from here on is missed."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'awa-fast listener'"
+            " AND state = 'idle' AND query = 'LISTEN awa_fast_cancel'"
+        ).fetchone()
+    return row is not None and row[0] == 1
+
+
+async def _start(
+    client: awa_fast.AsyncClient, dsn: str, queues: dict[str, int], **config: Any
+) -> None:
+    await client.start(queues, **config)
+    await await_until(lambda: _listening(dsn), what="the listener")
+
+
 async def _one_job_done(client: awa_fast.AsyncClient, dsn: str, queue: str = "default") -> None:
     """Insert a plain job and wait for it: the runner has claimed since everything before."""
     ran = await client.insert(Tick(-1), queue=queue)
@@ -48,7 +67,7 @@ def test_packs_inserted_while_claims_read_rows_alone_are_claimed(dsn: str) -> No
 
     async def main() -> None:
         async with client:
-            await client.start({"default": 50}, poll_interval=HOUR)
+            await _start(client, dsn, {"default": 50}, poll_interval=HOUR)
             await _one_job_done(client, dsn)  # claims found no packs: rows alone from here
             ids = await client.insert_many([Tick(n) for n in range(100)])
             await await_until(lambda: _completed(dsn, ids), timeout=15.0, what="packed jobs")
@@ -69,7 +88,7 @@ def test_the_rest_of_a_pack_another_claim_held_is_news(dsn: str) -> None:
             params = {"queue": "default", "limit": 10, "deadline_s": 60.0, "host_id": None}
             taken: list[Any] = elsewhere.execute(Q.job_claim_batch, params).fetchall()
             assert [row[0] for row in taken] == ids[:10]
-            await client.start({"default": 50}, poll_interval=HOUR)
+            await _start(client, dsn, {"default": 50}, poll_interval=HOUR)
             await _one_job_done(client, dsn)  # its claims skipped the locked pack
             elsewhere.commit()
             await await_until(lambda: _completed(dsn, ids[10:]), timeout=15.0, what="the rest")
@@ -89,7 +108,7 @@ def test_packs_of_a_resumed_queue_are_claimed(dsn: str) -> None:
     async def main() -> None:
         async with client:
             await client.pause_queue("default")
-            await client.start({"default": 50, "other": 5}, poll_interval=HOUR)
+            await _start(client, dsn, {"default": 50, "other": 5}, poll_interval=HOUR)
             ids = await client.insert_many([Tick(n) for n in range(100)])
             await _one_job_done(client, dsn, queue="other")  # the paused queue was looked at
             assert not _completed(dsn, ids[:1])
@@ -98,3 +117,34 @@ def test_packs_of_a_resumed_queue_are_claimed(dsn: str) -> None:
             await client.shutdown()
 
     run(main())
+
+
+def test_a_pack_nothing_announced_is_claimed_within_a_poll_while_rows_keep_coming(
+    dsn: str,
+) -> None:
+    """A claim elsewhere holds a pack, this runner's claims skip it, and that claim rolls
+    back: no NOTIFY says the pack is there. Jobs inserted one by one keep waking the claims
+    before any poll can come, yet once a poll interval a claim looks at packs and finds it."""
+    client = _client(dsn)
+    elsewhere = psycopg.connect(dsn)
+
+    async def main() -> None:
+        async with client:
+            ids = await client.insert_many([Tick(n) for n in range(100)])
+            params = {"queue": "default", "limit": 10, "deadline_s": 60.0, "host_id": None}
+            assert len(elsewhere.execute(Q.job_claim_batch, params).fetchall()) == 10
+            await _start(client, dsn, {"default": 50}, poll_interval=0.5)
+            await _one_job_done(client, dsn)  # its claims skipped the locked pack
+            elsewhere.rollback()
+            for n in range(300):  # a job every 50 ms: a wake ten times a poll interval
+                if _completed(dsn, ids):
+                    break
+                await client.insert(Tick(n))
+                await asyncio.sleep(0.05)  # the producer's pace, not a wait for anything
+            assert _completed(dsn, ids), "the packed jobs were never claimed"
+            await client.shutdown()
+
+    try:
+        run(main())
+    finally:
+        elsewhere.close()

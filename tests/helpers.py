@@ -123,17 +123,26 @@ def worker_exits(samples: dict[str, float]) -> dict[str, float]:
     return {k[len(prefix) : -2]: v for k, v in samples.items() if k.startswith(prefix)}
 
 
+def sessions(dsn: str, condition: str, params: dict[str, Any] | None = None) -> int:
+    """Sessions of this database whose pg_stat_activity row meets ``condition`` (SQL, with
+    ``params``): how a test knows where another party has got to."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            f" WHERE datname = current_database() AND ({condition})",
+            params,
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def lock_waiters(dsn: str, *, application_name: str | None = None) -> int:
     """Sessions of this database waiting on a lock (only those of ``application_name``
     when given): how a race test knows its second party has blocked on the first."""
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock'"
-            " AND (%(app)s::text IS NULL OR application_name = %(app)s)",
-            {"app": application_name},
-        ).fetchone()
-    return int(row[0]) if row else 0
+    return sessions(
+        dsn,
+        "wait_event_type = 'Lock' AND (%(app)s::text IS NULL OR application_name = %(app)s)",
+        {"app": application_name},
+    )
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ import pytest
 import awa_fast
 from awa_fast import AwaError, UniqueConflict, ValidationError
 from awa_fast.transaction import placeholder_count
-from tests.helpers import await_until, lock_waiters, run, run_until, states
+from tests.helpers import await_until, lock_waiters, run, run_until, sessions, states
 
 
 @dataclass
@@ -40,13 +40,8 @@ def job_count(dsn: str) -> int:
 
 def idle_in_transaction(dsn: str) -> int:
     """Client connections left inside a transaction."""
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name = 'awa-fast client' AND state LIKE 'idle in transaction%'"
-        ).fetchone()
-        assert row is not None
-        return int(row[0])
+    client = "application_name = 'awa-fast client'"
+    return sessions(dsn, f"{client} AND state LIKE 'idle in transaction%'")
 
 
 # ---- commit, rollback, and what leaving the block does ---------------------------------
@@ -334,12 +329,7 @@ def test_a_cancelled_task_leaves_its_connection_clean(orders: str) -> None:
 
 
 def sleeping(dsn: str) -> bool:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event = 'PgSleep'"
-        ).fetchone()
-        return row is not None and row[0] == 1
+    return sessions(dsn, "wait_event = 'PgSleep'") == 1
 
 
 def test_a_task_cancelled_outside_a_statement_rolls_back(orders: str) -> None:

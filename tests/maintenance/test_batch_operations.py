@@ -20,7 +20,7 @@ from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.hooks import HookDispatcher
 from tests.factories import insert_job
-from tests.helpers import await_until, job, run, wait_until
+from tests.helpers import await_until, job, lock_waiters, run, wait_until
 
 LEADER = "awa-fast batch test leader"
 
@@ -263,13 +263,7 @@ def test_bad_input_names_the_field_and_stores_nothing(
 
 
 def _leader_waits_on_a_lock(dsn: str) -> bool:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name = %s AND wait_event_type = 'Lock'",
-            (LEADER,),
-        ).fetchone()
-        return row is not None and row[0] > 0
+    return lock_waiters(dsn, application_name=LEADER) > 0
 
 
 def test_a_job_a_claim_takes_mid_chunk_keeps_its_queue_and_priority(

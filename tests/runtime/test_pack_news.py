@@ -13,7 +13,7 @@ import psycopg
 
 import awa_fast
 from awa_fast.db.queries import Q
-from tests.helpers import await_until, job, run
+from tests.helpers import await_until, job, run, sessions
 
 HOUR = 3600.0
 
@@ -41,12 +41,8 @@ def _client(dsn: str) -> awa_fast.AsyncClient:
 def _listening(dsn: str) -> bool:
     """The runner's listener has run its last LISTEN: the news its connection counts as
     (every queue may hold packs) is heard, and no NOTIFY from here on is missed."""
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'awa-fast listener'"
-            " AND state = 'idle' AND query = 'LISTEN awa_fast_cancel'"
-        ).fetchone()
-    return row is not None and row[0] == 1
+    listening = "application_name = 'awa-fast listener' AND state = 'idle'"
+    return sessions(dsn, f"{listening} AND query = 'LISTEN awa_fast_cancel'") == 1
 
 
 async def _start(

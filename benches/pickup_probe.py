@@ -2,19 +2,26 @@
 20 ms; the main thread waits for its NOTIFY and claims it. Every other claim runs in an
 open transaction, timed apart from its COMMIT (the WAL flush); the rest run as the runner
 runs them, autocommit. With ``--wake``, instead: how long one process takes to wake
-another through a socket, both on uvloop, one message every 20 ms.
+another through a socket, both on uvloop, one message every 20 ms. With ``--floor``: what
+any round trip costs from idle, ``SELECT 1`` and a durable one-row UPDATE, each either at
+the scenario's pace (one every 20 ms) or back to back. With ``--task-start``: from a
+message's arrival (a protocol's ``data_received``, as a worker reads its jobs) to code
+starting there by each way asyncio offers, taking turns message by message, at both paces.
 
 Prints p50 and p90 in ms. Claims alternate between the named statements, one invocation
 each, so run it twice or more to compare them.
 
     PYTHONPATH=. python benches/pickup_probe.py URL job_claim_rows job_claim_batch
     PYTHONPATH=. python benches/pickup_probe.py --wake
+    PYTHONPATH=. python benches/pickup_probe.py URL --floor
+    PYTHONPATH=. python benches/pickup_probe.py --task-start
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import socket
 import statistics
@@ -87,6 +94,24 @@ def probe_claims(url: str, statement: str, jobs: int) -> None:
     print(f"{statement}: claim, autocommit {_ms(autocommits)}")
 
 
+def probe_floor(url: str, trips: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE floor_probe (id int PRIMARY KEY, n int)")
+        conn.execute("INSERT INTO floor_probe VALUES (1, 0)")
+        for what, sql in (
+            ("SELECT 1", "SELECT 1"),
+            ("a one-row UPDATE, autocommit", "UPDATE floor_probe SET n = n + 1 WHERE id = 1"),
+        ):
+            for pace, gap in (("every 20 ms", GAP), ("back to back", 0.0)):
+                took = []
+                for _ in range(trips):
+                    time.sleep(gap)  # the pace, not a wait for anything
+                    start = time.perf_counter()
+                    conn.execute(sql, prepare=True)
+                    took.append(time.perf_counter() - start)
+                print(f"{what}, {pace}: {_ms(took)}")
+
+
 def probe_wake(messages: int) -> None:
     parent, child = socket.socketpair()
     pid = os.fork()
@@ -97,6 +122,59 @@ def probe_wake(messages: int) -> None:
     child.close()
     uvloop.run(_waking(parent, messages))
     os.waitpid(pid, 0)
+
+
+START_WAYS = ("loop.call_soon", "loop.create_task", "the coroutine run inline")
+
+
+def probe_task_start(messages: int) -> None:
+    for pace, gap in (("every 20 ms", GAP), ("every 0.5 ms", 0.0005)):
+        parent, child = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            parent.close()
+            for _ in range(messages * len(START_WAYS)):
+                time.sleep(gap)  # the pace, not a wait for anything
+                child.send(b"x")
+            os._exit(0)
+        child.close()
+        took = uvloop.run(_started(parent))
+        os.waitpid(pid, 0)
+        for way, spans in zip(START_WAYS, took, strict=True):
+            print(f"{way} after data_received, {pace}: {_ms(spans)}")
+
+
+async def _started(sock: socket.socket) -> list[list[float]]:
+    """Until the sender closes: messages that arrive together count once."""
+    took: list[list[float]] = [[] for _ in START_WAYS]
+    done = asyncio.Event()
+    tasks = []
+
+    def stamp(way: int, arrived: float) -> None:
+        took[way].append(time.perf_counter() - arrived)
+
+    async def stamp_in_coroutine(way: int, arrived: float) -> None:
+        stamp(way, arrived)
+
+    class Arrivals(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            arrived = time.perf_counter()
+            way = sum(map(len, took)) % len(START_WAYS)
+            if way == 0:
+                loop.call_soon(stamp, way, arrived)
+            elif way == 1:
+                tasks.append(loop.create_task(stamp_in_coroutine(way, arrived)))
+            else:
+                with contextlib.suppress(StopIteration):
+                    stamp_in_coroutine(way, arrived).send(None)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            done.set()
+
+    loop = asyncio.get_running_loop()
+    await loop.connect_accepted_socket(Arrivals, sock)
+    await done.wait()
+    return took
 
 
 async def _woken(sock: socket.socket, messages: int) -> None:
@@ -124,12 +202,24 @@ def main() -> None:
     parser.add_argument("statements", nargs="*", default=["job_claim_rows", "job_claim_batch"])
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--wake", action="store_true")
+    parser.add_argument("--floor", action="store_true")
+    parser.add_argument("--task-start", action="store_true")
     args = parser.parse_args()
     if args.wake:
         probe_wake(args.jobs)
         return
+    if args.task_start:
+        probe_task_start(args.jobs)
+        return
     if not args.url:
         parser.error("a server URL is needed, unless --wake")
+    if args.floor:
+        url = fresh_database(args.url)
+        try:
+            probe_floor(url, args.jobs)
+        finally:
+            drop_database(args.url, url)
+        return
     for statement in args.statements:
         url = fresh_database(args.url)
         try:

@@ -1,0 +1,131 @@
+"""Where a pickup's time goes inside the pool: the ``latency`` scenario (500 jobs at 50/s
+into idle workers) with each stage of every job stamped, p50 / p99 in ms per stage.
+
+Stages: the producer's commit returning -> the claim round starting (negative: the NOTIFY
+reaches the supervisor before the producer's own process wakes); the claim round -> its
+rows back; rows -> the jobs written to the worker's pipe; the pipe -> the worker reading
+them; the read -> the job's task starting; the task -> the handler starting.
+
+The stamps are wrapped around the runner's and pool's own methods for this process only
+(workers inherit them by fork); nothing in the package is changed. With
+``--processes 0`` there is no pipe: the pipe stages read 0.
+
+    PYTHONPATH=. python benches/pickup_stages.py URL --processes 2 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any
+
+from awa_fast.bench import latency as scenario
+from awa_fast.bench.handlers import Board
+from awa_fast.bench.measure import drop_database, fresh_database
+from awa_fast.bench.run import run_as_served
+from awa_fast.runtime import local, pool, runner
+
+JOBS = 500
+STAGES = ("round", "rows", "sent", "read", "task")
+
+
+class Stamps:
+    """One shared board per stage, by job (a fresh database's job n has id n + 1), written
+    by the supervisor and, through the fork, the workers."""
+
+    def __init__(self) -> None:
+        self.boards = {stage: Board(JOBS) for stage in STAGES}
+        self.round_started = 0.0
+
+    def put(self, stage: str, rows: Any, at: float) -> None:
+        for row in rows:
+            if 0 < row[0] <= JOBS:
+                self.boards[stage].put(row[0] - 1, at)
+
+    def wrap(self) -> None:
+        """Stamp each stage from the methods the pickup passes through."""
+        claim_round = runner.Runner._claim_round
+        dispatch = runner.Runner._dispatch
+        deliver = pool.ForkedWorkers.deliver
+        on_message = pool.WorkerProcess.on_message
+        run_claimed = local.run_claimed
+
+        async def stamped_round(self_: runner.Runner, cur: Any) -> bool:
+            self.round_started = time.time()
+            return await claim_round(self_, cur)
+
+        def stamped_dispatch(self_: runner.Runner, rows: Any, *args: Any) -> None:
+            self.put("round", rows, self.round_started)
+            self.put("rows", rows, time.time())
+            dispatch(self_, rows, *args)
+
+        def stamped_deliver(self_: pool.ForkedWorkers, worker: int, rows: Any) -> None:
+            deliver(self_, worker, rows)
+            self.put("sent", rows, time.time())
+
+        def stamped_message(self_: pool.WorkerProcess, message: Any) -> None:
+            if message[0] == "jobs":
+                self.put("read", message[1], time.time())
+            on_message(self_, message)
+
+        async def stamped_run(executor: Any, inflight: Any, row: Any, **options: Any) -> None:
+            self.put("task", [row], time.time())
+            await run_claimed(executor, inflight, row, **options)
+
+        runner.Runner._claim_round = stamped_round  # type: ignore[method-assign]
+        runner.Runner._dispatch = stamped_dispatch  # type: ignore[method-assign]
+        pool.ForkedWorkers.deliver = stamped_deliver  # type: ignore[method-assign]
+        pool.WorkerProcess.on_message = stamped_message  # type: ignore[method-assign]
+        pool.run_claimed = local.run_claimed = stamped_run
+
+
+def _capture(into: dict[str, list[float]]) -> None:
+    """Keep the scenario's own two stamps: each insert's commit and each handler's start."""
+    produce: Callable[..., Any] = scenario.in_producer
+
+    async def producing(*args: Any) -> Any:
+        into["committed"] = await produce(*args)
+        return into["committed"]
+
+    class StartBoard(Board):
+        def read(self) -> list[float]:
+            into["started"] = super().read()
+            return into["started"]
+
+    scenario.in_producer = producing  # type: ignore[assignment]
+    scenario.Board = StartBoard  # type: ignore[misc]
+
+
+def _ms(before: list[float], after: list[float]) -> str:
+    spans = sorted((b - a) * 1e3 if a and b else 0.0 for a, b in zip(before, after, strict=True))
+    return f"{spans[len(spans) // 2]:.3f} / {spans[int(len(spans) * 0.99)]:.3f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url", help="a Postgres server URL (a fresh database per run)")
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    stamps, scenario_stamps = Stamps(), {}
+    stamps.wrap()
+    _capture(scenario_stamps)
+    for run in range(args.runs):
+        url = fresh_database(args.url)
+        try:
+            run_as_served(scenario.latency(url, jobs=JOBS, processes=args.processes or None))
+        finally:
+            drop_database(args.url, url)
+        at = {stage: board.read() for stage, board in stamps.boards.items()}
+        at.update(scenario_stamps)
+        if args.processes == 0:  # no pipe: the read is the dispatch
+            at["sent"] = at["read"] = at["rows"]
+        order = ["committed", *STAGES, "started"]
+        spans = "  ".join(f"{a}->{b} {_ms(at[a], at[b])}" for a, b in itertools.pairwise(order))
+        print(f"run {run + 1}: total {_ms(at['committed'], at['started'])}  {spans}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

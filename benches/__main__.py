@@ -2,7 +2,7 @@
 
 Commands:
   peers   run a scenario (drain, cpu, io, latency, retry, scheduled) with peer queues
-          (pgqueuer, awa-pg, procrastinate), each in its own virtualenv; see
+          (pgqueuer, awa-pg, procrastinate, chancy), each in its own virtualenv; see
           benches/README.md.
 """
 
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         " 10000 for retry and scheduled)",
     )
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--systems", default="pgqueuer,awa-pg,procrastinate")
+    p.add_argument("--systems", default="pgqueuer,awa-pg,procrastinate,chancy")
     p.add_argument(
         "--processes", default="1", help="worker processes per run, or a comma list such as 1,2"
     )

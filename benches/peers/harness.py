@@ -134,6 +134,16 @@ PEERS: dict[str, Peer] = {
         ),
         retry_delay="RetryStrategy(max_attempts=1, wait=0)",
     ),
+    "chancy": Peer(
+        name="chancy",
+        packages=("chancy", "psycopg[binary]", "psutil"),
+        driver="chancy_driver.py",
+        done_sql=(
+            "SELECT count(*) FILTER (WHERE state IN ('succeeded', 'failed')),"
+            " count(*) FILTER (WHERE state = 'failed') FROM chancy_jobs"
+        ),
+        retry_delay="max_attempts=2, retried at once",
+    ),
 }
 
 
@@ -650,15 +660,7 @@ def main(args) -> int:
                     r["packages"] = {
                         k: v
                         for k, v in versions.items()
-                        if k
-                        in (
-                            "pgqueuer",
-                            "awa-pg",
-                            "procrastinate",
-                            "asyncpg",
-                            "psycopg",
-                            "psycopg-pool",
-                        )
+                        if k in (peer.name, "asyncpg", "psycopg", "psycopg-pool")
                     }
                     record(r)
                     if not r.get("ok"):

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.0,
         help="scheduled: seconds from the start of the insert to the due moment"
-        " (default 2 + jobs/5000)",
+        " (default 2 + jobs/2000)",
     )
     p.add_argument("--upgrade", action="store_true", help="pip install --upgrade the peers")
 

@@ -5,12 +5,12 @@
 #
 #   sh benches/full_run.sh postgresql://postgres@127.0.0.1:55432/postgres
 #
-# About 50 minutes on the 2-core machine. Keep the machine otherwise idle. With
-# AWA_FAST_ONLY=1 the peer results already in benches/latest/ are kept and only awa-fast
-# is measured again (about 20 minutes).
+# About 70 minutes on the 2-core machine (session 20, four peers). Keep the machine
+# otherwise idle. With AWA_FAST_ONLY=1 the peer results already in benches/latest/ are kept and only awa-fast
+# is measured again (about 10-20 minutes).
 set -eu
 url=${1:?usage: full_run.sh POSTGRES_SERVER_URL}
-# awa-fast runs last: fail now, not after the peers' 40 minutes, if it cannot start.
+# awa-fast runs last: fail now, not after the peers' hour, if it cannot start.
 awa-fast bench --help >/dev/null
 out=benches/latest
 export AWA_FAST_BENCH_CPU_ITERATIONS="${AWA_FAST_BENCH_CPU_ITERATIONS:-16000}"

@@ -20,6 +20,8 @@ import tempfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from awa_fast.db.dsn import with_database
+
 SHARED_ROOT = Path("/var/tmp/awa-fast")
 
 
@@ -255,4 +257,4 @@ def embedded_url() -> str:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = 'awa_fast'").fetchone()
         if not exists:
             conn.execute("CREATE DATABASE awa_fast")
-    return server_url.rsplit("/", 1)[0] + "/awa_fast"
+    return with_database(server_url, "awa_fast")

@@ -31,6 +31,7 @@ from awa_fast.bench.latency import sustained
 from awa_fast.bench.measure import drop_database, fresh_database
 from awa_fast.bench.run import run_as_served
 from awa_fast.bench.throughput import drain
+from awa_fast.db.dsn import database_of
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     processes = args.processes or None
     window, stop = Window(), threading.Event()
     if args.drain is not None:
-        database = url.rsplit("/", 1)[1]
+        database = database_of(url)
         sampler = threading.Thread(target=window.watch_pool, args=(args.server_url, database, stop))
         run = drain(url, jobs=args.drain, processes=processes)
     else:

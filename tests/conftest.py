@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 import awa_fast
+from awa_fast.db.dsn import with_database
 from awa_fast.localpg import LocalCluster
 
 # One template per test session: sessions sharing a server (two checkouts, say) must not
@@ -37,7 +38,7 @@ def server_url() -> Iterator[str]:
 
 
 def _db_url(server_url: str, name: str) -> str:
-    return server_url.rsplit("/", 1)[0] + "/" + name
+    return with_database(server_url, name)
 
 
 @pytest.fixture(scope="session")

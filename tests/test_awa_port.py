@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 import awa_fast as awa
+from awa_fast.db.dsn import with_database
 from awa_fast.errors import ConfigError
 from awa_fast.runtime.config import RunnerConfig, parse_queues
 from awa_fast.runtime.options import AWA_OPTIONS, runner_config
@@ -272,7 +273,7 @@ def test_module_migrate_is_awaited_as_the_sdks_is(server_url: str) -> None:
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name}")
         conn.execute(f"CREATE DATABASE {name}")
-    url = server_url.rsplit("/", 1)[0] + "/" + name
+    url = with_database(server_url, name)
 
     async def main() -> list[int]:
         return await awa.migrate(url)
@@ -319,7 +320,7 @@ def test_sdk_names_for_errors_stats_and_the_schema_version(dsn: str, client: awa
     missing attribute would itself raise, hiding the error); the admin types and the schema
     version are named as in the SDK."""
     with pytest.raises(awa.DatabaseError):
-        awa.migrate(dsn.rsplit("/", 1)[0] + "/no_such_db")
+        awa.migrate(with_database(dsn, "no_such_db"))
     with pytest.raises(awa.JobNotFound):
         try:
             client.get_job(-1)

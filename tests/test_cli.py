@@ -13,6 +13,7 @@ import pytest
 
 import awa_fast
 from awa_fast.cli import parser
+from awa_fast.db.dsn import with_database
 from awa_fast.maintenance import periodic
 from awa_fast.testing import AwaTestClient
 from tests.factories import finish_jobs
@@ -172,7 +173,7 @@ def test_migrate_prints_the_sql_a_tool_of_ones_own_applies(server_url: str) -> N
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
-    url = server_url.rsplit("/", 1)[0] + "/" + name
+    url = with_database(server_url, name)
     headers = [f"-- Migration V{m.version}: {m.name}" for m in awa_fast.migrations()]
 
     def printed(*args: str) -> list[str]:

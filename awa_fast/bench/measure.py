@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 
+from awa_fast.db.dsn import database_of, with_database
 from awa_fast.db.migrate import migrate
 from awa_fast.runtime.runner import Runner
 
@@ -51,14 +52,14 @@ def fresh_database(server_url: str) -> str:
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
-    url = server_url.rsplit("/", 1)[0] + "/" + name
+    url = with_database(server_url, name)
     migrate(url)
     return url
 
 
 def drop_database(server_url: str, url: str) -> None:
     with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
+        conn.execute(f"DROP DATABASE IF EXISTS {database_of(url)} WITH (FORCE)")
 
 
 @dataclass(frozen=True, slots=True)

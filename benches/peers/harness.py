@@ -39,13 +39,13 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
 from awa_fast.bench import percentiles
 from awa_fast.bench.handlers import burn_loops
 from awa_fast.bench.measure import server_settings, wait_for_listener
+from awa_fast.db.dsn import with_database
 
 HERE = Path(__file__).resolve().parent
 BENCH_ROOT = Path(os.environ.get("AWA_FAST_BENCH_DIR", "/var/tmp/awa-fast-bench"))
@@ -183,11 +183,6 @@ def ensure_venv(peer: Peer, upgrade: bool = False) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- database helpers
-
-
-def db_url(base: str, dbname: str) -> str:
-    parts = urlsplit(base)
-    return urlunsplit(parts._replace(path="/" + dbname))
 
 
 def admin_connect(url: str) -> psycopg.Connection:
@@ -378,7 +373,7 @@ def run_once(
     lead: float = 3.0,
 ) -> dict[str, Any]:
     dbname = f"bench_{re.sub(r'[^a-z0-9]', '_', peer.name)}_{run_index}"
-    url = db_url(base_url, dbname)
+    url = with_database(base_url, dbname)
     admin = admin_connect(base_url)
     result: dict[str, Any] = {
         "system": peer.name,

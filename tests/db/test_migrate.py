@@ -6,6 +6,7 @@ import psycopg
 import pytest
 
 import awa_fast
+from awa_fast.db.dsn import with_database
 from awa_fast.db.migrate import current_version, migrations
 from tests.helpers import run
 
@@ -14,7 +15,7 @@ def _fresh_db(server_url: str, name: str) -> str:
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
-    return server_url.rsplit("/", 1)[0] + "/" + name
+    return with_database(server_url, name)
 
 
 def test_migrate_is_idempotent(server_url: str) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from awa_fast.bench.latency import sustained
-from awa_fast.bench.measure import drop_database, fresh_database
+from awa_fast.bench.measure import fresh_database
 from awa_fast.bench.run import run_as_served
 from awa_fast.bench.throughput import drain
 
@@ -30,21 +30,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     processes = args.processes or None
     for _ in range(args.rounds):
-        url = fresh_database(args.server_url)
-        try:
+        with fresh_database(args.server_url) as url:
             drained = run_as_served(drain(url, jobs=args.jobs, processes=processes))
-        finally:
-            drop_database(args.server_url, url)
         print(f"drain {drained['jobs_per_s']:,.0f} jobs/s", flush=True)
         for rate in args.rates:
-            url = fresh_database(args.server_url)
-            try:
+            with fresh_database(args.server_url) as url:
                 run = sustained(
                     url, jobs=args.jobs, processes=processes, rate=rate, duration=args.duration
                 )
                 result = run_as_served(run)
-            finally:
-                drop_database(args.server_url, url)
             latency = result["latency_ms"]
             print(
                 f"offered {rate:,.0f} completed {result['completed_per_s']:,.0f} jobs/s, "

@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 
 from awa_fast.bench.latency import sustained
-from awa_fast.bench.measure import drop_database, fresh_database
+from awa_fast.bench.measure import fresh_database
 from awa_fast.bench.run import run_as_served
 from awa_fast.bench.throughput import drain
 from awa_fast.db.dsn import database_of
@@ -146,27 +146,30 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.rate is not None and args.skip + args.window > args.duration:
         parser.error("--skip plus --window must fit inside --duration")
-    url = fresh_database(args.server_url)
-    processes = args.processes or None
-    window, stop = Window(), threading.Event()
-    if args.drain is not None:
-        database = database_of(url)
-        sampler = threading.Thread(target=window.watch_pool, args=(args.server_url, database, stop))
-        run = drain(url, jobs=args.drain, processes=processes)
-    else:
-        sampler = threading.Thread(
-            target=window.measure, args=(url,), kwargs={"skip": args.skip, "seconds": args.window}
-        )
-        run = sustained(
-            url, jobs=20_000, processes=processes, rate=args.rate, duration=args.duration
-        )
-    try:
-        sampler.start()
-        result = run_as_served(run)
-    finally:
-        stop.set()
-        sampler.join()
-        drop_database(args.server_url, url)
+    with fresh_database(args.server_url) as url:
+        processes = args.processes or None
+        window, stop = Window(), threading.Event()
+        if args.drain is not None:
+            database = database_of(url)
+            sampler = threading.Thread(
+                target=window.watch_pool, args=(args.server_url, database, stop)
+            )
+            run = drain(url, jobs=args.drain, processes=processes)
+        else:
+            sampler = threading.Thread(
+                target=window.measure,
+                args=(url,),
+                kwargs={"skip": args.skip, "seconds": args.window},
+            )
+            run = sustained(
+                url, jobs=20_000, processes=processes, rate=args.rate, duration=args.duration
+            )
+        try:
+            sampler.start()
+            result = run_as_served(run)
+        finally:
+            stop.set()
+            sampler.join()
     if not window.seconds:
         raise SystemExit("the pool ended before two snapshots of it were taken: run longer")
     if args.drain is not None:

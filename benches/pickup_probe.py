@@ -34,7 +34,7 @@ import psycopg
 import uvloop
 
 from awa_fast import producer
-from awa_fast.bench.measure import drop_database, fresh_database
+from awa_fast.bench.measure import fresh_database
 from awa_fast.db.queries import Q
 
 GAP = 0.02  # seconds between jobs, as the latency scenario's 50 jobs/s
@@ -212,20 +212,14 @@ def main() -> None:
         probe_task_start(args.jobs)
         return
     if not args.url:
-        parser.error("a server URL is needed, unless --wake")
+        parser.error("a server URL is needed, unless --wake or --task-start")
     if args.floor:
-        url = fresh_database(args.url)
-        try:
+        with fresh_database(args.url) as url:
             probe_floor(url, args.jobs)
-        finally:
-            drop_database(args.url, url)
         return
     for statement in args.statements:
-        url = fresh_database(args.url)
-        try:
+        with fresh_database(args.url) as url:
             probe_claims(url, statement, args.jobs)
-        finally:
-            drop_database(args.url, url)
 
 
 if __name__ == "__main__":

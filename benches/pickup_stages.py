@@ -23,7 +23,7 @@ from typing import Any
 
 from awa_fast.bench import latency as scenario
 from awa_fast.bench.handlers import Board
-from awa_fast.bench.measure import drop_database, fresh_database
+from awa_fast.bench.measure import fresh_database, percentiles
 from awa_fast.bench.run import run_as_served
 from awa_fast.runtime import local, pool, runner
 
@@ -99,8 +99,10 @@ def _capture(into: dict[str, list[float]]) -> None:
 
 
 def _ms(before: list[float], after: list[float]) -> str:
-    spans = sorted((b - a) * 1e3 if a and b else 0.0 for a, b in zip(before, after, strict=True))
-    return f"{spans[len(spans) // 2]:.3f} / {spans[int(len(spans) * 0.99)]:.3f}"
+    ms = percentiles(
+        [(b - a) * 1e3 if a and b else 0.0 for a, b in zip(before, after, strict=True)]
+    )
+    return f"{ms['p50']:.3f} / {ms['p99']:.3f}"
 
 
 def main() -> None:
@@ -113,11 +115,8 @@ def main() -> None:
     stamps.wrap()
     _capture(scenario_stamps)
     for run in range(args.runs):
-        url = fresh_database(args.url)
-        try:
+        with fresh_database(args.url) as url:
             run_as_served(scenario.latency(url, jobs=JOBS, processes=args.processes or None))
-        finally:
-            drop_database(args.url, url)
         at = {stage: board.read() for stage, board in stamps.boards.items()}
         at.update(scenario_stamps)
         if args.processes == 0:  # no pipe: the read is the dispatch

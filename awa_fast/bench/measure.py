@@ -15,14 +15,14 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import psycopg
 
-from awa_fast.db.dsn import database_of, with_database
+from awa_fast.db.dsn import with_database
 from awa_fast.db.migrate import migrate
 from awa_fast.runtime.runner import Runner
 
@@ -46,20 +46,21 @@ _serial = itertools.count()
 # -- databases and counters ----------------------------------------------------------------
 
 
-def fresh_database(server_url: str) -> str:
-    """A new, migrated database on the server of ``server_url``."""
+@contextlib.contextmanager
+def fresh_database(server_url: str) -> Iterator[str]:
+    """The URL of a new, migrated database on the server of ``server_url``, dropped on
+    the way out (every run starts from an empty schema and leaves nothing behind)."""
     name = f"awa_fast_bench_{os.getpid()}_{next(_serial)}"
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
-    url = with_database(server_url, name)
-    migrate(url)
-    return url
-
-
-def drop_database(server_url: str, url: str) -> None:
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {database_of(url)} WITH (FORCE)")
+    try:
+        url = with_database(server_url, name)
+        migrate(url)
+        yield url
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @dataclass(frozen=True, slots=True)

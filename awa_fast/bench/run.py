@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from awa_fast.bench.latency import latency, sustained
-from awa_fast.bench.measure import drop_database, fresh_database
+from awa_fast.bench.measure import fresh_database
 from awa_fast.bench.throughput import cpu, drain, io, promote, retry, scheduled
 from awa_fast.runtime import collector
 
@@ -113,17 +113,14 @@ def run_planned(
     options = planned.options
     results = []
     for run in range(runs):
-        url = fresh_database(server_url)
         report = functools.partial(progress, run) if progress else None
-        try:
+        with fresh_database(server_url) as url:
             coro = SCENARIOS[planned.scenario](
                 url, jobs=planned.jobs, processes=planned.processes, progress=report, **options
             )
             results.append({**run_as_served(coro), "run": run + 1})
             if on_result is not None:
                 on_result(results[-1])
-        finally:
-            drop_database(server_url, url)
     return results
 
 

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
-from awa_fast.bench.measure import drop_database, fresh_database
+from awa_fast.bench.measure import fresh_database
 from awa_fast.db.dsn import database_of, with_database
 
 
@@ -58,17 +58,13 @@ def test_a_bench_database_on_a_unix_socket_url_keeps_its_parameters(server_url: 
     socket_url = (
         f"postgresql://{user}@/postgres?host={socket_dir}&port={port}&application_name=dsn-probe"
     )
-    url = fresh_database(socket_url)
-    try:
-        with psycopg.connect(url) as conn:
-            row = conn.execute(
-                "SELECT current_database(), current_setting('application_name'),"
-                " inet_server_addr() IS NULL"
-            ).fetchone()
-        assert row == (database_of(url), "dsn-probe", True)
-        assert database_of(url).startswith("awa_fast_bench_")
-    finally:
-        drop_database(socket_url, url)
+    with fresh_database(socket_url) as url, psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT current_database(), current_setting('application_name'),"
+            " inet_server_addr() IS NULL"
+        ).fetchone()
+    assert row == (database_of(url), "dsn-probe", True)
+    assert database_of(url).startswith("awa_fast_bench_")
     with psycopg.connect(server_url) as conn:
         left = conn.execute(
             "SELECT count(*) FROM pg_database WHERE datname = %s", (database_of(url),)

@@ -266,6 +266,11 @@ def _plain(value: object) -> object:
     return str(value)
 
 
+def _no_standby(command: argparse.ArgumentParser, *, help: str) -> None:
+    """--no-standby: RunnerConfig.standby off (awa_fast.runtime.standby)."""
+    command.add_argument("--no-standby", dest="standby", action="store_false", help=help)
+
+
 def _setting_arg(text: str) -> tuple[str, float | int]:
     from dataclasses import fields
 
@@ -289,6 +294,13 @@ def _cmd_serve(opts: argparse.Namespace) -> int:
     url = database_url(opts.database_url) if opts.database_url or not app.dsn else app.dsn
     migrate(url)
     app.dsn = url
+    queues = dict(opts.queue) if opts.queue else None
+    processes = opts.processes or os.cpu_count() or 1
+    return serve(app, queues, processes=processes, **serve_config(opts))
+
+
+def serve_config(opts: argparse.Namespace) -> dict[str, Any]:
+    """The RunnerConfig fields ``serve``'s options set (the others keep their defaults)."""
     config: dict[str, Any] = {"shutdown_timeout": opts.shutdown_timeout, **dict(opts.set or [])}
     if opts.max_jobs_per_worker:
         config["max_jobs_per_worker"] = opts.max_jobs_per_worker
@@ -298,9 +310,9 @@ def _cmd_serve(opts: argparse.Namespace) -> int:
         config["metrics_port"] = opts.metrics_port
     if opts.rate_limit:
         config["queue_rate_limits"] = dict(opts.rate_limit)
-    queues = dict(opts.queue) if opts.queue else None
-    processes = opts.processes or os.cpu_count() or 1
-    return serve(app, queues, processes=processes, **config)
+    if not opts.standby:
+        config["standby"] = False
+    return config
 
 
 def _cmd_bench(opts: argparse.Namespace) -> int:
@@ -308,7 +320,11 @@ def _cmd_bench(opts: argparse.Namespace) -> int:
 
     names = list(bench.SCENARIOS) if "all" in opts.scenario else opts.scenario
     planned = bench.plan(
-        names, jobs=opts.jobs, processes=opts.processes or None, duration=opts.duration
+        names,
+        jobs=opts.jobs,
+        processes=opts.processes or None,
+        duration=opts.duration,
+        standby=opts.standby,
     )
     url = database_url(opts.database_url)
     results = bench.run_all(url, planned, runs=opts.runs)
@@ -369,6 +385,7 @@ def parser() -> argparse.ArgumentParser:
         help="start at most RATE jobs a second of queue NAME (in bursts of up to BURST)",
     )
     serve.add_argument("--shutdown-timeout", type=float, default=30.0)
+    _no_standby(serve, help="leave no standby claims: every job starts on a claim of its own")
     serve.add_argument("--max-jobs-per-worker", type=int)
     serve.add_argument("--max-worker-memory-mb", type=float)
     serve.add_argument(
@@ -418,6 +435,7 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--processes", type=int, default=0, help="worker processes (0: in-process)")
     bench.add_argument("--duration", type=float, help="seconds of offered load (sustained)")
     bench.add_argument("--out", default="bench-results", help="folder for results and charts")
+    _no_standby(bench, help="latency: run the pool without standby claims")
     bench.add_argument(
         "--include", action="append", default=[], metavar="FILE.jsonl", help="peer results"
     )

@@ -3,14 +3,16 @@ into idle workers) with each stage of every job stamped, p50 / p99 in ms per sta
 
 Stages: the producer's commit returning -> the claim round starting (negative: the NOTIFY
 reaches the supervisor before the producer's own process wakes); the claim round -> its
-rows back; rows -> the jobs written to the worker's pipe; the pipe -> the worker reading
-them; the read -> the job's task starting; the task -> the handler starting.
+rows back (with standby claims, the default, the round's collect of the job the insert
+started; ``--no-standby``: its claim); rows -> the jobs written to the worker's pipe; the
+pipe -> the worker reading them; the read -> the job's task starting; the task -> the
+handler starting.
 
 The stamps are wrapped around the runner's and pool's own methods for this process only
 (workers inherit them by fork); nothing in the package is changed. With
 ``--processes 0`` there is no pipe: the pipe stages read 0.
 
-    PYTHONPATH=. python benches/pickup_stages.py URL --processes 2 --runs 3
+    PYTHONPATH=. python benches/pickup_stages.py URL --processes 2 --runs 3 [--no-standby]
 """
 
 from __future__ import annotations
@@ -110,13 +112,17 @@ def main() -> None:
     parser.add_argument("url", help="a Postgres server URL (a fresh database per run)")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-standby", dest="standby", action="store_false")
     args = parser.parse_args()
     stamps, scenario_stamps = Stamps(), {}
     stamps.wrap()
     _capture(scenario_stamps)
     for run in range(args.runs):
         with fresh_database(args.url) as url:
-            run_as_served(scenario.latency(url, jobs=JOBS, processes=args.processes or None))
+            pickups = scenario.latency(
+                url, jobs=JOBS, processes=args.processes or None, standby=args.standby
+            )
+            run_as_served(pickups)
         at = {stage: board.read() for stage, board in stamps.boards.items()}
         at.update(scenario_stamps)
         if args.processes == 0:  # no pipe: the read is the dispatch

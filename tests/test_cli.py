@@ -12,9 +12,10 @@ import psycopg
 import pytest
 
 import awa_fast
-from awa_fast.cli import parser
+from awa_fast.cli import parser, serve_config
 from awa_fast.db.dsn import with_database
 from awa_fast.maintenance import periodic
+from awa_fast.runtime.config import RunnerConfig
 from awa_fast.testing import AwaTestClient
 from tests.factories import finish_jobs
 from tests.helpers import job, run
@@ -95,6 +96,13 @@ def test_serve_rate_limits_are_parsed_and_bad_ones_refused(capsys: Any) -> None:
         with pytest.raises(SystemExit):
             parser().parse_args(["serve", "app:client", "--rate-limit", bad])
         assert "expected NAME=RATE[:BURST]" in capsys.readouterr().err
+
+
+def test_serve_no_standby_turns_standby_claims_off() -> None:
+    default = serve_config(parser().parse_args(["serve", "app:client"]))
+    assert "standby" not in default and RunnerConfig(**default).standby
+    off = serve_config(parser().parse_args(["serve", "app:client", "--no-standby"]))
+    assert RunnerConfig(**off).standby is False
 
 
 @dataclass

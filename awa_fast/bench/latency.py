@@ -27,10 +27,12 @@ async def latency(
     jobs: int,
     processes: int | None = None,
     rate: float = 50.0,
+    standby: bool = True,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """``jobs`` jobs inserted one at a time at ``rate``/s into idle workers; pickup latency
-    (insert commit → handler start) percentiles in ms."""
+    (insert commit → handler start) percentiles in ms. ``standby=False`` runs the pool
+    without standby claims (awa_fast.runtime.standby): each job on a claim of its own."""
     board = Board(jobs)
     client = AsyncClient(url)
 
@@ -40,7 +42,7 @@ async def latency(
 
     try:
         window = Window(url, "latency", processes)
-        runner = await client.start({"default": 100}, processes=processes)
+        runner = await client.start({"default": 100}, processes=processes, standby=standby)
         await asyncio.to_thread(wait_for_listener, url)
         producing = in_producer("produce_one_by_one", url, rate, jobs)
         committed: list[float] = await _with_progress(producing, jobs / rate, progress)
@@ -51,7 +53,12 @@ async def latency(
         started = board.read()
         board.close()
     pickups = [(s - c) * 1000 for s, c in zip(started, committed, strict=True)]
-    return {**window.result(jobs=jobs), "rate": rate, "latency_ms": percentiles(pickups)}
+    return {
+        **window.result(jobs=jobs),
+        "variant": "" if standby else "no standby claims",
+        "rate": rate,
+        "latency_ms": percentiles(pickups),
+    }
 
 
 async def sustained(

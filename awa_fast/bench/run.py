@@ -69,9 +69,11 @@ def plan(
     jobs: int | None = None,
     processes: int | None = None,
     duration: float | None = None,
+    standby: bool = True,
 ) -> list[Planned]:
     """Expand scenario names into configurations: ``cpu`` at 1..P processes when P > 1,
-    ``sustained`` at each of ``SUSTAINED_LOADS``."""
+    ``sustained`` at each of ``SUSTAINED_LOADS``; ``latency`` without standby claims when
+    ``standby`` is False."""
     out = []
     for name in scenarios:
         if name not in SCENARIOS:
@@ -85,6 +87,8 @@ def plan(
                 Planned(name, count, processes, {"load": load, "basis": basis, **timing})
                 for load, basis in SUSTAINED_LOADS
             ]
+        elif name == "latency" and not standby:
+            out.append(Planned(name, count, processes, {"standby": False}))
         else:
             out.append(Planned(name, count, processes, {}))
     return out

@@ -190,6 +190,7 @@ class Maintenance:
         async with conn.transaction():
             cur = await conn.execute(Q.host_take_dead, limits)
             dead = [row[0] for row in await cur.fetchall()]
+            await conn.execute(Q.standby_drop_orphans)
             if dead:
                 cur = await conn.execute(Q.job_select_of_hosts, {"hosts": dead})
                 found = await cur.fetchall()

@@ -32,6 +32,10 @@ class RunnerConfig:
     claim_batch: int = 500
     claimers: int = 2
     poll_interval: float = 1.0
+    # A claim that finds a queue drained, with capacity to spare, leaves a standby claim
+    # there (awa_fast.runtime.standby): the next job inserted into the queue starts in its
+    # inserting transaction, without a durable claim of its own.
+    standby: bool = True
     promote_interval: float = 0.25
     promote_batch: int = 2000
     heartbeat_interval: float = 5.0
@@ -151,6 +155,8 @@ class RunnerConfig:
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0 seconds")
+        if not isinstance(self.standby, bool):
+            raise ConfigError(f"standby must be True or False, got {self.standby!r}")
         self._check_descriptor_retention()
         for queue, limit in self.queue_rate_limits.items():
             check_rate_limit(queue, limit)

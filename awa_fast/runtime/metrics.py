@@ -76,6 +76,14 @@ def _catalogue() -> tuple[Metric, ...]:
             "queue",
         ),
         Metric(
+            "awa_fast_jobs_started_on_standby_total",
+            "counter",
+            "Jobs started in their inserting transaction on this runner's standby claims "
+            "(counted among the jobs claimed too), each with no claim statement of its own.",
+            _by_queue(lambda r: r.standby.started_by_queue if r.standby else [0] * len(r.queues)),
+            "queue",
+        ),
+        Metric(
             "awa_fast_outcomes_committed_total",
             "counter",
             "Handler outcomes the committer settled, by the state each asked for "

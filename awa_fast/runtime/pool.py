@@ -37,7 +37,7 @@ import uvloop
 
 from awa_fast.db.transitions import Target
 from awa_fast.runtime import collector
-from awa_fast.runtime.executor import ID, KIND, LEASE
+from awa_fast.runtime.executor import KIND
 from awa_fast.runtime.local import run_claimed
 
 if TYPE_CHECKING:
@@ -327,12 +327,9 @@ class ForkedWorkers:
 def release_unstarted(runner: Runner, rows: Sequence[Sequence[Any]], *, reason: str) -> None:
     """Delivered rows whose handler never started: back to available, unstarted (the
     attempt is not counted), each freeing its slot and capacity unit."""
-    payload = orjson.dumps({"reason": reason})
+    runner.give_back([row[:-2] for row in rows], reason=reason)
     for row in rows:
-        *job, slot, _cap = row
-        kind = runner.handlers.registry.index_of(job[KIND])
-        runner.ring.push(job[ID], job[LEASE], int(Target.RELEASED), kind, 0.0, payload)
-        runner.inflight.release_slot(slot)  # frees its capacity unit too
+        runner.inflight.release_slot(row[-2])  # frees its capacity unit too
 
 
 def _close_handles(proc: Proc) -> None:

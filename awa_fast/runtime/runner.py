@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+import orjson
 import psycopg
 from psycopg.types.numeric import Int8BinaryLoader
 from psycopg.types.string import ByteaBinaryLoader
@@ -29,6 +30,7 @@ from awa_fast.codec import decode_json
 from awa_fast.db.connections import attempts_params, connect_hot, connect_hot_async
 from awa_fast.db.migrate import require_migrated
 from awa_fast.db.queries import Q
+from awa_fast.db.transitions import Target
 from awa_fast.descriptors import Descriptor
 from awa_fast.errors import ConfigError
 from awa_fast.maintenance import periodic
@@ -37,11 +39,12 @@ from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.attempt_writer import AttemptWriter
 from awa_fast.runtime.committer import Committer
 from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.executor import JSONB_BINARY_VERSION, Executor
+from awa_fast.runtime.executor import ID, JSONB_BINARY_VERSION, KIND, LEASE, Executor
 from awa_fast.runtime.followups import FollowupRegistry
 from awa_fast.runtime.hooks import EventType, HookDispatcher, HookRegistry
 from awa_fast.runtime.packwatch import PackWatch
 from awa_fast.runtime.ratelimit import TokenBucket, check_rate_limit
+from awa_fast.runtime.standby import Standby
 from awa_fast.types import JobRow, JobState
 from awa_fast.worker import Registry, instant
 
@@ -50,6 +53,9 @@ log = logging.getLogger("awa_fast.runner")
 T = TypeVar("T")
 
 CAPACITY_RECHECK = 0.05  # seconds between looks at capacity while claiming waits for it
+# What the listener LISTENs to, in order: new jobs, news of packs, admin cancels, and jobs
+# started on this host's standby claims.
+CHANNELS = ("awa_fast_jobs", "awa_fast_packs", "awa_fast_cancel", "awa_fast_standby")
 
 
 @dataclass(slots=True)
@@ -228,6 +234,17 @@ class Runner:
             for q in self.queues
         ]
         self._refill_wake: asyncio.TimerHandle | None = None
+        # Standby claims (awa_fast.runtime.standby), for queues whose claims no rate
+        # limit holds back: a job started on one is a job whose start took no token.
+        self.standby = (
+            Standby(
+                list(self.queues),
+                deadlines=[config.deadline_for(q) for q in self.queues],
+                recheck=config.poll_interval,
+            )
+            if config.standby
+            else None
+        )
         self._metrics: asyncio.Server | None = None
         self.host_id: int | None = None  # this host's row in awa_fast.hosts, once started
 
@@ -331,6 +348,7 @@ class Runner:
         self._stopping = True
         self._wake.set()
         await asyncio.gather(*self._claimers, return_exceptions=True)
+        await self._withdraw_standby()
         await self.workers.drain(timeout)
         for task in self._services:
             task.cancel()
@@ -341,6 +359,21 @@ class Runner:
         await self._forget_host()
         self.hooks.stop()
         await self._stop_metrics()
+
+    async def _withdraw_standby(self) -> None:
+        """Take back this host's waiting standby claims, and start the jobs started on
+        the others (they run while the workers drain). A database out of reach leaves the
+        claims to go with this host's row."""
+        standby = self.standby
+        if standby is None or self.host_id is None:
+            return
+        try:
+            async with await self._connect() as conn:
+                cur = conn.cursor(binary=True)
+                await standby.withdraw(cur, host_id=self.host_id)
+                await self._collect(standby, cur)
+        except psycopg.OperationalError as exc:
+            log.warning("standby claims not withdrawn (%s)", exc)
 
     async def _stop_metrics(self) -> None:
         """Close the metrics endpoint (kept until the end, so that a probe during the
@@ -495,10 +528,9 @@ class Runner:
         (beside a producer, claims of 250 cost their backend 10.0-10.1 us a job, this
         8.1-8.5; benches/RESULTS.md).
         """
-        caps = [(self.capacity_index(queue_index, w), w) for w in self.workers.accepting()]
-        free = sorted(((self.inflight.free(cap), cap, w) for cap, w in caps), reverse=True)
+        free = self._free_units(queue_index)
         total_free = sum(f for f, _, _ in free)
-        capacity = sum(self.inflight.capacity(cap) for cap, _ in caps)
+        capacity = sum(self.inflight.capacity(cap) for _, cap, _ in free)
         threshold = max(1, min(self.config.claim_batch // 2, capacity // 2))
         if total_free < threshold and total_free < capacity:
             return []
@@ -510,16 +542,27 @@ class Runner:
             if not remaining:
                 self._wake_at_refill(bucket.wait(now))
                 return []
-        reserved = []
-        for available, cap, worker in free:
-            if remaining == 0 or available == 0:
-                break
-            got = self.inflight.reserve(cap, min(available, remaining))
-            if got:
-                reserved.append((worker, got))
-                remaining -= got
+        reserved = self._reserve_units(free, remaining)
         if bucket is not None:
             bucket.spend(sum(n for _, n in reserved))
+        return reserved
+
+    def _free_units(self, queue_index: int) -> list[tuple[int, int, int]]:
+        """(free units, capacity index, worker) of each accepting worker, most free first."""
+        caps = [(self.capacity_index(queue_index, w), w) for w in self.workers.accepting()]
+        return sorted(((self.inflight.free(cap), cap, w) for cap, w in caps), reverse=True)
+
+    def _reserve_units(self, free: list[tuple[int, int, int]], count: int) -> list[tuple[int, int]]:
+        """Reserve up to ``count`` units from ``free`` (:meth:`_free_units`), in its order:
+        (worker, units) per worker that gave any."""
+        reserved = []
+        for available, cap, worker in free:
+            if count == 0 or available == 0:
+                break
+            got = self.inflight.reserve(cap, min(available, count))
+            if got:
+                reserved.append((worker, got))
+                count -= got
         return reserved
 
     def _wake_at_refill(self, delay: float) -> None:
@@ -545,6 +588,10 @@ class Runner:
         # Marked before capacity is read: outcomes drained after the read wake the next
         # watcher.
         self._starved = True
+        standby = self.standby
+        drained: list[int] = []  # queues whose claim took all there was, with room to spare
+        if standby is not None and standby.due(time.monotonic()):
+            await self._collect(standby, cur)
         for queue_index, queue in enumerate(self.queues):
             reserved = self._reserve(queue_index)
             want = sum(n for _, n in reserved)
@@ -575,8 +622,35 @@ class Runner:
             self._dispatch(rows, queue_index, reserved)
             self.claimed_by_queue[queue_index] += len(rows)
             full = full or len(rows) == want
+            if len(rows) < want and self._buckets[queue_index] is None:
+                drained.append(queue_index)
+        if standby is not None and drained:
+            assert self.host_id is not None
+            await standby.offer(cur, drained, host_id=self.host_id)
         self._starved = starved
         return full
+
+    async def _collect(self, standby: Standby, cur: psycopg.AsyncCursor[Any]) -> None:
+        """Start the jobs started on our standby claims, as claimed rows are started. One
+        that finds its queue's capacity taken meanwhile (by claims since the offer) goes
+        back to available unstarted, its attempt given back: a queue's concurrency holds."""
+        assert self.host_id is not None
+        started = await standby.collect(cur, host_id=self.host_id, now=time.monotonic())
+        for queue_index, rows in started.items():
+            reserved = self._reserve_units(self._free_units(queue_index), len(rows))
+            taken = sum(n for _, n in reserved)
+            self._dispatch(rows[:taken], queue_index, reserved)
+            self.claimed_by_queue[queue_index] += taken
+            standby.started_by_queue[queue_index] += taken
+            self.give_back(rows[taken:], reason="its queue had no capacity left for it")
+
+    def give_back(self, rows: Sequence[Sequence[Any]], *, reason: str) -> None:
+        """Started rows whose handler never started: back to available through the
+        committer, unstarted (the attempt is not counted)."""
+        payload = orjson.dumps({"reason": reason})
+        for row in rows:
+            kind = self.handlers.registry.index_of(row[KIND])
+            self.ring.push(row[ID], row[LEASE], int(Target.RELEASED), kind, 0.0, payload)
 
     def _unspend(self, queue_index: int, tokens: int) -> None:
         """Give a rate-limited queue back the tokens of jobs its claim did not start."""
@@ -610,23 +684,30 @@ class Runner:
     # -- services -------------------------------------------------------------------------
 
     async def _listen_loop(self) -> None:
-        """Wake claiming on new jobs (one NOTIFY per inserting statement), and on news of
-        packs (awa_fast.runtime.packwatch), and flip cancel flags for admin cancels of
-        attempts running here."""
+        """Wake claiming on new jobs (one NOTIFY per inserting statement), on jobs started
+        on this host's standby claims, and on news of packs (awa_fast.runtime.packwatch),
+        and flip cancel flags for admin cancels of attempts running here."""
         queue_index = {queue: index for index, queue in enumerate(self.queues)}
         while not self._stopping:
             try:
                 async with await psycopg.AsyncConnection.connect(
                     self.dsn, autocommit=True, application_name="awa-fast listener"
                 ) as conn:
-                    for channel in ("awa_fast_jobs", "awa_fast_packs", "awa_fast_cancel"):
+                    for channel in CHANNELS:
                         await conn.execute(f"LISTEN {channel}")
-                    self._packs.heard()  # news may have gone unheard while disconnected
+                    # news may have gone unheard while disconnected
+                    self._packs.heard()
+                    if self.standby is not None:
+                        self.standby.heard()
                     self._wake.set()
                     async for note in conn.notifies():
                         if note.channel == "awa_fast_cancel":
                             job_id, _, lease = note.payload.partition(":")
                             self._flag(int(job_id), int(lease), why="cancelled by admin")
+                        elif note.channel == "awa_fast_standby":
+                            if self.standby is not None and note.payload == str(self.host_id):
+                                self.standby.heard()
+                                self._wake.set()
                         elif note.payload in queue_index:
                             if note.channel == "awa_fast_packs":
                                 self._packs.heard(queue_index[note.payload])
@@ -784,9 +865,6 @@ def started_row(row: tuple[Any, ...]) -> JobRow:
         ARGS,
         ATTEMPT,
         CREATED_AT,
-        ID,
-        KIND,
-        LEASE,
         MAX_ATTEMPTS,
         PRIORITY,
         QUEUE,

@@ -10,6 +10,7 @@ import pytest
 
 import awa_fast
 from awa_fast.db.connections import IdMap
+from awa_fast.db.queries import Q
 from awa_fast.maintenance.leader import Leader
 from awa_fast.maintenance.service import MIN_PROMOTE_PAUSE, Maintenance
 from awa_fast.runtime.config import RunnerConfig
@@ -159,9 +160,13 @@ def test_a_dead_hosts_attempts_are_rescued_at_once(dsn: str, conn: psycopg.Conne
     _set(conn, lost, f"host_id = {dead_host}")
     kept = insert_job(conn, state="running", attempt=1, run_lease=1)
     _set(conn, kept, f"host_id = {live_host}")
+    for host_id in (dead_host, live_host):
+        conn.execute(Q.standby_offer, {"host_id": host_id, "queues": ["idle"], "deadlines": [60.0]})
 
     counts = run(_once(dsn, "rescue_once", heartbeat_staleness=30.0))
     assert counts == {"host_take_dead": 1}
+    standby = conn.execute("SELECT host_id FROM awa_fast.standby_claims").fetchall()
+    assert standby == [(live_host,)]  # the dead host's claim went with it
     assert job(dsn, lost)["state"] == "retryable"
     assert job(dsn, lost)["errors"][-1]["error"].startswith("heartbeat stale")
     assert job(dsn, kept)["state"] == "running"

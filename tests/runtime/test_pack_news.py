@@ -13,6 +13,7 @@ import psycopg
 
 import awa_fast
 from awa_fast.db.queries import Q
+from awa_fast.runtime.runner import CHANNELS
 from tests.helpers import await_until, job, run, sessions
 
 HOUR = 3600.0
@@ -42,7 +43,7 @@ def _listening(dsn: str) -> bool:
     """The runner's listener has run its last LISTEN: the news its connection counts as
     (every queue may hold packs) is heard, and no NOTIFY from here on is missed."""
     listening = "application_name = 'awa-fast listener' AND state = 'idle'"
-    return sessions(dsn, f"{listening} AND query = 'LISTEN awa_fast_cancel'") == 1
+    return sessions(dsn, f"{listening} AND query = 'LISTEN {CHANNELS[-1]}'") == 1
 
 
 async def _start(

@@ -18,15 +18,16 @@ SET state = 'running',
     callback_timeout_at = NULL,
     callback_rules = NULL
 
--- fragment: claim_returning
--- Empty metadata and errors (most jobs' first attempt) come back as NULL: nothing to load
--- here, send to a worker or parse there. deadline_at is the handler's job.deadline: set
--- here from now() and the job's own deadline_seconds, neither of which the row carries
--- back, so the claimer could not recompute it exactly.
-RETURNING j.id, j.run_lease, j.kind, j.queue, j.args, j.attempt, j.max_attempts,
-          j.priority, j.tags, NULLIF(j.metadata, '{}') AS metadata,
-          NULLIF(j.errors, '[]') AS errors, j.progress, j.run_at, j.created_at,
-          j.deadline_at
+-- fragment: claim_columns
+-- A started attempt's row as the executor reads it (claims return it, standby_collect
+-- selects it). Empty metadata and errors (most jobs' first attempt) come back as NULL:
+-- nothing to load here, send to a worker or parse there. deadline_at is the handler's
+-- job.deadline: set at the start from now() and the job's own deadline_seconds, neither
+-- of which the row carries back, so the claimer could not recompute it exactly.
+j.id, j.run_lease, j.kind, j.queue, j.args, j.attempt, j.max_attempts,
+j.priority, j.tags, NULLIF(j.metadata, '{}') AS metadata,
+NULLIF(j.errors, '[]') AS errors, j.progress, j.run_at, j.created_at,
+j.deadline_at
 
 -- name: job_claim_rows
 -- job_claim_batch for a queue that holds no packs, as far as the runner has heard
@@ -47,7 +48,8 @@ WITH claimed AS (
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ))
-    -- include: claim_returning
+    RETURNING
+    -- include: claim_columns
 )
 SELECT * FROM claimed ORDER BY priority, run_at, id;
 
@@ -109,7 +111,8 @@ claimed AS (
     UPDATE awa_fast.jobs_hot j
     -- include: claim_set
     WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM chosen WHERE pack IS NULL))
-    -- include: claim_returning
+    RETURNING
+    -- include: claim_columns
 ),
 started AS (
     -- Each pack's taken jobs, started by awa_fast.start_packed (migration 0016), called
@@ -124,6 +127,46 @@ SELECT * FROM claimed
 UNION ALL
 SELECT * FROM started
 ORDER BY priority, run_at, id;
+
+-- name: standby_collect
+-- This host's standby claims (migration 0018): the jobs started on them, as claims return
+-- rows, each beside its claim's queue; and those still waiting, a row each with NULL for
+-- the job. Spent claims are deleted. A started job that no longer runs on that attempt
+-- (cancelled or rescued before this read) is passed over; its claim is deleted all the
+-- same. Rows and claims are read in one snapshot: a claim naming a job is committed with
+-- that job's start. Only standby_claims is written (UNLOGGED): nothing to flush.
+WITH mine AS (
+    SELECT s.id, s.queue, s.job_id, s.run_lease FROM awa_fast.standby_claims s
+    WHERE s.host_id = %(host_id)s
+),
+spent AS (
+    DELETE FROM awa_fast.standby_claims s USING mine m
+    WHERE s.id = m.id AND m.job_id IS NOT NULL
+)
+SELECT m.queue AS standby_queue, m.job_id IS NULL AS waiting,
+-- include: claim_columns
+FROM mine m
+LEFT JOIN awa_fast.jobs_hot j
+    ON j.id = m.job_id AND j.run_lease = m.run_lease AND j.state = 'running'
+   AND j.host_id = %(host_id)s
+WHERE m.job_id IS NULL OR j.id IS NOT NULL
+ORDER BY j.priority, j.run_at, j.id;
+
+-- name: standby_offer
+-- A standby claim for each queue named, with the queue's deadline on this host.
+INSERT INTO awa_fast.standby_claims (queue, host_id, deadline_s)
+SELECT o.queue, %(host_id)s, o.deadline_s
+FROM unnest(%(queues)s::text[], %(deadlines)s::float8[]) AS o(queue, deadline_s);
+
+-- name: standby_withdraw
+-- This host's waiting standby claims, deleted as it stops; one an inserting transaction
+-- holds is skipped (its job, if that transaction commits, is collected after this).
+DELETE FROM awa_fast.standby_claims
+WHERE id IN (
+    SELECT id FROM awa_fast.standby_claims
+    WHERE host_id = %(host_id)s AND job_id IS NULL
+    FOR UPDATE SKIP LOCKED
+);
 
 -- name: job_complete_many
 -- The hot path: every plain completion of a batch in one statement, moving each row from

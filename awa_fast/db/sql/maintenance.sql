@@ -10,6 +10,18 @@ DELETE FROM awa_fast.hosts
 WHERE heartbeat_at < now() - make_interval(secs => %(staleness_s)s)
 RETURNING id;
 
+-- name: standby_drop_orphans
+-- Standby claims (migration 0018) of hosts that are gone, which no job starts on any more;
+-- one an inserting transaction holds is left to the next sweep. A job started on such a
+-- claim just before its host went is a running attempt of that host, rescued as its
+-- others are (or by the backstop, if its transaction committed after that rescue).
+DELETE FROM awa_fast.standby_claims
+WHERE id IN (
+    SELECT s.id FROM awa_fast.standby_claims s
+    WHERE NOT EXISTS (SELECT 1 FROM awa_fast.hosts h WHERE h.id = s.host_id)
+    FOR UPDATE SKIP LOCKED
+);
+
 -- name: job_select_of_hosts
 -- The running attempts of dead hosts: a read of all of jobs_hot, only when a host died.
 SELECT id, run_lease FROM awa_fast.jobs_hot

@@ -1,0 +1,114 @@
+-- Standby claims: a job inserted into an idle queue starts on its inserting transaction's
+-- commit, with no claim of its own.
+--
+-- A claim is a write that must be durable before its handler may start, and on a machine
+-- whose workers wait idle a durable write costs a flush from idle: on the VM that runs
+-- this project's benches, 1.3 ms of a pickup's 1.4 (benches/RESULTS.md, session 20). A
+-- runner whose claim found a queue drained, with capacity to spare, leaves a standby
+-- claim for it here instead. The next statement that inserts available jobs into that
+-- queue starts one of them on the standby claim, in its own transaction: the job's row
+-- becomes running (as a claim makes it), the standby claim names the job, and the runner
+-- hears it on awa_fast_standby at commit. The start is as durable as the insert, which
+-- flushes anyway; the runner's collect (job rows and standby claims read, its own spent
+-- claims deleted) writes only this table, which has no WAL to flush.
+--
+-- UNLOGGED: a standby claim is a runner's offer, not a job's state. After a crash the
+-- table is empty and runners offer again (their collect notices, Runner._standby). A job
+-- started on a claim that a crash then wiped is a running attempt of its host, as any
+-- claimed job is: the host runs it if it heard of it, and the leader rescues it if not.
+CREATE UNLOGGED TABLE awa_fast.standby_claims (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue text NOT NULL,
+    -- No job starts on the claim of a host that has stopped (host_forget) or was taken
+    -- for dead (host_take_dead); the leader deletes such claims (standby_drop_orphans).
+    -- Not a foreign key: deleting a host would wait for every transaction that holds one
+    -- of its claims, and the leader's rescue with it.
+    host_id bigint NOT NULL,
+    -- The queue's deadline on that host, for a job that has none of its own.
+    deadline_s double precision NOT NULL,
+    -- The attempt started on this claim; NULL while the claim waits.
+    job_id bigint,
+    run_lease bigint
+);
+CREATE INDEX standby_claims_waiting ON awa_fast.standby_claims (queue, id)
+    WHERE job_id IS NULL;
+CREATE INDEX standby_claims_host ON awa_fast.standby_claims (host_id);
+
+-- The wake-up after an insert, as before (one NOTIFY per inserting statement and queue),
+-- except for a queue with standby claims: its first inserted jobs in claim order start on
+-- them, up to one a claim, as job_claim_rows would start them (claim_set in
+-- awa_fast/db/sql/jobs.sql), each claim's host hears of it on awa_fast_standby, and
+-- awa_fast_jobs is told only of jobs left available. Standby claims locked by another
+-- inserting transaction are skipped, never waited for, and so are those of hosts gone. The start is stamped with
+-- clock_timestamp(): an insert in a long transaction is heard of at its commit, not at
+-- the transaction's start.
+CREATE OR REPLACE FUNCTION awa_fast.notify_inserted() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    q text;
+    available bigint;
+    started bigint;
+    total bigint;
+    host bigint;
+BEGIN
+    FOR q, available IN
+        SELECT queue, count(*) FROM inserted WHERE state = 'available' GROUP BY queue
+    LOOP
+        started := 0;
+        FOR host, total IN
+            WITH claims AS (
+                SELECT c.id, c.host_id, c.deadline_s, row_number() OVER (ORDER BY c.id) AS n
+                FROM (
+                    SELECT s.id, s.host_id, s.deadline_s FROM awa_fast.standby_claims s
+                    WHERE s.queue = q AND s.job_id IS NULL
+                      AND EXISTS (SELECT 1 FROM awa_fast.hosts h WHERE h.id = s.host_id)
+                      AND NOT EXISTS (
+                          SELECT 1 FROM awa_fast.queue_meta m WHERE m.queue = q AND m.paused
+                      )
+                    ORDER BY s.id
+                    LIMIT available
+                    FOR UPDATE SKIP LOCKED
+                ) c
+            ),
+            jobs AS (
+                SELECT i.id, row_number() OVER (ORDER BY i.priority, i.run_at, i.id) AS n
+                FROM inserted i WHERE i.queue = q AND i.state = 'available'
+            ),
+            pairs AS (
+                SELECT c.id AS claim, c.host_id, c.deadline_s, jobs.id AS job
+                FROM claims c JOIN jobs USING (n)
+            ),
+            begun AS (
+                UPDATE awa_fast.jobs_hot j
+                SET state = 'running',
+                    attempt = j.attempt + 1,
+                    run_lease = j.run_lease + 1,
+                    attempted_at = clock_timestamp(),
+                    heartbeat_at = clock_timestamp(),
+                    host_id = p.host_id,
+                    deadline_at = clock_timestamp()
+                        + make_interval(secs => COALESCE(j.deadline_seconds, p.deadline_s)),
+                    callback_id = NULL,
+                    callback_timeout_at = NULL,
+                    callback_rules = NULL
+                FROM pairs p
+                WHERE j.id = p.job AND j.state = 'available'
+                RETURNING p.claim, j.id, j.run_lease
+            ),
+            named AS (
+                UPDATE awa_fast.standby_claims s SET job_id = b.id, run_lease = b.run_lease
+                FROM begun b WHERE s.id = b.claim
+                RETURNING s.host_id
+            )
+            SELECT named.host_id, sum(count(*)) OVER () FROM named GROUP BY named.host_id
+        LOOP
+            PERFORM pg_notify('awa_fast_standby', host::text);
+            started := total;  -- the loop's variables are NULL after no row
+        END LOOP;
+        IF started < available THEN
+            PERFORM pg_notify('awa_fast_jobs', q);
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END;
+$$;

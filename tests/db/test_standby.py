@@ -1,0 +1,187 @@
+"""Standby claims in SQL (migration 0018): a job inserted into a queue with a waiting claim
+starts in its inserting transaction, and its host collects it with one read.
+
+Each race here is forced, not hoped for: the transaction that holds a claim is left open
+while the other one runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from awa_fast.db.queries import Q
+from tests.factories import insert_job
+
+Conn = psycopg.Connection[Any]
+
+
+def host(conn: Conn) -> int:
+    row = conn.execute(Q.host_register, {"name": "test"}).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def offer(conn: Conn, host_id: int, *queues: str, deadline: float = 60.0) -> None:
+    conn.execute(
+        Q.standby_offer,
+        {"host_id": host_id, "queues": list(queues), "deadlines": [deadline] * len(queues)},
+    )
+
+
+def claims(conn: Conn) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "SELECT queue, host_id, job_id, run_lease FROM awa_fast.standby_claims ORDER BY id"
+    ).fetchall()
+
+
+def started(conn: Conn, job_id: int) -> tuple[Any, ...]:
+    row = conn.execute(
+        "SELECT state::text, attempt, run_lease, host_id,"
+        " round(extract(epoch FROM deadline_at - attempted_at)),"
+        " heartbeat_at IS NOT NULL FROM awa_fast.jobs_hot WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row is not None
+    return row
+
+
+def notes(conn: Conn, listener: Conn) -> list[tuple[str, str]]:
+    """What the listener heard of ``conn``'s statements, in order: up to a marker that
+    ``conn`` sends now (one session's notifications arrive in the order sent)."""
+    conn.execute("NOTIFY awa_fast_jobs, 'end of test'")
+    heard = []
+    for note in listener.notifies(timeout=10):
+        if note.payload == "end of test":
+            return heard
+        heard.append((note.channel, note.payload))
+    raise AssertionError(f"no marker after {heard}")
+
+
+@pytest.fixture
+def listener(dsn: str) -> Any:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("LISTEN awa_fast_jobs")
+        conn.execute("LISTEN awa_fast_standby")
+        yield conn
+
+
+def test_an_insert_starts_on_a_waiting_claim(conn: Conn, listener: Conn) -> None:
+    me = host(conn)
+    offer(conn, me, "default", deadline=90)
+    job_id = insert_job(conn)
+    assert started(conn, job_id) == ("running", 1, 1, me, 90, True)
+    assert claims(conn) == [("default", me, job_id, 1)]
+    assert notes(conn, listener) == [("awa_fast_standby", str(me))]
+
+
+def test_jobs_beyond_the_claims_stay_available_and_are_announced(
+    conn: Conn, listener: Conn
+) -> None:
+    me = host(conn)
+    offer(conn, me, "default")
+    ids = [
+        row[0]
+        for row in conn.execute(
+            "INSERT INTO awa_fast.jobs_hot (kind, queue, priority)"
+            " SELECT 'noop', 'default', p FROM unnest(ARRAY[3, 1, 2]) AS p RETURNING id"
+        ).fetchall()
+    ]
+    states = dict(
+        conn.execute(
+            "SELECT priority, state::text FROM awa_fast.jobs_hot WHERE id = ANY(%s)", (ids,)
+        ).fetchall()
+    )
+    assert states == {1: "running", 2: "available", 3: "available"}  # claim order first
+    assert notes(conn, listener) == [("awa_fast_standby", str(me)), ("awa_fast_jobs", "default")]
+
+
+def test_no_start_in_another_queue_or_a_paused_one(conn: Conn, listener: Conn) -> None:
+    me = host(conn)
+    offer(conn, me, "other", "paused")
+    conn.execute("INSERT INTO awa_fast.queue_meta (queue, paused) VALUES ('paused', true)")
+    for queue in ("default", "paused"):
+        job_id = insert_job(conn, queue=queue)
+        assert started(conn, job_id)[0] == "available"
+    assert [job for _, _, job, _ in claims(conn)] == [None, None]
+    assert notes(conn, listener) == [("awa_fast_jobs", "default"), ("awa_fast_jobs", "paused")]
+
+
+def test_a_rolled_back_insert_leaves_the_claim_waiting(dsn: str, conn: Conn) -> None:
+    me = host(conn)
+    offer(conn, me, "default")
+    with psycopg.connect(dsn) as producer:
+        insert_job(producer)
+        producer.rollback()
+    assert claims(conn) == [("default", me, None, None)]
+    job_id = insert_job(conn)
+    assert started(conn, job_id)[0] == "running"
+
+
+def test_a_claim_another_insert_holds_is_skipped_not_waited_for(dsn: str, conn: Conn) -> None:
+    me = host(conn)
+    offer(conn, me, "default")
+    with psycopg.connect(dsn) as first:
+        first_id = insert_job(first)  # holds the claim until it commits
+        second_id = insert_job(conn)  # autocommit: would hang here if it waited
+        assert started(conn, second_id)[0] == "available"
+        first.commit()
+    assert started(conn, first_id)[0] == "running"
+    assert claims(conn) == [("default", me, first_id, 1)]
+
+
+def test_no_start_on_the_claim_of_a_host_gone_and_the_leader_drops_it(conn: Conn) -> None:
+    gone, other = host(conn), host(conn)
+    offer(conn, gone, "default")
+    offer(conn, other, "default")
+    conn.execute(Q.host_forget, {"id": gone})
+    job_id = insert_job(conn)
+    assert started(conn, job_id)[3] == other
+    assert [h for _, h, _, _ in claims(conn)] == [gone, other]
+    conn.execute(Q.standby_drop_orphans)
+    assert [h for _, h, _, _ in claims(conn)] == [other]
+
+
+def collect(dsn: str, host_id: int) -> list[tuple[Any, ...]]:
+    """standby_collect as the runner runs it; its rows after the first two columns are a
+    claim's, column for column."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        cur = c.execute(Q.standby_collect, {"host_id": host_id})
+        claim = c.execute(
+            Q.job_claim_rows, {"queue": "none", "limit": 1, "deadline_s": 1.0, "host_id": host_id}
+        )
+        assert cur.description is not None and claim.description is not None
+        assert [d.name for d in cur.description][2:] == [d.name for d in claim.description]
+        return cur.fetchall()
+
+
+def test_collect_returns_started_jobs_and_deletes_spent_claims(dsn: str, conn: Conn) -> None:
+    me = host(conn)
+    offer(conn, me, "default", "idle")
+    job_id = insert_job(conn, args={"n": 7})
+    rows = collect(dsn, me)
+    assert [(queue, waiting, row[0], row[1], row[4]) for queue, waiting, *row in rows] == [
+        ("default", False, job_id, 1, {"n": 7}),
+        ("idle", True, None, None, None),
+    ]
+    assert claims(conn) == [("idle", me, None, None)]
+    assert collect(dsn, me) == [("idle", True, *[None] * 15)]
+
+
+def test_collect_passes_over_a_job_no_longer_running_on_that_attempt(dsn: str, conn: Conn) -> None:
+    me = host(conn)
+    offer(conn, me, "default")
+    job_id = insert_job(conn)
+    conn.execute(Q.job_cancel, {"id": job_id, "reason": "before collect"})
+    assert collect(dsn, me) == []
+    assert claims(conn) == []
+
+
+def test_withdraw_deletes_waiting_claims_only(dsn: str, conn: Conn) -> None:
+    me = host(conn)
+    offer(conn, me, "default", "idle")
+    job_id = insert_job(conn)
+    conn.execute(Q.standby_withdraw, {"host_id": me})
+    assert claims(conn) == [("default", me, job_id, 1)]

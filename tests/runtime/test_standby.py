@@ -1,0 +1,142 @@
+"""A runner's standby claims: a job inserted into an idle queue starts without a claim of
+its own, on this host, and nothing about the job changes but that."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+
+import awa_fast
+from awa_fast.db.queries import Q
+from awa_fast.runtime.runner import Runner
+from tests.helpers import await_until, job, run
+
+
+@dataclass
+class Mark:
+    label: str
+
+
+def waiting_claims(dsn: str, runner: Runner) -> int:
+    """The runner's standby claims that wait for a job."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM awa_fast.standby_claims WHERE host_id = %s AND job_id IS NULL",
+            (runner.host_id,),
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def all_claims(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM awa_fast.standby_claims").fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+@pytest.mark.parametrize("processes", [None, 2])
+def test_a_job_inserted_into_an_idle_queue_starts_on_a_standby_claim(
+    dsn: str, processes: int | None
+) -> None:
+    """With the poll an hour away, no claim statement runs for the job: it starts on the
+    runner's standby claim, completes once, and the runner offers a claim again. Stopping
+    withdraws it."""
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Mark)(lambda job: None)
+
+    async def main() -> None:
+        async with client:
+            runner = await client.start({"default": 4}, processes=processes, poll_interval=3600.0)
+            await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a standby claim")
+            inserted = await client.insert(Mark("one"))
+            await await_until(lambda: job(dsn, inserted.id)["state"] == "completed")
+            assert job(dsn, inserted.id)["attempt"] == 1
+            assert runner.standby is not None and runner.standby.started_by_queue == [1]
+            await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a claim again")
+            await client.shutdown()
+
+    run(main())
+    assert all_claims(dsn) == 0
+
+
+def test_no_standby_claims_when_turned_off(dsn: str) -> None:
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Mark)(lambda job: None)
+
+    async def main() -> None:
+        async with client:
+            runner = await client.start({"default": 4}, standby=False)
+            assert runner.standby is None
+            inserted = await client.insert(Mark("one"))
+            await await_until(lambda: job(dsn, inserted.id)["state"] == "completed")
+            assert all_claims(dsn) == 0
+            await client.shutdown()
+
+    run(main())
+
+
+def test_a_claim_gone_from_the_table_is_offered_again(dsn: str) -> None:
+    """A crash empties standby_claims (UNLOGGED); the runner notices at its next collect,
+    a poll interval later at most, and offers again."""
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Mark)(lambda job: None)
+
+    async def main() -> None:
+        async with client:
+            runner = await client.start({"default": 4}, poll_interval=0.2)
+            await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a standby claim")
+            with psycopg.connect(dsn) as conn:
+                conn.execute("TRUNCATE awa_fast.standby_claims")
+            await await_until(lambda: waiting_claims(dsn, runner) == 1, what="an offer again")
+            inserted = await client.insert(Mark("one"))
+            await await_until(lambda: job(dsn, inserted.id)["state"] == "completed")
+            assert runner.standby is not None and runner.standby.started_by_queue == [1]
+            await client.shutdown()
+
+    run(main())
+
+
+def test_a_job_started_on_standby_with_its_queue_full_goes_back_unstarted(dsn: str) -> None:
+    """A queue's concurrency holds: a job started on a standby claim while the queue's one
+    slot is taken goes back to available with its attempt given back, and runs once the
+    slot is free. (The claim is offered by hand here: the runner offers one only with
+    capacity to spare, which claims since may have taken.)"""
+    client = awa_fast.AsyncClient(dsn)
+    release = asyncio.Event()
+    running: list[str] = []
+
+    @client.task(Mark)
+    async def hold(job: awa_fast.Job[Mark]) -> None:
+        running.append(job.args.label)
+        if job.args.label == "first":
+            await release.wait()
+
+    async def main() -> None:
+        async with client:
+            runner = await client.start({"default": 1}, poll_interval=3600.0)
+            first = await client.insert(Mark("first"))
+            await await_until(lambda: running == ["first"], what="the first job")
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(
+                    Q.standby_offer,
+                    {"host_id": runner.host_id, "queues": ["default"], "deadlines": [60.0]},
+                )
+            second = await client.insert(Mark("second"))
+            await await_until(
+                lambda: job(dsn, second.id)["state"] == "available", what="given back"
+            )
+            assert job(dsn, second.id)["attempt"] == 0
+            assert running == ["first"]
+            release.set()
+            await await_until(
+                lambda: {job(dsn, j.id)["state"] for j in (first, second)} == {"completed"}
+            )
+            assert job(dsn, second.id)["attempt"] == 1
+            await client.shutdown()
+
+    run(main())
+    assert running == ["first", "second"]

@@ -348,8 +348,9 @@ class Runner:
         self._stopping = True
         self._wake.set()
         await asyncio.gather(*self._claimers, return_exceptions=True)
-        await self._withdraw_standby()
+        await self._withdraw_standby(start=True)
         await self.workers.drain(timeout)
+        await self._withdraw_standby(start=False)
         for task in self._services:
             task.cancel()
         await asyncio.gather(*self._services, return_exceptions=True)
@@ -360,10 +361,12 @@ class Runner:
         self.hooks.stop()
         await self._stop_metrics()
 
-    async def _withdraw_standby(self) -> None:
-        """Take back this host's waiting standby claims, and start the jobs started on
-        the others (they run while the workers drain). A database out of reach leaves the
-        claims to go with this host's row."""
+    async def _withdraw_standby(self, *, start: bool) -> None:
+        """Take back this host's waiting standby claims, and collect the jobs started on
+        the others: before the workers drain, to run (``start``); after, to give back
+        unstarted, for the jobs whose inserting transaction held a claim through the
+        first withdraw and committed during the drain. A database out of reach leaves
+        the claims to the leader once this host's row is gone."""
         standby = self.standby
         if standby is None or self.host_id is None:
             return
@@ -371,7 +374,12 @@ class Runner:
             async with await self._connect() as conn:
                 cur = conn.cursor(binary=True)
                 await standby.withdraw(cur, host_id=self.host_id)
-                await self._collect(standby, cur)
+                if start:
+                    await self._collect(standby, cur)
+                    return
+                started = await standby.collect(cur, host_id=self.host_id, now=time.monotonic())
+                for rows in started.values():
+                    self.give_back(rows, reason="its host stopped before the job started")
         except psycopg.OperationalError as exc:
             log.warning("standby claims not withdrawn (%s)", exc)
 

@@ -185,3 +185,19 @@ def test_withdraw_deletes_waiting_claims_only(dsn: str, conn: Conn) -> None:
     job_id = insert_job(conn)
     conn.execute(Q.standby_withdraw, {"host_id": me})
     assert claims(conn) == [("default", me, job_id, 1)]
+
+
+def test_withdraw_skips_a_claim_an_insert_holds_and_its_job_is_collected_after(
+    dsn: str, conn: Conn
+) -> None:
+    """A runner stopping while a producer's transaction holds its claim: the withdraw
+    neither waits nor deletes it, and the job, once committed, is collected."""
+    me = host(conn)
+    offer(conn, me, "default")
+    with psycopg.connect(dsn) as producer:
+        job_id = insert_job(producer)
+        conn.execute(Q.standby_withdraw, {"host_id": me})  # autocommit: would hang if it waited
+        assert collect(dsn, me) == [("default", True, *[None] * 15)]  # not committed yet
+        producer.commit()
+    assert [(row[2], row[3]) for row in collect(dsn, me)] == [(job_id, 1)]
+    assert claims(conn) == []

@@ -140,3 +140,51 @@ def test_a_job_started_on_standby_with_its_queue_full_goes_back_unstarted(dsn: s
 
     run(main())
     assert running == ["first", "second"]
+
+
+def test_a_job_whose_insert_held_a_claim_through_the_stop_goes_back_unstarted(
+    dsn: str,
+) -> None:
+    """The runner stops while a producer's transaction holds its standby claim: the
+    withdraw skips the claim, the producer commits while the workers drain, and the job
+    the commit started is given back (available, attempt 0) instead of left running on a
+    host that is gone, for the backstop to find 30 s later. (The first withdraw, with its
+    collect, is watched through a wrapper: nothing in the database tells that it ran.)"""
+    client = awa_fast.AsyncClient(dsn)
+    release = asyncio.Event()
+
+    @client.task(Mark)
+    async def hold(job: awa_fast.Job[Mark]) -> None:
+        await release.wait()
+
+    async def main() -> int:
+        async with client:
+            runner = await client.start({"default": 2}, poll_interval=3600.0)
+            await client.insert(Mark("held"))
+            await await_until(lambda: runner.in_flight_by_queue() == {"default": 1})
+            await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a standby claim")
+            with psycopg.connect(dsn) as producer:
+                row = producer.execute(
+                    "INSERT INTO awa_fast.jobs_hot (kind, queue) VALUES ('Mark', 'default')"
+                    " RETURNING id"
+                ).fetchone()
+                assert row is not None
+                withdrawn = asyncio.Event()
+                withdraw = runner._withdraw_standby
+
+                async def watched(*, start: bool) -> None:
+                    await withdraw(start=start)
+                    if start:
+                        withdrawn.set()
+
+                runner._withdraw_standby = watched  # type: ignore[method-assign]
+                stopping = asyncio.create_task(client.shutdown())
+                await withdrawn.wait()
+                producer.commit()
+            release.set()
+            await stopping
+            return int(row[0])
+
+    late = run(main())
+    assert (job(dsn, late)["state"], job(dsn, late)["attempt"]) == ("available", 0)
+    assert all_claims(dsn) == 0

@@ -245,6 +245,10 @@ class Runner:
             if config.standby
             else None
         )
+        self._rounds = 0  # claim rounds in flight, whose reservations hold capacity
+        # Standby jobs that found no capacity free while rounds were in flight: started
+        # (or given back) after them. (queue index, row)
+        self._deferred: list[tuple[int, tuple[Any, ...]]] = []
         self._metrics: asyncio.Server | None = None
         self.host_id: int | None = None  # this host's row in awa_fast.hosts, once started
 
@@ -591,7 +595,17 @@ class Runner:
     async def _claim_round(self, cur: psycopg.AsyncCursor[Any]) -> bool:
         """Claim what capacity allows in every queue on ``cur`` (a binary cursor of a claim
         connection); True when a queue gave all that was asked of it (more may be
-        waiting)."""
+        waiting). Standby jobs that found capacity reserved by a round start after it."""
+        self._rounds += 1
+        try:
+            return await self._claim_queues(cur)
+        finally:
+            self._rounds -= 1
+            deferred, self._deferred = self._deferred, []
+            for queue_index, row in deferred:
+                self._start_on_standby(queue_index, row)
+
+    async def _claim_queues(self, cur: psycopg.AsyncCursor[Any]) -> bool:
         full = starved = False
         # Marked before capacity is read: outcomes drained after the read wake the next
         # watcher.
@@ -639,17 +653,26 @@ class Runner:
         return full
 
     async def _collect(self, standby: Standby, cur: psycopg.AsyncCursor[Any]) -> None:
-        """Start the jobs started on our standby claims, as claimed rows are started. One
-        that finds its queue's capacity taken meanwhile (by claims since the offer) goes
-        back to available unstarted, its attempt given back: a queue's concurrency holds."""
+        """Collect our spent standby claims, and start their jobs not started yet."""
         assert self.host_id is not None
         started = await standby.collect(cur, host_id=self.host_id, now=time.monotonic())
         for queue_index, rows in started.items():
-            reserved = self._reserve_units(self._free_units(queue_index), len(rows))
-            taken = sum(n for _, n in reserved)
-            self._dispatch(rows[:taken], queue_index, reserved)
-            self.claimed_by_queue[queue_index] += taken
-            standby.started_by_queue[queue_index] += taken
+            self._start_on_standby(queue_index, *rows)
+
+    def _start_on_standby(self, queue_index: int, *rows: tuple[Any, ...]) -> None:
+        """Start jobs started on our standby claims, as claimed rows are started. One
+        that finds no capacity free waits for the claim rounds in flight, which may hold
+        it only as a reservation, and goes back to available unstarted (its attempt given
+        back) if the queue is still full after them: a queue's concurrency holds."""
+        assert self.standby is not None
+        reserved = self._reserve_units(self._free_units(queue_index), len(rows))
+        taken = sum(n for _, n in reserved)
+        self._dispatch(list(rows[:taken]), queue_index, reserved)
+        self.claimed_by_queue[queue_index] += taken
+        self.standby.started_by_queue[queue_index] += taken
+        if self._rounds:
+            self._deferred += [(queue_index, row) for row in rows[taken:]]
+        else:
             self.give_back(rows[taken:], reason="its queue had no capacity left for it")
 
     def give_back(self, rows: Sequence[Sequence[Any]], *, reason: str) -> None:
@@ -713,9 +736,7 @@ class Runner:
                             job_id, _, lease = note.payload.partition(":")
                             self._flag(int(job_id), int(lease), why="cancelled by admin")
                         elif note.channel == "awa_fast_standby":
-                            if self.standby is not None and note.payload == str(self.host_id):
-                                self.standby.heard()
-                                self._wake.set()
+                            self._standby_noted(note.payload)
                         elif note.payload in queue_index:
                             if note.channel == "awa_fast_packs":
                                 self._packs.heard(queue_index[note.payload])
@@ -723,6 +744,22 @@ class Runner:
             except psycopg.OperationalError as exc:
                 log.warning("LISTEN connection lost (%s); polling until it is back", exc)
                 await asyncio.sleep(self.config.poll_interval)
+
+    def _standby_noted(self, payload: str) -> None:
+        """A job started on a standby claim: if the claim is ours, start the job its
+        NOTIFY carries, and have the next claim round collect the spent claim (and the
+        job, if the NOTIFY was only the host's id). Stopping, the job is left to the
+        collect after the drain, which gives it back."""
+        host, _, row = payload.partition(" ")
+        standby = self.standby
+        if standby is None or host != str(self.host_id):
+            return
+        if row and not self._stopping:
+            noted = standby.noted(row, now=time.monotonic())
+            if noted is not None:
+                self._start_on_standby(*noted)
+        standby.heard()
+        self._wake.set()
 
     def _flag(self, job_id: int, lease: int, *, why: str) -> None:
         """Set an attempt's cancel flag (its handler sees job.is_cancelled())."""

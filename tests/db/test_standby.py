@@ -7,13 +7,17 @@ while the other one runs.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import psycopg
 import pytest
 
 from awa_fast.db.queries import Q
+from awa_fast.runtime.runner import connect_claimer
+from awa_fast.runtime.standby import Standby
 from tests.factories import insert_job
+from tests.helpers import run
 
 Conn = psycopg.Connection[Any]
 
@@ -74,7 +78,9 @@ def test_an_insert_starts_on_a_waiting_claim(conn: Conn, listener: Conn) -> None
     job_id = insert_job(conn)
     assert started(conn, job_id) == ("running", 1, 1, me, 90, True)
     assert claims(conn) == [("default", me, job_id, 1)]
-    assert notes(conn, listener) == [("awa_fast_standby", str(me))]
+    assert [(channel, note.split(" ")[0]) for channel, note in notes(conn, listener)] == [
+        ("awa_fast_standby", str(me))
+    ]
 
 
 def test_jobs_beyond_the_claims_stay_available_and_are_announced(
@@ -95,7 +101,10 @@ def test_jobs_beyond_the_claims_stay_available_and_are_announced(
         ).fetchall()
     )
     assert states == {1: "running", 2: "available", 3: "available"}  # claim order first
-    assert notes(conn, listener) == [("awa_fast_standby", str(me)), ("awa_fast_jobs", "default")]
+    assert [(channel, note.split(" ")[0]) for channel, note in notes(conn, listener)] == [
+        ("awa_fast_standby", str(me)),
+        ("awa_fast_jobs", "default"),
+    ]
 
 
 def test_no_start_in_another_queue_or_a_paused_one(conn: Conn, listener: Conn) -> None:
@@ -153,7 +162,7 @@ def collect(dsn: str, host_id: int) -> list[tuple[Any, ...]]:
             Q.job_claim_rows, {"queue": "none", "limit": 1, "deadline_s": 1.0, "host_id": host_id}
         )
         assert cur.description is not None and claim.description is not None
-        assert [d.name for d in cur.description][2:] == [d.name for d in claim.description]
+        assert [d.name for d in cur.description][3:] == [d.name for d in claim.description]
         return cur.fetchall()
 
 
@@ -162,12 +171,12 @@ def test_collect_returns_started_jobs_and_deletes_spent_claims(dsn: str, conn: C
     offer(conn, me, "default", "idle")
     job_id = insert_job(conn, args={"n": 7})
     rows = collect(dsn, me)
-    assert [(queue, waiting, row[0], row[1], row[4]) for queue, waiting, *row in rows] == [
+    assert [(queue, waiting, row[0], row[1], row[4]) for queue, waiting, _, *row in rows] == [
         ("default", False, job_id, 1, {"n": 7}),
         ("idle", True, None, None, None),
     ]
     assert claims(conn) == [("idle", me, None, None)]
-    assert collect(dsn, me) == [("idle", True, *[None] * 15)]
+    assert [row[:2] for row in collect(dsn, me)] == [("idle", True)]
 
 
 def test_collect_passes_over_a_job_no_longer_running_on_that_attempt(dsn: str, conn: Conn) -> None:
@@ -197,7 +206,46 @@ def test_withdraw_skips_a_claim_an_insert_holds_and_its_job_is_collected_after(
     with psycopg.connect(dsn) as producer:
         job_id = insert_job(producer)
         conn.execute(Q.standby_withdraw, {"host_id": me})  # autocommit: would hang if it waited
-        assert collect(dsn, me) == [("default", True, *[None] * 15)]  # not committed yet
+        assert [row[:2] for row in collect(dsn, me)] == [("default", True)]  # not committed
         producer.commit()
-    assert [(row[2], row[3]) for row in collect(dsn, me)] == [(job_id, 1)]
+    assert [(row[3], row[4]) for row in collect(dsn, me)] == [(job_id, 1)]
     assert claims(conn) == []
+
+
+async def collect_as_claimer(dsn: str, host_id: int) -> list[tuple[Any, ...]]:
+    """standby_collect on a claim connection's binary cursor, as the runner reads it."""
+    conn = await connect_claimer(dsn, application_name="test")
+    async with conn:
+        cur = await conn.cursor(binary=True).execute(Q.standby_collect, {"host_id": host_id})
+        return await cur.fetchall()
+
+
+def test_the_notify_carries_the_row_a_collect_returns(dsn: str, conn: Conn, listener: Conn) -> None:
+    """The runner starts a job from its NOTIFY as it would from its collected row: the
+    row built from the NOTIFY is that row, column for column, jsonb and times included."""
+    me = host(conn)
+    offer(conn, me, "default")
+    conn.execute(
+        "INSERT INTO awa_fast.jobs_hot (kind, queue, args, priority, tags, metadata, progress,"
+        " errors, attempt, run_lease, deadline_seconds) VALUES ('k', 'default', %s, 3,"
+        " '{a,b}', '{\"m\": [1.5]}', '{\"p\": 2}', '[{\"error\": \"e\"}]', 1, 1, 7.25)",
+        ('{"s": "caf\u00e9 \u2713", "n": 12345678901234, "f": 0.1, "z": null}',),
+    )
+    ((channel, note),) = notes(conn, listener)
+    host_id, _, row_text = note.partition(" ")
+    assert (channel, host_id) == ("awa_fast_standby", str(me))
+    noted = Standby(["default"], deadlines=[60.0], recheck=1.0).noted(row_text, now=0.0)
+    assert noted is not None
+    ((queue, waiting, claim, *collected),) = run(collect_as_claimer(dsn, me))
+    assert (queue, waiting, claim) == ("default", False, json.loads(row_text)[0])
+    assert noted == (0, tuple(collected))
+
+
+def test_a_row_too_long_for_a_notify_is_announced_by_the_host_id_alone(
+    conn: Conn, listener: Conn
+) -> None:
+    me = host(conn)
+    offer(conn, me, "default")
+    job_id = insert_job(conn, args={"text": "x" * 8000})
+    assert started(conn, job_id)[0] == "running"
+    assert notes(conn, listener) == [("awa_fast_standby", str(me))]

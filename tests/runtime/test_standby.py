@@ -188,3 +188,33 @@ def test_a_job_whose_insert_held_a_claim_through_the_stop_goes_back_unstarted(
     late = run(main())
     assert (job(dsn, late)["state"], job(dsn, late)["attempt"]) == ("available", 0)
     assert all_claims(dsn) == 0
+
+
+@pytest.mark.parametrize("processes", [None, 2])
+def test_each_job_starts_once_though_its_notify_and_its_collect_both_carry_it(
+    dsn: str, processes: int | None
+) -> None:
+    """Every job started on a standby claim reaches the runner twice, in its NOTIFY and in
+    the collect that deletes its claim; it starts at the first, once. (A job whose row is
+    too long for a NOTIFY starts from the collect.)"""
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Mark)(lambda job: None)
+
+    async def main() -> None:
+        async with client:
+            runner = await client.start({"default": 4}, processes=processes, poll_interval=3600.0)
+            standby = runner.standby
+            assert standby is not None
+            for n in range(20):
+                await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a claim")
+                label = "x" * 8000 if n == 10 else str(n)
+                job_id = (await client.insert(Mark(label))).id
+                await await_until(lambda i=job_id: job(dsn, i)["state"] == "completed")
+                assert standby.started_by_queue == [n + 1]
+            await client.shutdown()
+            assert runner.claimed_by_queue == [20]
+
+    run(main())
+    with psycopg.connect(dsn) as conn:
+        attempts = conn.execute("SELECT attempt, count(*) FROM awa_fast.jobs GROUP BY 1")
+        assert attempts.fetchall() == [(1, 20)]

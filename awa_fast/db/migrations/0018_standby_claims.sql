@@ -55,7 +55,8 @@ DECLARE
     available bigint;
     started bigint;
     claim record;
-    job record;
+    job awa_fast.jobs_hot;
+    note text;
 BEGIN
     -- available: the queue's inserted available jobs, counted only if claims wait there
     FOR q, available IN
@@ -101,12 +102,27 @@ BEGIN
                     ORDER BY i.priority, i.run_at, i.id
                     OFFSET started LIMIT 1
                 )
-                RETURNING j.id, j.run_lease INTO job;
+                RETURNING j.* INTO job;
                 UPDATE awa_fast.standby_claims
                 SET job_id = job.id, run_lease = job.run_lease
                 WHERE id = claim.id;
-                -- One NOTIFY per host and transaction: Postgres folds repeats.
-                PERFORM pg_notify('awa_fast_standby', claim.host_id::text);
+                -- The job's row as a claim returns it (claim_columns), jsonb as its text
+                -- and times as microseconds since 2000 (the binary format's), so that its
+                -- host starts it from the NOTIFY without reading it; too long a row for a
+                -- NOTIFY goes as the host's id alone, and its host reads it.
+                note := claim.host_id || ' ' || json_build_array(
+                    claim.id, job.id, job.run_lease, job.kind, job.queue, job.args::text,
+                    job.attempt, job.max_attempts, job.priority, job.tags,
+                    NULLIF(job.metadata, '{}')::text, NULLIF(job.errors, '[]')::text,
+                    job.progress::text,
+                    (extract(epoch FROM job.run_at) * 1000000)::bigint - 946684800000000,
+                    (extract(epoch FROM job.created_at) * 1000000)::bigint - 946684800000000,
+                    (extract(epoch FROM job.deadline_at) * 1000000)::bigint - 946684800000000
+                )::text;
+                IF octet_length(note) > 7900 THEN
+                    note := claim.host_id::text;
+                END IF;
+                PERFORM pg_notify('awa_fast_standby', note);
                 started := started + 1;
             END LOOP;
         END IF;

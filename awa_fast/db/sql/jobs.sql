@@ -130,8 +130,8 @@ ORDER BY priority, run_at, id;
 
 -- name: standby_collect
 -- This host's standby claims (migration 0018): the jobs started on them, as claims return
--- rows, each beside its claim's queue; and those still waiting, a row each with NULL for
--- the job. Spent claims are deleted. A started job that no longer runs on that attempt
+-- rows, each beside its claim's queue and id; and those still waiting, a row each with
+-- NULL for the job. Spent claims are deleted. A started job that no longer runs on that attempt
 -- (cancelled or rescued before this read) is passed over; its claim is deleted all the
 -- same. Rows and claims are read in one snapshot: a claim naming a job is committed with
 -- that job's start. Only standby_claims is written (UNLOGGED): nothing to flush.
@@ -143,7 +143,7 @@ spent AS (
     DELETE FROM awa_fast.standby_claims s USING mine m
     WHERE s.id = m.id AND m.job_id IS NOT NULL
 )
-SELECT m.queue AS standby_queue, m.job_id IS NULL AS waiting,
+SELECT m.queue AS standby_queue, m.job_id IS NULL AS waiting, m.id AS claim,
 -- include: claim_columns
 FROM mine m
 LEFT JOIN awa_fast.jobs_hot j

@@ -435,7 +435,7 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--processes", type=int, default=0, help="worker processes (0: in-process)")
     bench.add_argument("--duration", type=float, help="seconds of offered load (sustained)")
     bench.add_argument("--out", default="bench-results", help="folder for results and charts")
-    _no_standby(bench, help="latency: run the pool without standby claims")
+    _no_standby(bench, help="latency, sustained: run the pool without standby claims")
     bench.add_argument(
         "--include", action="append", default=[], metavar="FILE.jsonl", help="peer results"
     )

@@ -3,10 +3,11 @@ into idle workers) with each stage of every job stamped, p50 / p99 in ms per sta
 
 Stages: the producer's commit returning -> the claim round starting (negative: the NOTIFY
 reaches the supervisor before the producer's own process wakes); the claim round -> its
-rows back (with standby claims, the default, the round's collect of the job the insert
-started; ``--no-standby``: its claim); rows -> the jobs written to the worker's pipe; the
-pipe -> the worker reading them; the read -> the job's task starting; the task -> the
-handler starting.
+rows back; rows -> the jobs written to the worker's pipe; the pipe -> the worker reading
+them; the read -> the job's task starting; the task -> the handler starting. With standby
+claims (the default; ``--no-standby`` turns them off) a job mostly starts from the NOTIFY
+that carries its row, outside any claim round: its round starts, and ends, when the
+supervisor has the row.
 
 The stamps are wrapped around the runner's and pool's own methods for this process only
 (workers inherit them by fork); nothing in the package is changed. With
@@ -39,7 +40,7 @@ class Stamps:
 
     def __init__(self) -> None:
         self.boards = {stage: Board(JOBS) for stage in STAGES}
-        self.round_started = 0.0
+        self.round_started: float | None = None  # while a claim round runs
 
     def put(self, stage: str, rows: Any, at: float) -> None:
         for row in rows:
@@ -56,11 +57,15 @@ class Stamps:
 
         async def stamped_round(self_: runner.Runner, cur: Any) -> bool:
             self.round_started = time.time()
-            return await claim_round(self_, cur)
+            try:
+                return await claim_round(self_, cur)
+            finally:
+                self.round_started = None
 
         def stamped_dispatch(self_: runner.Runner, rows: Any, *args: Any) -> None:
-            self.put("round", rows, self.round_started)
-            self.put("rows", rows, time.time())
+            now = time.time()
+            self.put("round", rows, now if self.round_started is None else self.round_started)
+            self.put("rows", rows, now)
             dispatch(self_, rows, *args)
 
         def stamped_deliver(self_: pool.ForkedWorkers, worker: int, rows: Any) -> None:

@@ -72,6 +72,7 @@ async def sustained(
     rate: float | None = None,
     duration: float = 10.0,
     concurrency: int = 1000,
+    standby: bool = True,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """A producer offers ``load`` x a basis rate of no-op jobs/s for ``duration`` s;
@@ -113,6 +114,7 @@ async def sustained(
         processes=processes,
         concurrency=concurrency,
         duration=duration,
+        standby=standby,
         progress=progress,
     )
     after: dict[str, Any] = {}
@@ -125,7 +127,7 @@ async def sustained(
         }
     return {
         **result,
-        "variant": f"{round(load * 100)}% of {basis}",
+        "variant": f"{round(load * 100)}% of {basis}" + ("" if standby else ", no standby claims"),
         "load": load,
         "basis": basis,
         "basis_per_s": round(basis_rate, 1),
@@ -155,6 +157,7 @@ async def _offer(
     processes: int | None,
     concurrency: int,
     duration: float,
+    standby: bool = True,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Run a pool while a producer offers ``rate`` jobs/s for ``duration`` s."""
@@ -167,7 +170,7 @@ async def _offer(
     samples: list[list[float]] = []
     try:
         window = Window(url, "sustained", processes)
-        runner = await client.start({"default": concurrency}, processes=processes)
+        runner = await client.start({"default": concurrency}, processes=processes, standby=standby)
         sampler = asyncio.ensure_future(
             _sample(url, runner, samples, interval=max(0.1, duration / SAMPLES_PER_RUN))
         )

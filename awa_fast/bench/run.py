@@ -72,9 +72,10 @@ def plan(
     standby: bool = True,
 ) -> list[Planned]:
     """Expand scenario names into configurations: ``cpu`` at 1..P processes when P > 1,
-    ``sustained`` at each of ``SUSTAINED_LOADS``; ``latency`` without standby claims when
-    ``standby`` is False."""
+    ``sustained`` at each of ``SUSTAINED_LOADS``; ``latency`` and ``sustained`` without
+    standby claims when ``standby`` is False."""
     out = []
+    without = {} if standby else {"standby": False}  # for the scenarios that produce live
     for name in scenarios:
         if name not in SCENARIOS:
             raise ValueError(f"unknown scenario {name!r}; choose from {', '.join(SCENARIOS)}")
@@ -84,11 +85,11 @@ def plan(
         elif name == "sustained":
             timing = {"duration": duration} if duration else {}
             out += [
-                Planned(name, count, processes, {"load": load, "basis": basis, **timing})
+                Planned(name, count, processes, {"load": load, "basis": basis, **timing, **without})
                 for load, basis in SUSTAINED_LOADS
             ]
-        elif name == "latency" and not standby:
-            out.append(Planned(name, count, processes, {"standby": False}))
+        elif name == "latency":
+            out.append(Planned(name, count, processes, without))
         else:
             out.append(Planned(name, count, processes, {}))
     return out

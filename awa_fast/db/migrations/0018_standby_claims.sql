@@ -7,15 +7,16 @@
 -- runner whose claim found a queue drained, with capacity to spare, leaves a standby
 -- claim for it here instead. The next statement that inserts available jobs into that
 -- queue starts one of them on the standby claim, in its own transaction: the job's row
--- becomes running (as a claim makes it), the standby claim names the job, and the runner
--- hears it on awa_fast_standby at commit. The start is as durable as the insert, which
--- flushes anyway; the runner's collect (job rows and standby claims read, its own spent
--- claims deleted) writes only this table, which has no WAL to flush.
+-- becomes running (as a claim makes it), the standby claim names the job, and the NOTIFY
+-- on awa_fast_standby, delivered at commit, carries the job's row to the runner, which
+-- starts it from there. The start is as durable as the insert, which flushes anyway; the
+-- runner's collect (its spent claims deleted, their jobs read) writes only this table,
+-- which has no WAL to flush.
 --
 -- UNLOGGED: a standby claim is a runner's offer, not a job's state. After a crash the
--- table is empty and runners offer again (their collect notices, Runner._standby). A job
--- started on a claim that a crash then wiped is a running attempt of its host, as any
--- claimed job is: the host runs it if it heard of it, and the leader rescues it if not.
+-- table is empty and runners offer again (their collect notices; awa_fast.runtime.standby).
+-- A job started on a claim that a crash then wiped is a running attempt of its host, as
+-- any claimed job is: the host runs it if it heard of it, and the leader rescues it if not.
 CREATE UNLOGGED TABLE awa_fast.standby_claims (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue text NOT NULL,

@@ -755,9 +755,13 @@ class Runner:
         if standby is None or host != str(self.host_id):
             return
         if row and not self._stopping:
-            noted = standby.noted(row, now=time.monotonic())
-            if noted is not None:
-                self._start_on_standby(*noted)
+            try:
+                noted = standby.noted(row, now=time.monotonic())
+            except (ValueError, KeyError, TypeError):  # not the trigger's: the collect decides
+                log.warning("a standby NOTIFY not understood: %.200s", payload)
+            else:
+                if noted is not None:
+                    self._start_on_standby(*noted)  # before the claimer wakes: first to run
         standby.heard()
         self._wake.set()
 

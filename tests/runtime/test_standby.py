@@ -218,3 +218,27 @@ def test_each_job_starts_once_though_its_notify_and_its_collect_both_carry_it(
     with psycopg.connect(dsn) as conn:
         attempts = conn.execute("SELECT attempt, count(*) FROM awa_fast.jobs GROUP BY 1")
         assert attempts.fetchall() == [(1, 20)]
+
+
+def test_a_standby_notify_not_the_triggers_is_logged_and_the_listener_goes_on(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Anyone may NOTIFY awa_fast_standby: a payload naming this host that is not the
+    trigger's row is logged and left to the collect, and the next job still starts from
+    its own NOTIFY."""
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Mark)(lambda job: None)
+
+    async def main() -> None:
+        async with client:
+            runner = await client.start({"default": 2}, poll_interval=3600.0)
+            await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a standby claim")
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("SELECT pg_notify('awa_fast_standby', %s)", (f"{runner.host_id} [1,",))
+            await await_until(lambda: "not understood" in caplog.text, what="the warning")
+            inserted = await client.insert(Mark("after"))
+            await await_until(lambda: job(dsn, inserted.id)["state"] == "completed")
+            assert runner.standby is not None and runner.standby.started_by_queue == [1]
+            await client.shutdown()
+
+    run(main())

@@ -375,7 +375,10 @@ class Runner:
         if standby is None or self.host_id is None:
             return
         try:
-            async with await self._connect() as conn:
+            # Not named as a claimer: nothing is claimed on it (benches/cpu_split.py counts
+            # the claimers' backends by their name while they are connected).
+            conn = await connect_claimer(self.dsn, application_name="awa-fast standby")
+            async with conn:
                 cur = conn.cursor(binary=True)
                 await standby.withdraw(cur, host_id=self.host_id)
                 if start:

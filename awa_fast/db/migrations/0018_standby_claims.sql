@@ -45,10 +45,10 @@ CREATE INDEX standby_claims_host ON awa_fast.standby_claims (host_id);
 --
 -- A queue without waiting claims, nearly every insert under load, costs a probe of
 -- standby_claims_waiting in the query that finds the inserted queues: a one-row insert
--- took its backend 12-13 us more than before (67-74 against 55-60, medians of 25 runs of
--- 5,000 in a DO loop; the probe as a query of its own cost twice that). A claim taken costs
--- two updates by primary key. (One statement that joined claims to inserted jobs cost an
--- insert 4-5 ms in a transaction of 5,000 of them: its plan read jobs_hot whole.)
+-- took its backend 11-20 us more than before, 60-70 (benches/insert_trigger_cost.py; the
+-- probe as a query of its own cost twice that). A claim taken costs two updates by
+-- primary key. (One statement that joined claims to inserted jobs cost an insert 4-5 ms
+-- in a transaction of 5,000 of them: its plan read jobs_hot whole.)
 CREATE OR REPLACE FUNCTION awa_fast.notify_inserted() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE

@@ -31,6 +31,19 @@ def waiting_claims(dsn: str, runner: Runner) -> int:
         return int(row[0])
 
 
+async def run_one(client: awa_fast.AsyncClient, dsn: str, label: str) -> int:
+    """Insert a Mark and wait until it has completed; its id."""
+    job_id = (await client.insert(Mark(label))).id
+    await await_until(lambda: job(dsn, job_id)["state"] == "completed", what=f"job {label}")
+    return job_id
+
+
+def truncate_claims(dsn: str) -> None:
+    """Empty standby_claims, as a crash does (the table is UNLOGGED)."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute("TRUNCATE awa_fast.standby_claims")
+
+
 def all_claims(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM awa_fast.standby_claims").fetchone()
@@ -52,9 +65,8 @@ def test_a_job_inserted_into_an_idle_queue_starts_on_a_standby_claim(
         async with client:
             runner = await client.start({"default": 4}, processes=processes, poll_interval=3600.0)
             await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a standby claim")
-            inserted = await client.insert(Mark("one"))
-            await await_until(lambda: job(dsn, inserted.id)["state"] == "completed")
-            assert job(dsn, inserted.id)["attempt"] == 1
+            job_id = await run_one(client, dsn, "one")
+            assert job(dsn, job_id)["attempt"] == 1
             assert runner.standby is not None and runner.standby.started_by_queue == [1]
             await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a claim again")
             await client.shutdown()
@@ -71,8 +83,7 @@ def test_no_standby_claims_when_turned_off(dsn: str) -> None:
         async with client:
             runner = await client.start({"default": 4}, standby=False)
             assert runner.standby is None
-            inserted = await client.insert(Mark("one"))
-            await await_until(lambda: job(dsn, inserted.id)["state"] == "completed")
+            await run_one(client, dsn, "one")
             assert all_claims(dsn) == 0
             await client.shutdown()
 
@@ -89,11 +100,11 @@ def test_a_claim_gone_from_the_table_is_offered_again(dsn: str) -> None:
         async with client:
             runner = await client.start({"default": 4}, poll_interval=0.2)
             await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a standby claim")
-            with psycopg.connect(dsn) as conn:
-                conn.execute("TRUNCATE awa_fast.standby_claims")
+            # From a thread: TRUNCATE waits for the leader's rescue transaction, which
+            # deletes orphan claims, and that transaction runs on this loop.
+            await asyncio.to_thread(truncate_claims, dsn)
             await await_until(lambda: waiting_claims(dsn, runner) == 1, what="an offer again")
-            inserted = await client.insert(Mark("one"))
-            await await_until(lambda: job(dsn, inserted.id)["state"] == "completed")
+            await run_one(client, dsn, "one")
             assert runner.standby is not None and runner.standby.started_by_queue == [1]
             await client.shutdown()
 
@@ -207,9 +218,7 @@ def test_each_job_starts_once_though_its_notify_and_its_collect_both_carry_it(
             assert standby is not None
             for n in range(20):
                 await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a claim")
-                label = "x" * 8000 if n == 10 else str(n)
-                job_id = (await client.insert(Mark(label))).id
-                await await_until(lambda i=job_id: job(dsn, i)["state"] == "completed")
+                await run_one(client, dsn, "x" * 8000 if n == 10 else str(n))
                 assert standby.started_by_queue == [n + 1]
             await client.shutdown()
             assert runner.claimed_by_queue == [20]
@@ -236,8 +245,7 @@ def test_a_standby_notify_not_the_triggers_is_logged_and_the_listener_goes_on(
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("SELECT pg_notify('awa_fast_standby', %s)", (f"{runner.host_id} [1,",))
             await await_until(lambda: "not understood" in caplog.text, what="the warning")
-            inserted = await client.insert(Mark("after"))
-            await await_until(lambda: job(dsn, inserted.id)["state"] == "completed")
+            await run_one(client, dsn, "after")
             assert runner.standby is not None and runner.standby.started_by_queue == [1]
             await client.shutdown()
 

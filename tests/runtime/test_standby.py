@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 import pytest
@@ -38,6 +39,15 @@ async def run_one(client: awa_fast.AsyncClient, dsn: str, label: str) -> int:
     return job_id
 
 
+async def start_with_claim(
+    client: awa_fast.AsyncClient, dsn: str, queues: dict[str, int], **options: Any
+) -> Runner:
+    """Start ``client``'s runner and wait until its standby claim waits."""
+    runner = await client.start(queues, **options)
+    await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a standby claim")
+    return runner
+
+
 def truncate_claims(dsn: str) -> None:
     """Empty standby_claims, as a crash does (the table is UNLOGGED)."""
     with psycopg.connect(dsn) as conn:
@@ -63,8 +73,9 @@ def test_a_job_inserted_into_an_idle_queue_starts_on_a_standby_claim(
 
     async def main() -> None:
         async with client:
-            runner = await client.start({"default": 4}, processes=processes, poll_interval=3600.0)
-            await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a standby claim")
+            runner = await start_with_claim(
+                client, dsn, {"default": 4}, processes=processes, poll_interval=3600.0
+            )
             job_id = await run_one(client, dsn, "one")
             assert job(dsn, job_id)["attempt"] == 1
             assert runner.standby is not None and runner.standby.started_by_queue == [1]
@@ -98,8 +109,7 @@ def test_a_claim_gone_from_the_table_is_offered_again(dsn: str) -> None:
 
     async def main() -> None:
         async with client:
-            runner = await client.start({"default": 4}, poll_interval=0.2)
-            await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a standby claim")
+            runner = await start_with_claim(client, dsn, {"default": 4}, poll_interval=0.2)
             # From a thread: TRUNCATE waits for the leader's rescue transaction, which
             # deletes orphan claims, and that transaction runs on this loop.
             await asyncio.to_thread(truncate_claims, dsn)
@@ -240,8 +250,7 @@ def test_a_standby_notify_not_the_triggers_is_logged_and_the_listener_goes_on(
 
     async def main() -> None:
         async with client:
-            runner = await client.start({"default": 2}, poll_interval=3600.0)
-            await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a standby claim")
+            runner = await start_with_claim(client, dsn, {"default": 2}, poll_interval=3600.0)
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("SELECT pg_notify('awa_fast_standby', %s)", (f"{runner.host_id} [1,",))
             await await_until(lambda: "not understood" in caplog.text, what="the warning")

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from psycopg import conninfo
 
 import awa_fast
 from awa_fast.db.dsn import with_database
@@ -74,3 +75,16 @@ def conn(dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
 def client(dsn: str) -> Iterator[awa_fast.Client]:
     with awa_fast.Client(dsn) as c:
         yield c
+
+
+@pytest.fixture
+def outsider_dsn(dsn: str) -> Iterator[str]:
+    """``dsn`` as a role with LOGIN and no grant at all: what any other tenant of a shared
+    cluster is, and all that NOTIFY and LISTEN need."""
+    name = f"awa_fast_outsider_{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {name} LOGIN")
+    yield conninfo.make_conninfo(dsn, user=name)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"DROP OWNED BY {name}")
+        admin.execute(f"DROP ROLE {name}")

@@ -14,11 +14,11 @@ from typing import Any, Generic, Literal, TypeVar
 
 import orjson
 
-from awa_fast import callback_rules
+from awa_fast import callback_rules, validation
 from awa_fast.codec import encode_args, encode_json
 from awa_fast.db.queries import Q
 from awa_fast.errors import CallbackNotFound, JobNotFound, UniqueConflict, ValidationError
-from awa_fast.producer import _int_in, _name, _run_at, positive_seconds, unique_key
+from awa_fast.producer import unique_key
 from awa_fast.types import (
     DEFAULT_CALLBACK_TIMEOUT,
     DEFAULT_UNIQUE_STATES,
@@ -153,7 +153,7 @@ def dump_run(job_id: int, attempt: int | None = None) -> Op[str]:
     JobNotFound for an id with no job (as the SDK), ValidationError for an attempt it
     cannot show, with the SDK's wording (:func:`_run` says which)."""
     if attempt is not None:
-        attempt = _int_in("attempt", attempt, 0, 2**31 - 1)
+        attempt = validation.int_in("attempt", attempt, 0, 2**31 - 1)
 
     def shape(rows: Rows) -> str:
         if not rows:
@@ -371,7 +371,7 @@ def _retried(rows: Rows) -> RetryFailedResult:
 
 def discard_failed(kind: str) -> Op[int]:
     """Delete every failed job of ``kind``; returns how many."""
-    return Op(Q.job_discard_failed, {"kind": _name("kind", kind)}, _count)
+    return Op(Q.job_discard_failed, {"kind": validation.name("kind", kind)}, _count)
 
 
 def unique_key_holder(
@@ -385,12 +385,12 @@ def unique_key_holder(
     ``queue``, ``args`` and ``period_bucket`` exactly when the insert's UniqueOpts took it
     (``by_queue``, ``by_args``, ``by_period``), as the Awa SDK asks."""
     key = unique_key(
-        _name("kind", kind),
-        queue=None if queue is None else _name("queue", queue),
+        validation.name("kind", kind),
+        queue=None if queue is None else validation.name("queue", queue),
         args=None if args is None else encode_args(args).decode(),
         period_bucket=None
         if period_bucket is None
-        else _int_in("period_bucket", period_bucket, 0, 2**63 - 1),
+        else validation.int_in("period_bucket", period_bucket, 0, 2**63 - 1),
     )
     return Op(
         Q.job_select_by_unique_key, {"key": key}, lambda rows: rows[0]["id"] if rows else None
@@ -401,7 +401,9 @@ def pause_queue(queue: str, paused_by: str | None = None) -> Op[None]:
     """Stop claims from ``queue``; ``paused_by`` records who did (shown by queue_stats)."""
     if paused_by is not None and not isinstance(paused_by, str):
         raise ValidationError("paused_by", f"must be a string or None, got {paused_by!r}")
-    return Op(Q.queue_pause, {"queue": _name("queue", queue), "paused_by": paused_by}, _nothing)
+    return Op(
+        Q.queue_pause, {"queue": validation.name("queue", queue), "paused_by": paused_by}, _nothing
+    )
 
 
 def resume_queue(queue: str) -> Op[None]:
@@ -411,7 +413,9 @@ def resume_queue(queue: str) -> Op[None]:
 def drain_queue(queue: str) -> Op[int]:
     """Cancel every job of ``queue`` that waits (available, scheduled, retryable, parked on
     a callback); running attempts finish as they would. Returns how many were cancelled."""
-    return Op(Q.queue_drain, {"queue": _name("queue", queue)}, _count, first=Q.queue_unpack)
+    return Op(
+        Q.queue_drain, {"queue": validation.name("queue", queue)}, _count, first=Q.queue_unpack
+    )
 
 
 def queue_stats() -> Op[list[QueueStat]]:
@@ -504,7 +508,7 @@ def _scoped(operation: str, allow_all: bool, **filters: object) -> None:
 
 def _cursor(before_id: int | None, before_dlq_at: datetime | None) -> dict[str, Any]:
     if before_id is not None:
-        _int_in("before_id", before_id, 1, 2**63 - 1)
+        validation.int_in("before_id", before_id, 1, 2**63 - 1)
     if before_dlq_at is not None and not (
         isinstance(before_dlq_at, datetime) and before_dlq_at.tzinfo is not None
     ):
@@ -570,9 +574,9 @@ def retry_from_dlq(
         "kind": None,
         "queue": None,
         "tag": None,
-        "run_at": _run_at(run_at),
-        "priority": None if priority is None else _int_in("priority", priority, 1, 4),
-        "new_queue": None if queue is None else _name("queue", queue),
+        "run_at": validation.run_at(run_at),
+        "priority": None if priority is None else validation.int_in("priority", priority, 1, 4),
+        "new_queue": None if queue is None else validation.name("queue", queue),
         "unique_states": _UNCLAIMED_KEY_STATES,
     }
     return Op(Q.dlq_retry, params, _revived_one)
@@ -772,6 +776,6 @@ def heartbeat_callback(
     times out ``timeout_seconds`` from now instead."""
     params = {
         "callback_id": _callback_id(callback_id),
-        "timeout_s": positive_seconds("timeout_seconds", timeout_seconds),
+        "timeout_s": validation.positive_seconds("timeout_seconds", timeout_seconds),
     }
     return Op(Q.callback_heartbeat, params, _answered(callback_id))

@@ -18,10 +18,10 @@ from typing import Any, Literal, TypedDict, cast, get_args
 
 import orjson
 
+from awa_fast import validation
 from awa_fast.admin import Op, Rows
 from awa_fast.db.queries import Q
 from awa_fast.errors import ValidationError
-from awa_fast.producer import _int_in, _name
 
 BatchOperationKind = Literal["set_priority", "move_queue"]
 BatchOperationState = Literal[
@@ -94,10 +94,10 @@ def _spec(op_kind: str, spec: object) -> dict[str, Any]:
         raise ValidationError("spec", f"{op_kind} takes {', '.join(fields)}, got {spec!r}")
     priority = spec.get("priority")
     if op_kind == "set_priority" or priority is not None:
-        priority = _int_in("priority", priority, 1, 4)
+        priority = validation.int_in("priority", priority, 1, 4)
     stored: dict[str, Any] = {"op_kind": op_kind, "priority": priority}
     if op_kind == "move_queue":
-        stored["queue"] = _name("queue", spec.get("queue"))
+        stored["queue"] = validation.name("queue", spec.get("queue"))
     return stored
 
 
@@ -120,7 +120,7 @@ def _ids(value: object) -> list[int] | None:
         return None
     if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
         raise ValidationError("filter.ids", f"must be a list of job ids, got {value!r}")
-    return [_int_in("filter.ids", job_id, 1, 2**63 - 1) for job_id in value]
+    return [validation.int_in("filter.ids", job_id, 1, 2**63 - 1) for job_id in value]
 
 
 def _filter(op_kind: str, given: object) -> dict[str, Any]:
@@ -139,7 +139,7 @@ def _filter(op_kind: str, given: object) -> dict[str, Any]:
             "filter.state", f"{op_kind} only changes queued jobs, {QUEUED_STATES}: got {state!r}"
         )
     names = {
-        key: None if given.get(key) is None else _name(f"filter.{key}", given[key])
+        key: None if given.get(key) is None else validation.name(f"filter.{key}", given[key])
         for key in ("kind", "queue", "tag")
     }
     return {
@@ -250,7 +250,7 @@ def submit(
 
 def _limit(limit: object) -> int:
     """At least 1 (the SDK reads 0 as 1 for a listing and purges nothing for it)."""
-    return _int_in("limit", limit, 1, 2**63 - 1)
+    return validation.int_in("limit", limit, 1, 2**63 - 1)
 
 
 def get(operation_id: str) -> Op[BatchOperation]:

@@ -24,10 +24,10 @@ from urllib.parse import urlsplit
 
 import psycopg
 
+from awa_fast import validation
 from awa_fast.codec import encode_json
 from awa_fast.db.queries import Q
 from awa_fast.errors import ConfigError, ValidationError
-from awa_fast.producer import _name
 
 # The Awa SDK's catalog bounds (its CHECK constraints), so that what one accepts the other
 # stores too: operator-facing strings are bounded to keep admin views predictable.
@@ -85,7 +85,7 @@ def descriptor(field: str, name: str, **options: Unpack[DescriptorOptions]) -> D
         raise ValidationError("options", f"unknown option(s) {', '.join(sorted(unknown))}")
     return Descriptor(
         scope=field,
-        name=_name(field, name),
+        name=validation.name(field, name),
         display_name=_text("display_name", options.get("display_name"), MAX_LABEL_LENGTH),
         description=_text("description", options.get("description"), MAX_DESCRIPTION_LENGTH),
         owner=_text("owner", options.get("owner"), MAX_LABEL_LENGTH),
@@ -127,7 +127,7 @@ def _tags(value: object) -> tuple[str, ...]:
         raise ValidationError("tags", f"must be a list of strings, got {type(value).__name__}")
     if len(value) > MAX_TAGS:
         raise ValidationError("tags", f"must hold at most {MAX_TAGS} tags, got {len(value)}")
-    return tuple(_name("tags", tag) for tag in value)
+    return tuple(validation.name("tags", tag) for tag in value)
 
 
 def _extra(value: object) -> str:

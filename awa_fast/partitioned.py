@@ -16,8 +16,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from awa_fast import validation
 from awa_fast.errors import ConfigError, ValidationError
-from awa_fast.producer import MAX_NAME_LENGTH, _name
 from awa_fast.runtime.config import _QUEUE_KEYS_REFUSED
 from awa_fast.runtime.ratelimit import check_rate_limit
 from awa_fast.types import InsertOptions
@@ -65,14 +65,14 @@ class PartitionedQueue:
     __slots__ = ("_logical_queue", "_physical_queues")
 
     def __init__(self, logical_queue: str, partitions: int) -> None:
-        logical = _name("logical_queue", logical_queue)
+        logical = validation.name("logical_queue", logical_queue)
         count = _count("partitions", partitions)
         physical = [logical, *(f"{logical}{SUFFIX}{i}" for i in range(1, count))]
-        if len(physical[-1]) > MAX_NAME_LENGTH:
+        if len(physical[-1]) > validation.MAX_NAME_LENGTH:
             raise ValidationError(
                 "logical_queue",
                 f"too long for {count} partitions: its last physical queue's name would be "
-                f"{len(physical[-1])} characters, more than {MAX_NAME_LENGTH}",
+                f"{len(physical[-1])} characters, more than {validation.MAX_NAME_LENGTH}",
             )
         self._logical_queue = logical
         self._physical_queues = physical
@@ -87,7 +87,7 @@ class PartitionedQueue:
         sit at their default places, so that each key goes where
         ``PartitionedQueue(logical_queue, n)`` sends it, and a name in another logical
         queue's scheme is refused."""
-        logical = _name("logical_queue", logical_queue)
+        logical = validation.name("logical_queue", logical_queue)
         if isinstance(physical_queues, str | bytes) or not isinstance(physical_queues, Sequence):
             raise ValidationError(
                 "physical_queues", f"must be a list of queue names, got {physical_queues!r}"
@@ -95,7 +95,7 @@ class PartitionedQueue:
         _count("physical_queues", len(physical_queues), noun="queue names")
         seen: set[str] = set()
         for index, queue in enumerate(physical_queues):
-            name = _name(f"physical_queues[{index}]", queue)
+            name = validation.name(f"physical_queues[{index}]", queue)
             if name in seen:
                 raise ValidationError("physical_queues", f"queue {name!r} is given twice")
             seen.add(name)

@@ -22,6 +22,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
+from awa_fast import validation
 from awa_fast.codec import encode_args, encode_json, holds_nul, kind_of, object_encoder
 from awa_fast.db.queries import Q
 from awa_fast.errors import UniqueConflict, ValidationError
@@ -34,7 +35,6 @@ from awa_fast.types import (
     UniqueOpts,
 )
 
-MAX_NAME_LENGTH = 128
 _SMALLINT_MAX = 32767
 
 
@@ -80,54 +80,12 @@ class PreparedJob:
     unique_key: bytes | None
 
 
-def _name(field: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValidationError(field, f"must be a non-empty string, got {value!r}")
-    if len(value) > MAX_NAME_LENGTH:
-        raise ValidationError(field, f"must be at most {MAX_NAME_LENGTH} characters")
-    if "\x00" in value:
-        raise ValidationError(field, "contains a NUL character")
-    return value
-
-
-def _int_in(field: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValidationError(field, f"must be an integer from {low} to {high}, got {value!r}")
-    return value
-
-
 def _tags(value: Sequence[str] | None) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
         raise ValidationError("tags", "must be a list of strings, not a string")
-    return tuple(_name("tags", tag) for tag in value)
-
-
-def _run_at(value: datetime | str | None) -> datetime | None:
-    """A job's due time: a datetime, or an ISO 8601 text of one. A naive one is taken as
-    UTC, as the Awa SDK takes it (``datetime.utcnow()`` is common in code ported from it)."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            message = f"is not an ISO 8601 date and time: {value!r}"
-            raise ValidationError("run_at", message) from None
-    if not isinstance(value, datetime):
-        raise ValidationError(
-            "run_at", f"must be a datetime or an ISO 8601 text, got {type(value).__name__}"
-        )
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def positive_seconds(field: str, value: object) -> float:
-    """A duration given in seconds: a number above 0 and below 1e9 (about 31 years, which
-    keeps ``now() + value`` inside Postgres' timestamps)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
-        raise ValidationError(field, f"must be a positive number of seconds, got {value!r}")
-    return float(value)
+    return tuple(validation.name("tags", tag) for tag in value)
 
 
 def _metadata(value: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -139,7 +97,7 @@ def _metadata(value: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _deadline(value: float | None) -> float | None:
-    return None if value is None else positive_seconds("deadline", value)
+    return None if value is None else validation.positive_seconds("deadline", value)
 
 
 def _unique(value: UniqueOpts | Mapping[str, Any] | None) -> UniqueOpts | None:
@@ -156,7 +114,7 @@ def _unique(value: UniqueOpts | Mapping[str, Any] | None) -> UniqueOpts | None:
         if bad or not opts.states:
             raise ValidationError("unique", f"states must be job states, got {list(opts.states)}")
         if opts.by_period is not None:
-            _int_in("unique.by_period", opts.by_period, 1, 10**9)
+            validation.int_in("unique.by_period", opts.by_period, 1, 10**9)
     return opts
 
 
@@ -206,11 +164,11 @@ def options_of(request: InsertRequest) -> Options:
     naming the field."""
     unique = _unique(request.unique)
     return Options(
-        kind=None if request.kind is None else _name("kind", request.kind),
-        queue=_name("queue", request.queue),
-        priority=_int_in("priority", request.priority, 1, 4),
-        max_attempts=_int_in("max_attempts", request.max_attempts, 1, _SMALLINT_MAX),
-        run_at=_run_at(request.run_at),
+        kind=None if request.kind is None else validation.name("kind", request.kind),
+        queue=validation.name("queue", request.queue),
+        priority=validation.int_in("priority", request.priority, 1, 4),
+        max_attempts=validation.int_in("max_attempts", request.max_attempts, 1, _SMALLINT_MAX),
+        run_at=validation.run_at(request.run_at),
         tags=_tags(request.tags),
         metadata=encode_json("metadata", _metadata(request.metadata)).decode(),
         unique=unique,

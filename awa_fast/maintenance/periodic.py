@@ -20,8 +20,9 @@ from awa_fast import cron
 from awa_fast.codec import kind_of
 from awa_fast.db.queries import Q
 from awa_fast.errors import ValidationError
-from awa_fast.producer import MAX_NAME_LENGTH, prepare
+from awa_fast.producer import prepare
 from awa_fast.types import InsertRequest
+from awa_fast.validation import MAX_NAME_LENGTH
 
 log = logging.getLogger("awa_fast.maintenance")
 

@@ -39,7 +39,7 @@ import psycopg
 from awa_fast.codec import encode_json
 from awa_fast.db.queries import Q
 from awa_fast.errors import LeaseLost
-from awa_fast.producer import positive_seconds
+from awa_fast.validation import positive_seconds
 
 log = logging.getLogger("awa_fast.attempt_writer")
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from awa_fast.db import transitions as tr
 from awa_fast.errors import ConfigError
-from awa_fast.producer import MAX_NAME_LENGTH
 from awa_fast.runtime.ratelimit import check_rate_limit
+from awa_fast.validation import MAX_NAME_LENGTH
 
 DEFAULT_CONCURRENCY = 100
 MIN_DESCRIPTOR_RETENTION_BEATS = 4  # the shortest descriptor retention, in heartbeats

@@ -509,10 +509,8 @@ def _scoped(operation: str, allow_all: bool, **filters: object) -> None:
 def _cursor(before_id: int | None, before_dlq_at: datetime | None) -> dict[str, Any]:
     if before_id is not None:
         validation.int_in("before_id", before_id, 1, 2**63 - 1)
-    if before_dlq_at is not None and not (
-        isinstance(before_dlq_at, datetime) and before_dlq_at.tzinfo is not None
-    ):
-        raise ValidationError("before_dlq_at", f"must be an aware datetime, got {before_dlq_at!r}")
+    if before_dlq_at is not None:
+        before_dlq_at = validation.instant("before_dlq_at", before_dlq_at)
     return {"before_id": before_id, "before_dlq_at": before_dlq_at}
 
 

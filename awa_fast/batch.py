@@ -105,14 +105,7 @@ def _instant(field: str, value: object) -> str | None:
     """A filter bound as an RFC 3339 UTC string: an aware datetime or an ISO string."""
     if value is None:
         return None
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            raise ValidationError(field, f"not an RFC 3339 timestamp: {value!r}") from None
-    if not isinstance(value, datetime) or value.tzinfo is None:
-        raise ValidationError(field, f"must be an aware datetime or RFC 3339 string: {value!r}")
-    return _rfc3339(value)
+    return _rfc3339(validation.instant(field, value, text=True))
 
 
 def _ids(value: object) -> list[int] | None:
@@ -290,6 +283,5 @@ def cancel(operation_id: str) -> Op[BatchOperation]:
 
 def purge(before: datetime, *, limit: int = 1000) -> Op[int]:
     """Delete up to ``limit`` finished operations finalized before ``before``; how many."""
-    if not isinstance(before, datetime) or before.tzinfo is None:
-        raise ValidationError("before", f"must be an aware datetime, got {before!r}")
-    return Op(Q.batch_operation_purge, {"before": before, "limit": _limit(limit)}, len)
+    params = {"before": validation.instant("before", before), "limit": _limit(limit)}
+    return Op(Q.batch_operation_purge, params, len)

@@ -13,7 +13,7 @@ import functools
 import hashlib
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Unpack, cast, overload
 
 import msgspec
@@ -279,7 +279,7 @@ def _copy_tail(options: Options) -> tuple[str, str]:
     given = {
         "priority": str(options.priority),
         "max_attempts": str(options.max_attempts),
-        "run_at": None if options.run_at is None else options.run_at.astimezone(UTC).isoformat(),
+        "run_at": None if options.run_at is None else options.run_at.isoformat(),
         "tags": _copy_array(options.tags),
         "metadata": _copy_json(options.metadata),
         "deadline_seconds": None if options.deadline is None else repr(options.deadline),

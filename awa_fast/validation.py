@@ -5,7 +5,7 @@ raises :class:`ValidationError` naming the argument, before anything is written.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from awa_fast.errors import ValidationError
 
@@ -38,19 +38,47 @@ def positive_seconds(field: str, value: object) -> float:
     return float(value)
 
 
-def run_at(value: datetime | str | None) -> datetime | None:
-    """A job's due time: a datetime, or an ISO 8601 text of one. A naive one is taken as
-    UTC, as the Awa SDK takes it (``datetime.utcnow()`` is common in code ported from it)."""
-    if value is None:
-        return None
-    if isinstance(value, str):
+# A session's TimeZone moves the fields of an instant it reads by less than a day, and
+# psycopg reads only years 1 to 9999: a due time a day inside those reads back anywhere.
+_EARLIEST_DUE = datetime.min.replace(tzinfo=UTC) + timedelta(days=1)
+_LATEST_DUE = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
+
+
+def instant(field: str, value: object, *, naive_utc: bool = False, text: bool = False) -> datetime:
+    """``value`` as an aware datetime in UTC: a datetime, or with ``text`` an ISO 8601
+    text of one; a naive one is UTC with ``naive_utc``, else refused. One that leaves
+    Python's years 1 to 9999 on the way to UTC is refused here, as Postgres would take it
+    and psycopg could not read it back."""
+    if text and isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)
         except ValueError:
-            message = f"is not an ISO 8601 date and time: {value!r}"
-            raise ValidationError("run_at", message) from None
+            raise ValidationError(field, f"is not an ISO 8601 date and time: {value!r}") from None
     if not isinstance(value, datetime):
+        wanted = "a datetime or an ISO 8601 text" if text else "a datetime"
+        raise ValidationError(field, f"must be {wanted}, got {type(value).__name__}")
+    if value.utcoffset() is None:
+        if not naive_utc:
+            raise ValidationError(field, f"must be an aware datetime, got {value!r}")
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        message = f"{value.isoformat()} is out of range: in UTC it leaves the years 1 to 9999"
+        raise ValidationError(field, message) from None
+
+
+def run_at(value: datetime | str | None) -> datetime | None:
+    """A job's due time, in UTC: a datetime, or an ISO 8601 text of one. A naive one is
+    taken as UTC, as the Awa SDK takes it (``datetime.utcnow()`` is common in code ported
+    from it). It is stored, so it must read back in any session's time zone."""
+    if value is None:
+        return None
+    due = instant("run_at", value, naive_utc=True, text=True)
+    if not _EARLIEST_DUE <= due <= _LATEST_DUE:
         raise ValidationError(
-            "run_at", f"must be a datetime or an ISO 8601 text, got {type(value).__name__}"
+            "run_at",
+            f"{due.isoformat()} is out of range: a due time must fall from "
+            f"{_EARLIEST_DUE.isoformat()} to {_LATEST_DUE.isoformat()}",
         )
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return due

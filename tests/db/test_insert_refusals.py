@@ -1,0 +1,178 @@
+"""An insert that raises wrote nothing: what Postgres would store but not give back (a due
+time psycopg cannot read), or would store as something else, is refused before any
+statement, on every way in: both clients, insert and insert_many (one statement or COPY),
+the caller's connection and the bridge's drivers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import asyncpg
+import psycopg
+import pytest
+from psycopg import conninfo
+
+import awa_fast
+from awa_fast import InsertRequest, ValidationError
+from awa_fast.bridge import insert_job, insert_job_sync
+from tests.helpers import run, states
+
+
+@dataclass
+class SendEmail:
+    to: str
+
+
+Insert = Callable[[str, object, dict[str, Any]], object]
+
+
+def client_insert(dsn: str, args: object, options: dict[str, Any]) -> object:
+    with awa_fast.Client(dsn) as client:
+        return client.insert(args, **options)
+
+
+def client_insert_many(dsn: str, args: object, options: dict[str, Any]) -> object:
+    with awa_fast.Client(dsn) as client:
+        return client.insert_many([SendEmail("fine"), args], **options)
+
+
+def async_client_insert(dsn: str, args: object, options: dict[str, Any]) -> object:
+    async def main() -> object:
+        async with awa_fast.AsyncClient(dsn) as client:
+            return await client.insert(args, **options)
+
+    return run(main())
+
+
+def async_client_insert_many(dsn: str, args: object, options: dict[str, Any]) -> object:
+    async def main() -> object:
+        async with awa_fast.AsyncClient(dsn) as client:
+            return await client.insert_many([SendEmail("fine"), args], **options)
+
+    return run(main())
+
+
+def insert_many_of_requests(dsn: str, args: object, options: dict[str, Any]) -> object:
+    """Each item its own request, so the batch goes over COPY (and its options per item)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        items = [InsertRequest(SendEmail("fine")), InsertRequest(args, **options)]
+        return awa_fast.insert_many(conn, items)
+
+
+def insert_in_callers_transaction(dsn: str, args: object, options: dict[str, Any]) -> object:
+    with psycopg.connect(dsn) as conn:
+        awa_fast.insert(conn, SendEmail("fine"))
+        job = awa_fast.insert(conn, args, **options)
+        conn.commit()
+        return job
+
+
+def bridge_psycopg(dsn: str, args: object, options: dict[str, Any]) -> object:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return insert_job_sync(conn, args, **options)
+
+
+def bridge_asyncpg(dsn: str, args: object, options: dict[str, Any]) -> object:
+    async def main() -> object:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return await insert_job(conn, args, **options)
+        finally:
+            await conn.close()
+
+    return run(main())
+
+
+INSERTS: dict[str, Insert] = {
+    "client.insert": client_insert,
+    "client.insert_many": client_insert_many,
+    "async_client.insert": async_client_insert,
+    "async_client.insert_many": async_client_insert_many,
+    "insert_many over COPY": insert_many_of_requests,
+    "insert in the caller's transaction": insert_in_callers_transaction,
+    "bridge, psycopg": bridge_psycopg,
+    "bridge, asyncpg": bridge_asyncpg,
+}
+
+
+def refused(dsn: str, insert: Insert, args: object, options: dict[str, Any]) -> ValidationError:
+    """The error ``insert`` raises, once it is shown to have written nothing and to have
+    left every job listable."""
+    with pytest.raises(ValidationError) as err:
+        insert(dsn, args, options)
+    assert states(dsn) == {}
+    with awa_fast.Client(dsn) as client:
+        assert client.list_jobs() == []
+    return err.value
+
+
+def field(error: ValidationError) -> str:
+    """The field an error names, without the item index insert_many puts before it."""
+    return error.field.split(".", 1)[1] if error.field.startswith("items[") else error.field
+
+
+PLUS_5 = timezone(timedelta(hours=5))
+OUT_OF_RANGE_DUE = {
+    "before year 1 in UTC": datetime(1, 1, 1, 2, tzinfo=PLUS_5),
+    "after 9999 in UTC, as text": "9999-12-31T23:00:00-05:00",
+    "its last day, which a session east of UTC reads as year 10000": "9999-12-31T12:00:00Z",
+    "its first day, which a session west of UTC reads as 1 BC": datetime(1, 1, 1, 12, tzinfo=UTC),
+}
+
+
+@pytest.mark.parametrize("insert", INSERTS.values(), ids=INSERTS.keys())
+@pytest.mark.parametrize("due", OUT_OF_RANGE_DUE.values(), ids=OUT_OF_RANGE_DUE.keys())
+def test_a_due_time_that_cannot_be_read_back_is_refused_and_nothing_written(
+    dsn: str, insert: Insert, due: object
+) -> None:
+    error = refused(dsn, insert, SendEmail("a"), {"run_at": due})
+    assert field(error) == "run_at"
+    assert "out of range" in error.message
+
+
+EDGES = (datetime(1, 1, 2, tzinfo=UTC), datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC))
+
+
+@pytest.mark.parametrize("zone", ["Etc/GMT-14", "Etc/GMT+12", "UTC"])
+def test_the_earliest_and_latest_due_times_read_back_in_any_session_time_zone(
+    dsn: str, zone: str
+) -> None:
+    with awa_fast.Client(dsn) as client:
+        ids = [client.insert(SendEmail("edge"), run_at=due).id for due in EDGES]
+    with awa_fast.Client(conninfo.make_conninfo(dsn, options=f"-c TimeZone={zone}")) as reader:
+        listed = {job.id: job.run_at for job in reader.list_jobs()}
+    assert listed == dict(zip(ids, EDGES, strict=True))
+
+
+def test_retry_from_dlq_refuses_a_due_time_out_of_range(client: awa_fast.Client) -> None:
+    with pytest.raises(ValidationError, match="out of range") as err:
+        client.retry_from_dlq(1, run_at=datetime(1, 1, 1, 2, tzinfo=PLUS_5))
+    assert err.value.field == "run_at"
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda c, at: c.list_dlq(before_dlq_at=at), "before_dlq_at"),
+        (lambda c, at: c.purge_dlq(kind="k", before_dlq_at=at), "before_dlq_at"),
+        (lambda c, at: c.purge_batch_operations(at), "before"),
+        (
+            lambda c, at: c.set_priority(1, filter={"created_at_gte": at}),
+            "filter.created_at_gte",
+        ),
+        (
+            lambda c, at: c.set_priority(1, filter={"created_at_lt": at.isoformat()}),
+            "filter.created_at_lt",
+        ),
+    ],
+)
+def test_admin_timestamps_that_leave_pythons_range_in_utc_are_refused_by_name(
+    client: awa_fast.Client, call: Callable[[awa_fast.Client, datetime], object], name: str
+) -> None:
+    with pytest.raises(ValidationError, match="out of range") as err:
+        call(client, datetime(1, 1, 1, 2, tzinfo=PLUS_5))
+    assert err.value.field == name
+    assert client.list_batch_operations() == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -73,10 +74,58 @@ def object_encoder(args_type: type) -> Encoder | None:
     return encoder if encoder is msgspec.json.encode else None
 
 
+# A NUL escape is ``\\u0000`` after an even run of backslashes: after an odd one, its
+# backslash is an escaped backslash and the text holds the six characters ``\\u0000``.
+_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def holds_nul(encoded: bytes) -> bool:
     """Whether JSON text holds a NUL (escaped, as every encoder here writes it), which
     Postgres cannot store in jsonb or text."""
-    return b"\\u0000" in encoded
+    return b"\\u0000" in encoded and _NUL_ESCAPE.search(encoded) is not None
+
+
+def _plain(value: object) -> object:
+    """``value`` as the dicts, lists and numbers its JSON is written from."""
+    if isinstance(value, msgspec.Struct) or (
+        dataclasses.is_dataclass(value) and not isinstance(value, type)
+    ):
+        return msgspec.to_builtins(value)
+    if hasattr(value, "model_dump"):  # a pydantic model
+        return value.model_dump(mode="json")
+    return value
+
+
+def non_finite_at(value: object, path: str) -> str | None:
+    """Where in ``value`` a NaN or an infinity is (``path``, then the keys and indexes to
+    it), or None."""
+    pending = [(path, value)]
+    while pending:
+        path, value = pending.pop()
+        value = _plain(value)
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                return path
+        elif isinstance(value, Mapping):
+            pending.extend((f"{path}.{key}", item) for key, item in value.items())
+        elif isinstance(value, list | tuple):
+            pending.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
+    return None
+
+
+def check_storable(field: str, encoded: bytes, value: object) -> None:
+    """Refuse ``value``, encoded as ``encoded``, if Postgres cannot store it (a NUL) or
+    would store other than it: the encoders write a NaN or an infinity, which JSON has
+    not, as null."""
+    if holds_nul(encoded):
+        raise ValidationError(field, "contains a NUL character, which Postgres cannot store")
+    if b"null" in encoded and (path := non_finite_at(value, field)) is not None:
+        raise ValidationError(path, "is NaN or infinite, which JSON cannot hold")
+
+
+# What an encoder raises for a value it cannot write: not JSON-serialisable, too deep, or
+# text UTF-8 cannot carry (a lone surrogate).
+ENCODE_ERRORS = (TypeError, ValueError, msgspec.EncodeError, RecursionError)
 
 
 def encode_args(args: object) -> bytes:
@@ -89,12 +138,11 @@ def encode_args(args: object) -> bytes:
         )
     try:
         encoded = encoder(args)
-    except (TypeError, msgspec.EncodeError, RecursionError) as exc:
+    except ENCODE_ERRORS as exc:
         raise SerializationError(f"not JSON-serialisable: {exc}") from exc
     if not encoded.startswith(b"{"):
         raise SerializationError("must encode to a JSON object")
-    if holds_nul(encoded):
-        raise ValidationError("args", "contains a NUL character, which Postgres cannot store")
+    check_storable("args", encoded, args)
     return encoded
 
 
@@ -102,10 +150,9 @@ def encode_json(field: str, value: object) -> bytes:
     """JSON bytes for a free-form field (metadata, progress); errors name ``field``."""
     try:
         encoded = orjson.dumps(value)
-    except TypeError as exc:
+    except TypeError as exc:  # orjson's error for a lone surrogate too
         raise ValidationError(field, f"not JSON-serialisable: {exc}") from exc
-    if holds_nul(encoded):
-        raise ValidationError(field, "contains a NUL character, which Postgres cannot store")
+    check_storable(field, encoded, value)
     return encoded
 
 

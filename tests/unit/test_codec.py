@@ -3,11 +3,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import msgspec
+import orjson
 import psycopg
 import pydantic
 import pytest
 
-from awa_fast.codec import decoder_for, encode_args, kind_of
+from awa_fast.codec import decoder_for, encode_args, holds_nul, kind_of
 from awa_fast.errors import ValidationError
 
 
@@ -100,3 +101,22 @@ def test_claimed_jsonb_is_decoded_from_its_payload_and_a_new_format_is_refused()
     check_jsonb_payload(b"\x01{}")
     with pytest.raises(psycopg.NotSupportedError, match="version 2"):
         check_jsonb_payload(b"\x02{}")
+
+
+@pytest.mark.parametrize(
+    ("text", "nul"),
+    [
+        ("\\u0000", False),  # the six characters
+        ("\\\\u0000", False),
+        ("x\\\\\\u0000", False),
+        ("\x00", True),
+        ("\\\x00", True),  # a backslash, then a NUL
+        ("\\\\\x00", True),
+        ("\\u0000\x00", True),
+    ],
+)
+def test_only_a_real_nul_counts_as_one_whatever_backslashes_precede_it(
+    text: str, nul: bool
+) -> None:
+    for encoded in (msgspec.json.encode({"s": text}), orjson.dumps([text])):
+        assert holds_nul(encoded) is nul

@@ -20,6 +20,17 @@ def name(field: str, value: object) -> str:
         raise ValidationError(field, f"must be at most {MAX_NAME_LENGTH} characters")
     if "\x00" in value:
         raise ValidationError(field, "contains a NUL character")
+    return _utf8(field, value)
+
+
+def _utf8(field: str, value: str) -> str:
+    """``value``, if UTF-8 can carry it: a lone surrogate (what ``surrogateescape`` makes of
+    undecodable bytes) would fail only as psycopg sends it, or as orjson encodes it."""
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise ValidationError(field, f"holds a lone surrogate: {value!r}") from None
     return value
 
 

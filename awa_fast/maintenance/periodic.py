@@ -16,13 +16,12 @@ from typing import Any, TypedDict, Unpack
 
 import psycopg
 
-from awa_fast import cron
+from awa_fast import cron, validation
 from awa_fast.codec import kind_of
 from awa_fast.db.queries import Q
 from awa_fast.errors import ValidationError
 from awa_fast.producer import prepare
 from awa_fast.types import InsertRequest
-from awa_fast.validation import MAX_NAME_LENGTH
 
 log = logging.getLogger("awa_fast.maintenance")
 
@@ -85,8 +84,7 @@ def periodic_job(
         raise ValidationError("options", f"unknown option(s) {', '.join(sorted(unknown))}")
     timezone = options.get("timezone", "UTC")
     missed_fire_policy = options.get("missed_fire_policy", "coalesce")
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_LENGTH:
-        raise ValidationError("name", f"must be a non-empty string, got {name!r}")
+    validation.name("name", name)
     cron.parse(cron_expr)
     cron.zone(timezone)
     if missed_fire_policy not in POLICIES:

@@ -18,12 +18,19 @@ from psycopg import conninfo
 import awa_fast
 from awa_fast import InsertRequest, ValidationError
 from awa_fast.bridge import insert_job, insert_job_sync
+from awa_fast.producer import PACK_MIN_JOBS
 from tests.helpers import run, states
 
 
 @dataclass
 class SendEmail:
     to: str
+
+
+@dataclass
+class Reading:
+    value: float
+    extra: dict[str, Any]
 
 
 Insert = Callable[[str, object, dict[str, Any]], object]
@@ -53,6 +60,12 @@ def async_client_insert_many(dsn: str, args: object, options: dict[str, Any]) ->
             return await client.insert_many([SendEmail("fine"), args], **options)
 
     return run(main())
+
+
+def client_insert_many_of_one_type(dsn: str, args: object, options: dict[str, Any]) -> object:
+    """Args of one type under one set of options: one statement (as packs) when due now."""
+    with awa_fast.Client(dsn) as client:
+        return client.insert_many([args] * PACK_MIN_JOBS, **options)
 
 
 def insert_many_of_requests(dsn: str, args: object, options: dict[str, Any]) -> object:
@@ -89,6 +102,7 @@ def bridge_asyncpg(dsn: str, args: object, options: dict[str, Any]) -> object:
 INSERTS: dict[str, Insert] = {
     "client.insert": client_insert,
     "client.insert_many": client_insert_many,
+    "client.insert_many, one args type": client_insert_many_of_one_type,
     "async_client.insert": async_client_insert,
     "async_client.insert_many": async_client_insert_many,
     "insert_many over COPY": insert_many_of_requests,
@@ -176,3 +190,81 @@ def test_admin_timestamps_that_leave_pythons_range_in_utc_are_refused_by_name(
         call(client, datetime(1, 1, 1, 2, tzinfo=PLUS_5))
     assert err.value.field == name
     assert client.list_batch_operations() == []
+
+
+NAN, INF = float("nan"), float("inf")
+NOT_FINITE = {
+    "NaN in dict args": ({"ratio": NAN}, {"kind": "k"}, "args.ratio"),
+    "infinity deep in dict args": ({"a": [1, {"b": -INF}]}, {"kind": "k"}, "args.a[1].b"),
+    "NaN in dataclass args": (Reading(NAN, {}), {}, "args.value"),
+    "infinity in a dataclass's dict": (Reading(1.0, {"x": [INF]}), {}, "args.extra.x[0]"),
+    "NaN in metadata": ({"n": None}, {"kind": "k", "metadata": {"score": NAN}}, "metadata.score"),
+}
+
+
+@pytest.mark.parametrize("insert", INSERTS.values(), ids=INSERTS.keys())
+@pytest.mark.parametrize(("args", "options", "name"), NOT_FINITE.values(), ids=NOT_FINITE.keys())
+def test_nan_or_infinity_is_refused_by_field_not_stored_as_null(
+    dsn: str, insert: Insert, args: object, options: dict[str, Any], name: str
+) -> None:
+    error = refused(dsn, insert, args, options)
+    assert field(error) == name
+    assert "NaN or infinite" in error.message
+
+
+def test_none_beside_finite_numbers_is_stored_as_null(client: awa_fast.Client) -> None:
+    args = {"none": None, "numbers": [1.5, -2.25], "text": "null"}
+    assert client.insert(args, kind="k", metadata={"none": None}).args == args
+    assert [job.args for job in client.list_jobs()] == [args]
+
+
+SURROGATE = "lone \ud800 surrogate"
+UNCARRIED = {
+    "args value": ({"s": SURROGATE}, {}, "args"),
+    "args key": ({SURROGATE: 1}, {}, "args"),
+    "dataclass args": (Reading(1.0, {"s": SURROGATE}), {}, "args"),
+    "kind": ({"s": "x"}, {"kind": SURROGATE}, "kind"),
+    "queue": ({"s": "x"}, {"queue": SURROGATE}, "queue"),
+    "tags": ({"s": "x"}, {"tags": ["fine", SURROGATE]}, "tags"),
+    "metadata": ({"s": "x"}, {"metadata": {"m": SURROGATE}}, "metadata"),
+    "NUL in args": ({"s": "a\x00b"}, {}, "args"),
+    "NUL after a backslash in args": ({"s": "a\\\x00"}, {}, "args"),
+    "NUL in metadata": ({"s": "x"}, {"metadata": {"m\x00": 1}}, "metadata"),
+    "NUL in kind": ({"s": "x"}, {"kind": "k\x00"}, "kind"),
+    "NUL in queue": ({"s": "x"}, {"queue": "q\x00"}, "queue"),
+    "NUL in a tag": ({"s": "x"}, {"tags": ["t\x00"]}, "tags"),
+}
+
+
+@pytest.mark.parametrize("insert", INSERTS.values(), ids=INSERTS.keys())
+@pytest.mark.parametrize(("args", "options", "name"), UNCARRIED.values(), ids=UNCARRIED.keys())
+def test_text_postgres_cannot_carry_is_refused_by_field(
+    dsn: str, insert: Insert, args: object, options: dict[str, Any], name: str
+) -> None:
+    assert field(refused(dsn, insert, args, {"kind": "k", **options})) == name
+
+
+ESCAPED = "\\u0000"  # the six characters, no NUL
+ESCAPED_TEXT = {
+    "text": ESCAPED,
+    "two backslashes": "\\" + ESCAPED,
+    "nested": [ESCAPED, {ESCAPED: "x" + ESCAPED}],
+}
+
+
+@pytest.mark.parametrize("insert", INSERTS.values(), ids=INSERTS.keys())
+def test_text_holding_an_escaped_nul_is_stored_and_read_back_as_given(
+    dsn: str, insert: Insert
+) -> None:
+    options = {
+        "kind": "k" + ESCAPED,
+        "queue": "q" + ESCAPED,
+        "tags": [ESCAPED],
+        "metadata": {ESCAPED: ESCAPED},
+    }
+    insert(dsn, ESCAPED_TEXT, options)
+    with awa_fast.Client(dsn) as client:
+        mine = [job for job in client.list_jobs() if job.args == ESCAPED_TEXT]
+    assert mine
+    given = (options["kind"], options["queue"], options["tags"], options["metadata"])
+    assert all((job.kind, job.queue, job.tags, job.metadata) == given for job in mine)

@@ -71,7 +71,10 @@ def verify(secret: bytes, callback_id: str, signature: str) -> bool:
     """
     callback_id = _text("callback_id", callback_id)
     signature = _text("signature", signature)
-    return _core.callback_verify(_secret(secret), callback_id, signature)
+    secret = _secret(secret)
+    if not signature.isascii():  # a lone surrogate would make the core raise, not refuse
+        return False
+    return _core.callback_verify(secret, callback_id, signature)
 
 
 def build_callback_url(base: str, prefix: str, callback_id: str, action: str) -> str:

@@ -99,6 +99,7 @@ def test_verify_accepts_the_signature_in_upper_or_mixed_case() -> None:
         "0" * 64,
         "é" * 64,
         ABC[:-1] + "\uff10",  # a fullwidth digit: a digit to str.isdigit, not hex
+        ABC[:-1] + "\ud800",  # a lone surrogate, which UTF-8 cannot carry
     ],
 )
 def test_verify_rejects_a_malformed_or_wrong_signature(signature: str) -> None:

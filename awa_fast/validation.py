@@ -13,7 +13,7 @@ MAX_NAME_LENGTH = 128
 
 
 def name(field: str, value: object) -> str:
-    """A queue, kind or tag: non-empty text that Postgres can store."""
+    """A name (a queue, kind, tag or schedule): non-empty text that Postgres can store."""
     if not isinstance(value, str) or not value.strip():
         raise ValidationError(field, f"must be a non-empty string, got {value!r}")
     if len(value) > MAX_NAME_LENGTH:

@@ -18,6 +18,7 @@ from psycopg import conninfo
 import awa_fast
 from awa_fast import InsertRequest, ValidationError
 from awa_fast.bridge import insert_job, insert_job_sync
+from awa_fast.maintenance.periodic import periodic_job
 from awa_fast.producer import PACK_MIN_JOBS
 from tests.helpers import run, states
 
@@ -167,22 +168,22 @@ def test_retry_from_dlq_refuses_a_due_time_out_of_range(client: awa_fast.Client)
     assert err.value.field == "run_at"
 
 
-@pytest.mark.parametrize(
-    ("call", "name"),
-    [
-        (lambda c, at: c.list_dlq(before_dlq_at=at), "before_dlq_at"),
-        (lambda c, at: c.purge_dlq(kind="k", before_dlq_at=at), "before_dlq_at"),
-        (lambda c, at: c.purge_batch_operations(at), "before"),
-        (
-            lambda c, at: c.set_priority(1, filter={"created_at_gte": at}),
-            "filter.created_at_gte",
-        ),
-        (
-            lambda c, at: c.set_priority(1, filter={"created_at_lt": at.isoformat()}),
-            "filter.created_at_lt",
-        ),
-    ],
-)
+ADMIN_TIMESTAMPS = {
+    "list_dlq": (lambda c, at: c.list_dlq(before_dlq_at=at), "before_dlq_at"),
+    "purge_dlq": (lambda c, at: c.purge_dlq(kind="k", before_dlq_at=at), "before_dlq_at"),
+    "purge_batch_operations": (lambda c, at: c.purge_batch_operations(at), "before"),
+    "set_priority": (
+        lambda c, at: c.set_priority(1, filter={"created_at_gte": at}),
+        "filter.created_at_gte",
+    ),
+    "set_priority, as text": (
+        lambda c, at: c.set_priority(1, filter={"created_at_lt": at.isoformat()}),
+        "filter.created_at_lt",
+    ),
+}
+
+
+@pytest.mark.parametrize(("call", "name"), ADMIN_TIMESTAMPS.values(), ids=ADMIN_TIMESTAMPS.keys())
 def test_admin_timestamps_that_leave_pythons_range_in_utc_are_refused_by_name(
     client: awa_fast.Client, call: Callable[[awa_fast.Client, datetime], object], name: str
 ) -> None:
@@ -268,3 +269,21 @@ def test_text_holding_an_escaped_nul_is_stored_and_read_back_as_given(
     assert mine
     given = (options["kind"], options["queue"], options["tags"], options["metadata"])
     assert all((job.kind, job.queue, job.tags, job.metadata) == given for job in mine)
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "options", "refused_field"),
+    [
+        ("nightly", Reading(NAN, {}), {}, "args.value"),
+        ("nightly", Reading(1.0, {"s": SURROGATE}), {}, "args"),
+        ("nightly", Reading(1.0, {}), {"metadata": {"at": INF}}, "metadata.at"),
+        ("nightly", Reading(1.0, {}), {"tags": [SURROGATE]}, "tags"),
+        (SURROGATE, Reading(1.0, {}), {}, "name"),
+    ],
+)
+def test_a_schedule_is_refused_at_registration_as_an_insert_would_be(
+    name: str, args: Reading, options: Any, refused_field: str
+) -> None:
+    with pytest.raises(ValidationError) as err:
+        periodic_job(name, "@daily", Reading, args, **options)
+    assert err.value.field == refused_field

@@ -65,10 +65,29 @@ def check_callbacks(page: types.ModuleType, dsn: str) -> None:
     assert count(dsn, done) == 3
 
 
+def check_producing(page: types.ModuleType, dsn: str) -> None:
+    assert count(dsn, "SELECT count(*) FROM awa_fast.jobs WHERE kind = 'send_email'") == 1005
+    assert count(dsn, "SELECT count(*) FROM awa_fast.jobs_hot WHERE queue = 'receipts'") == 1
+    assert count(dsn, "SELECT count(*) FROM awa_fast.job_packs") >= 1  # insert_many's 1,000
+    assert count(dsn, "SELECT count(*) FROM orders") == 1
+
+
+def check_followups(page: types.ModuleType, dsn: str) -> None:
+    assert count(dsn, "SELECT count(*) FROM awa_fast.jobs WHERE kind = 'receipt'") == 1
+    assert [t for t, _ in page.events] == ["Started", "Completed"]
+
+
+def check_periodic(page: types.ModuleType, dsn: str) -> None:
+    assert count(dsn, "SELECT count(*) FROM awa_fast.cron_jobs") == 0  # deleted again
+
+
 CHECKS: dict[str, Check] = {
     "README.md": check_readme,
     "docs/handlers.md": check_handlers,
     "docs/callbacks.md": check_callbacks,
+    "docs/producing.md": check_producing,
+    "docs/followups-and-events.md": check_followups,
+    "docs/periodic.md": check_periodic,
 }
 
 

@@ -81,6 +81,18 @@ def check_periodic(page: types.ModuleType, dsn: str) -> None:
     assert count(dsn, "SELECT count(*) FROM awa_fast.cron_jobs") == 0  # deleted again
 
 
+def check_pool(page: types.ModuleType, dsn: str) -> None:
+    pids = {job.metadata["pid"] for job in page.done}
+    assert len(page.done) == 20 and 1 <= len(pids) <= 2  # two workers took them all
+    assert count(dsn, "SELECT count(*) FROM awa_fast.hosts") == 0  # gone when it stopped
+
+
+def check_observability(page: types.ModuleType, dsn: str) -> None:
+    assert "awa_fast_worker_processes 1" in page.metrics
+    completed = "SELECT count(*) FROM awa_fast.jobs WHERE state = 'completed'"
+    assert count(dsn, completed) == 2  # the scraped job and the telemetry one
+
+
 CHECKS: dict[str, Check] = {
     "README.md": check_readme,
     "docs/handlers.md": check_handlers,
@@ -88,6 +100,8 @@ CHECKS: dict[str, Check] = {
     "docs/producing.md": check_producing,
     "docs/followups-and-events.md": check_followups,
     "docs/periodic.md": check_periodic,
+    "docs/pool.md": check_pool,
+    "docs/observability.md": check_observability,
 }
 
 

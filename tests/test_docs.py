@@ -93,6 +93,18 @@ def check_observability(page: types.ModuleType, dsn: str) -> None:
     assert count(dsn, completed) == 2  # the scraped job and the telemetry one
 
 
+def check_maintenance(page: types.ModuleType, dsn: str) -> None:
+    assert page.stopped.attempt == page.cut_short.attempt == 1
+    assert page.stopped.errors == []  # RetryAfter records no error
+    assert count(dsn, "SELECT count(*) FROM awa_fast.jobs_deferred") == 2
+
+
+def check_admin(page: types.ModuleType, dsn: str) -> None:
+    assert count(dsn, "SELECT count(*) FROM awa_fast.dlq") == 0  # retried out of it
+    assert count(dsn, "SELECT count(*) FROM awa_fast.batch_operations") == 1
+    assert count(dsn, "SELECT count(*) FROM awa_fast.descriptors") == 2
+
+
 CHECKS: dict[str, Check] = {
     "README.md": check_readme,
     "docs/handlers.md": check_handlers,
@@ -102,6 +114,8 @@ CHECKS: dict[str, Check] = {
     "docs/periodic.md": check_periodic,
     "docs/pool.md": check_pool,
     "docs/observability.md": check_observability,
+    "docs/maintenance.md": check_maintenance,
+    "docs/admin.md": check_admin,
 }
 
 

@@ -105,6 +105,24 @@ def check_admin(page: types.ModuleType, dsn: str) -> None:
     assert count(dsn, "SELECT count(*) FROM awa_fast.descriptors") == 2
 
 
+def check_partitioned(page: types.ModuleType, dsn: str) -> None:
+    assert count(dsn, "SELECT count(*) FROM awa_fast.jobs WHERE queue = 'emails__p2'") == 1
+
+
+def check_testing(page: types.ModuleType, dsn: str) -> None:
+    failed = "SELECT count(*) FROM awa_fast.jobs WHERE queue = 'tests' AND state = 'failed'"
+    assert count(dsn, failed) == 1
+
+
+def check_porting(page: types.ModuleType, dsn: str) -> None:
+    assert count(dsn, "SELECT count(*) FROM awa_fast.jobs WHERE state = 'completed'") == 1
+
+
+def check_cli(page: types.ModuleType, dsn: str) -> None:
+    assert count(dsn, "SELECT count(*) FROM awa_fast.jobs WHERE state = 'cancelled'") == 1
+    assert count(dsn, "SELECT count(*) FROM awa_fast.queue_meta WHERE paused") == 1
+
+
 CHECKS: dict[str, Check] = {
     "README.md": check_readme,
     "docs/handlers.md": check_handlers,
@@ -116,6 +134,10 @@ CHECKS: dict[str, Check] = {
     "docs/observability.md": check_observability,
     "docs/maintenance.md": check_maintenance,
     "docs/admin.md": check_admin,
+    "docs/partitioned-queues.md": check_partitioned,
+    "docs/testing.md": check_testing,
+    "docs/porting.md": check_porting,
+    "docs/cli.md": check_cli,
 }
 
 

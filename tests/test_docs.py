@@ -123,6 +123,17 @@ def check_cli(page: types.ModuleType, dsn: str) -> None:
     assert count(dsn, "SELECT count(*) FROM awa_fast.queue_meta WHERE paused") == 1
 
 
+def check_architecture(page: types.ModuleType, dsn: str) -> None:
+    """The outcome table names every record the ring carries (the dead one in its note)."""
+    from awa_fast.db.transitions import Target
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text[text.index("## The outcome table") : text.index("## The path of one job")]
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| ")]
+    records = {cells[2].strip() for cells in rows[1:]}
+    assert records | {"dead"} == {target.name.lower() for target in Target}
+
+
 CHECKS: dict[str, Check] = {
     "README.md": check_readme,
     "docs/handlers.md": check_handlers,
@@ -138,6 +149,7 @@ CHECKS: dict[str, Check] = {
     "docs/testing.md": check_testing,
     "docs/porting.md": check_porting,
     "docs/cli.md": check_cli,
+    "docs/architecture.md": check_architecture,
 }
 
 

@@ -141,6 +141,7 @@ class InFlight:
 
     ``reserve`` takes capacity units; an occupied slot holds one unit of its queue, returned
     by ``release_slot`` / ``release_worker``; unused reserved units go back with ``release``.
+    A capacity is at most 8,388,607 (ValueError above it).
     """
 
     def __new__(cls, capacities: list[int], slots: int) -> InFlight: ...

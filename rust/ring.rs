@@ -162,6 +162,8 @@ pub enum Pause {
     Reserved,
     /// First slot claimed, nothing written yet.
     Claimed,
+    /// Continuations published, record written, first slot not published yet.
+    Written,
 }
 
 #[cfg(test)]
@@ -192,6 +194,10 @@ fn own_pid() -> u32 {
     extern "C" fn forget() {
         PID.store(0, Ordering::Relaxed);
     }
+    #[cfg(test)]
+    if let Some(pid) = fake_process::pid() {
+        return pid;
+    }
     let pid = PID.load(Ordering::Relaxed);
     if pid != 0 {
         return pid;
@@ -208,6 +214,10 @@ fn own_pid() -> u32 {
 
 /// Whether process `pid` has exited (gone, or a zombie not reaped yet).
 fn process_gone(pid: u32) -> bool {
+    #[cfg(test)]
+    if let Some(gone) = fake_process::gone(pid) {
+        return gone;
+    }
     // SAFETY: signal 0 only checks that the process exists; nothing is delivered.
     if unsafe { libc::kill(pid as libc::pid_t, 0) } != 0 {
         return io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
@@ -220,6 +230,44 @@ fn process_gone(pid: u32) -> bool {
                 .and_then(|(_, rest)| rest.chars().next())
         })
         .is_some_and(|state| state == 'Z' || state == 'X')
+}
+
+/// Test doubles for process identity: a model-check thread claims slots under a pid of its own
+/// and "dies" by having that pid marked gone.
+#[cfg(test)]
+pub(crate) mod fake_process {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Mutex;
+
+    /// Above any real pid (`pid_max` is at most 2^22), below the 31 bits a claim holds.
+    const BASE: u32 = 0x4000_0000;
+    static NEXT: AtomicU32 = AtomicU32::new(BASE);
+    static GONE: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+    std::thread_local!(static PID: Cell<Option<u32>> = const { Cell::new(None) });
+
+    /// A fake pid nobody uses yet.
+    pub fn fresh() -> u32 {
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Makes the calling thread claim slots as `pid`.
+    pub fn assume(pid: u32) {
+        PID.set(Some(pid));
+    }
+
+    pub fn pid() -> Option<u32> {
+        PID.get()
+    }
+
+    pub fn kill(pid: u32) {
+        GONE.lock().unwrap().push(pid);
+    }
+
+    /// Whether a fake pid is gone; `None` for a real one.
+    pub fn gone(pid: u32) -> Option<bool> {
+        (pid >= BASE).then(|| GONE.lock().unwrap().contains(&pid))
+    }
 }
 
 #[inline]
@@ -553,6 +601,7 @@ impl OutcomeRing {
             ptr::write(s.add(REC_CODE), rec.code);
             ptr::copy_nonoverlapping(payload.as_ptr(), s.add(FIRST_PAYLOAD), first_len);
         }
+        self.pause(Pause::Written, rec);
         self.publish(pos, pid)?;
         self.wake_consumer();
         Ok(true)
@@ -901,6 +950,10 @@ impl Consumer<'_> {
         out
     }
 }
+
+#[cfg(test)]
+#[path = "ring_model.rs"]
+mod model;
 
 #[cfg(test)]
 mod tests {

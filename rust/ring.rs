@@ -23,17 +23,21 @@
 //! continuation slots. A producer reserves all `k` positions with one CAS on `tail`.
 //!
 //! # Ownership: nobody writes a slot it does not hold
-//! A producer writes a slot only between its claim (CAS `p -> claimed`) and its publish (CAS
-//! `claimed -> p + 1`); the consumer reads it only between seeing `p + 1` and freeing it. A
-//! producer claims its first slot before any continuation and writes `meta` right after, so a
-//! claimed first slot always names its record's length.
+//! A producer writes its record only while it holds the first slot claimed (CAS `p ->
+//! claimed`), which the consumer's skip must win to take the slot back; the consumer takes a
+//! continuation back only together with its first slot, from a claimant that is gone, so the
+//! claim covers the whole record. Each slot is published with a CAS (`p -> p + 1` for a
+//! continuation, `claimed -> p + 1` for the first slot); the consumer reads a slot only
+//! between seeing `p + 1` and freeing it. The producer writes `meta` right after its claim, so
+//! a claimed first slot always names its record's length.
 //!
 //! # Memory ordering
-//! - Producer: the reservation CAS on `tail` only arbitrates who owns which positions. Each
-//!   claim CAS is Acquire, pairing with the consumer's Release free of the previous lap, so the
-//!   consumer's reads of that lap happen-before our writes. Each publish CAS is Release
-//!   (continuations first, first slot last), so every byte of the record happens-before a
-//!   consumer that Acquires the first slot's `p + 1`.
+//! - Producer: the reservation CAS on `tail` only arbitrates who owns which positions. Before
+//!   it, the last wanted slot's `seq` is loaded with Acquire, and the first slot's claim CAS
+//!   is Acquire: both pair with the consumer's Release frees of the previous lap (made in
+//!   position order), so its reads of that lap happen-before our writes. Each publish CAS is
+//!   Release (continuations first, first slot last), so every byte of the record
+//!   happens-before a consumer that Acquires the first slot's `p + 1`.
 //! - Consumer: loads the first slot's `seq` with Acquire and frees slots in position order
 //!   with Release stores (or a CAS, when taking a slot back).
 //! - Sleep/wake: Dekker-style. The consumer sets `consumer_sleeping`, issues a SeqCst fence and
@@ -518,8 +522,10 @@ impl OutcomeRing {
         let mut t = tail.load(Ordering::Relaxed);
         loop {
             let last = t + k - 1;
-            // The consumer frees in position order, so `last` free means the range is free.
-            let seq = self.seq(last).load(Ordering::Relaxed);
+            // Acquire pairs with the consumer's Release free of `last`; it frees in position
+            // order, so its reads of the previous lap of every slot in the range happen-before
+            // our writes (the first slot's claim CAS is Acquire as well).
+            let seq = self.seq(last).load(Ordering::Acquire);
             let diff = seq.wrapping_sub(last) as i64;
             if diff == 0 {
                 match tail.compare_exchange_weak(t, t + k, Ordering::Relaxed, Ordering::Relaxed) {
@@ -572,13 +578,11 @@ impl OutcomeRing {
         let mut off = first_len;
         for j in 1..k {
             let p = pos + j;
-            if !self.claim(p, pid) {
-                return Err(RingError::Skipped);
-            }
             let n = (sb - CONT_PAYLOAD).min(payload.len() - off);
             self.meta(p).store(tag, Ordering::Relaxed);
-            // SAFETY: we hold position `p` claimed, so nobody else reads or writes the slot;
-            // `CONT_PAYLOAD + n <= sb` and `off + n <= payload.len()`.
+            // SAFETY: position `p` is ours while our first slot is claimed (the consumer takes
+            // a continuation back only with its first slot, from a gone claimant), so nobody
+            // else reads or writes the slot; `CONT_PAYLOAD + n <= sb`, `off + n <= len`.
             unsafe {
                 ptr::copy_nonoverlapping(
                     payload.as_ptr().add(off),
@@ -587,7 +591,7 @@ impl OutcomeRing {
                 );
             }
             off += n;
-            self.publish(p, pid)?;
+            self.publish(p, p)?;
         }
 
         let s = self.slot_ptr(pos);
@@ -602,7 +606,7 @@ impl OutcomeRing {
             ptr::copy_nonoverlapping(payload.as_ptr(), s.add(FIRST_PAYLOAD), first_len);
         }
         self.pause(Pause::Written, rec);
-        self.publish(pos, pid)?;
+        self.publish(pos, claimed(pos, pid))?;
         self.wake_consumer();
         Ok(true)
     }
@@ -617,12 +621,12 @@ impl OutcomeRing {
             .is_ok()
     }
 
-    /// Publishes claimed position `p`.
+    /// Publishes position `p`, whose `seq` we left at `from`.
     #[inline]
-    fn publish(&self, p: u64, pid: u32) -> Result<(), RingError> {
+    fn publish(&self, p: u64, from: u64) -> Result<(), RingError> {
         // Release: our writes to the slot happen-before whoever Acquires `p + 1`.
         self.seq(p)
-            .compare_exchange(claimed(p, pid), p + 1, Ordering::Release, Ordering::Relaxed)
+            .compare_exchange(from, p + 1, Ordering::Release, Ordering::Relaxed)
             .map(|_| ())
             .map_err(|_| RingError::Skipped)
     }

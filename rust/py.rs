@@ -290,7 +290,7 @@ impl PyOutcomeRing {
     #[pyo3(signature = (payload_len, claim = true))]
     fn _abandon(&self, payload_len: i64, claim: bool) -> PyResult<()> {
         let len = usize_arg("payload_len", payload_len)?;
-        self.ring.abandon(len, claim).map(|_| ()).map_err(ring_err)
+        self.ring.abandon(len, claim).map_err(ring_err)
     }
 
     /// Approximate number of pending records (reserved, not yet drained slots; exact when

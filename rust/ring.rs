@@ -793,13 +793,13 @@ impl OutcomeRing {
 
     /// Reserves and claims the slots of a `payload_len` record and publishes nothing: what a
     /// producer killed mid-push leaves (tests, and `OutcomeRing._abandon` from Python).
-    pub fn abandon(&self, payload_len: usize, claim: bool) -> Result<u64, RingError> {
+    pub fn abandon(&self, payload_len: usize, claim: bool) -> Result<(), RingError> {
         let k = self.slots_for(payload_len)?;
         let pos = self.try_reserve(k).ok_or(RingError::Timeout)?;
         if claim && self.claim(pos, own_pid()) {
             self.meta(pos).store(tag(pos) | k, Ordering::Relaxed);
         }
-        Ok(pos)
+        Ok(())
     }
 
     #[cfg(test)]

@@ -81,11 +81,21 @@ class Records:
         return cls(batch.ids, batch.leases, batch.codes, batch.kinds, batch.numbers, batch.payloads)
 
     def extra(self, i: int) -> dict[str, Any]:
-        """The decoded variable part of record ``i`` (error, progress, callback id, …)."""
+        """The decoded variable part of record ``i`` (error, progress, callback id, …). One
+        that does not decode is logged and read as empty: its transition still settles the
+        attempt, and the rest of the batch is not held back with it."""
         found = self.extras.get(i)
         if found is None:
             payload = self.payloads[i]
-            found = orjson.loads(payload) if payload else {}
+            try:
+                found = orjson.loads(payload) if payload else {}
+            except orjson.JSONDecodeError:
+                log.error(
+                    "job %s: outcome payload does not decode; committed without it",
+                    self.ids[i],
+                    extra={"job_id": self.ids[i], "run_lease": self.leases[i]},
+                )
+                found = {}
             self.extras[i] = found
         return found
 

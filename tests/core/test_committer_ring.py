@@ -1,5 +1,6 @@
-"""The committer's ends of the ring (issue #33): its stop path with a producer that died or
-stopped mid-push, and a lost attempt reported in the batch of its real outcome."""
+"""The committer's end of the ring (issue #33): its stop path with a producer that died or
+stopped mid-push, a lost attempt reported in the batch of its real outcome, and a record
+whose payload does not decode."""
 
 from __future__ import annotations
 
@@ -140,3 +141,25 @@ def test_a_lost_report_in_the_batch_of_the_real_outcome_loses(
     follow = conn.execute("SELECT count(*) FROM awa_fast.jobs WHERE args->>'do' = 'next'")
     assert follow.fetchone() == (1,)
     assert (committer.stats.applied, committer.stats.stale) == (1, 1)
+
+
+def test_a_payload_that_does_not_decode_holds_back_only_itself(
+    client: awa_fast.Client, conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    bad, good = running_job(conn), running_job(conn)
+    committer = committer_for(client, OutcomeRing(64))
+    batcher = Batcher(10, 10.0)
+    failed = int(tr.Target.RETRYABLE)
+    batcher.push(bad, 1, failed, 0, 5.0, b'{"error": {"err')
+    code, number, payload = tr.encode(tr.Transition(tr.Target.RETRYABLE, delay=5))
+    batcher.push(good, 1, code, 0, number, payload)
+    batch = batcher.take()
+    assert batch is not None
+    with caplog.at_level(logging.ERROR, logger="awa_fast.committer"):
+        committer.commit(batch)
+    committer.close()
+    assert f"job {bad}: outcome payload does not decode" in caplog.text
+    assert (job(client.dsn, bad)["state"], job(client.dsn, good)["state"]) == (
+        "retryable",
+        "retryable",
+    )

@@ -15,8 +15,9 @@
 //!   slot index is `p & mask`): *free for p* when `seq == p`, *claimed* by the producer with
 //!   process id `pid` when `seq == CLAIMED | pid << 32 | (p as u32)`, *published* when
 //!   `seq == p + 1`, and free for the next lap once the consumer stores `p + capacity`.
-//! - `meta`: `(p as u32) << 32 | k`, written by the slot's claimant only. In a record's first
-//!   slot `k >= 1` is the number of slots of the record; continuation slots carry `k == 0`.
+//! - `meta`: `(p as u32) << 32 | k`, written only by a producer holding its record's first
+//!   slot claimed. In a first slot `k >= 1` is the number of slots of the record;
+//!   continuation slots carry `k == 0`.
 //!
 //! A record is its fixed header (job id, run lease, number, kind, payload length, code) plus its
 //! payload, written in the first slot and, when the payload does not fit, in `k - 1` following

@@ -25,9 +25,9 @@ class OutcomeRing:
     """Multi-producer single-consumer ring of outcome records in shared memory.
 
     ``push`` applies backpressure when the ring is full (never drops). A reserved slot that
-    stays unpublished for ``stall_timeout`` seconds (its producer died) is skipped and counted
-    in ``skipped``; a producer that was merely paused that long gets ``RuntimeError`` from
-    ``push``. Only one thread of one process may drain at a time (``RuntimeError`` otherwise).
+    stays unpublished for ``stall_timeout`` seconds is skipped and counted in ``skipped`` once
+    its producer's process is gone; a paused producer keeps its slots. Only one thread of one
+    process may drain at a time (``RuntimeError`` otherwise).
     """
 
     def __new__(
@@ -55,6 +55,10 @@ class OutcomeRing:
         With ``inflight``, a non-empty batch is ready once nothing is in flight there. A
         ready batch takes along the records already waiting, up to ``batcher.limit``."""
 
+    def _abandon(self, payload_len: int, claim: bool = True) -> None:
+        """Test hook: take the slots of a ``payload_len`` record and publish nothing, as a
+        producer killed mid-push does (``claim=False``: killed before claiming them)."""
+
     def __len__(self) -> int:
         """Approximate pending records (pending slots; exact when payloads fit one slot)."""
 
@@ -66,7 +70,7 @@ class OutcomeRing:
     def stall_timeout(self) -> float: ...
     @property
     def skipped(self) -> int:
-        """Records skipped because their producer stalled past ``stall_timeout``."""
+        """Records skipped: their producer died, or stalled before taking its slots."""
 
     @property
     def max_payload(self) -> int:
@@ -137,6 +141,7 @@ class InFlight:
 
     ``reserve`` takes capacity units; an occupied slot holds one unit of its queue, returned
     by ``release_slot`` / ``release_worker``; unused reserved units go back with ``release``.
+    A capacity is at most 8,388,607 (ValueError above it).
     """
 
     def __new__(cls, capacities: list[int], slots: int) -> InFlight: ...

@@ -11,9 +11,16 @@
 //! one unit of its queue*: `release_slot` and `release_worker` give the unit back. Units
 //! reserved for jobs that were not claimed are returned with `release`.
 //!
+//! A queue's in-flight word is `tag (40 bits) | count (24 bits)`: giving a slot's unit back
+//! decrements the count and records the slot and generation in the tag in one CAS. Freeing a
+//! slot takes three steps (OCCUPIED -> RELEASING, unit back, -> FREE), so a worker killed
+//! between any two leaves a RELEASING slot, and `release_worker` tells from the tag whether its
+//! unit already went back (each queue index belongs to one worker, and only slot releases
+//! write the tag).
+//!
 //! # Slot state word
 //! `gen (24 bits) | worker (32 bits) | flags (8 bits)`, flags = phase (FREE, CLAIMING,
-//! OCCUPIED) plus the CANCELLED bit. The generation changes on every acquisition, so a CAS
+//! OCCUPIED, RELEASING) plus the CANCELLED bit. The generation changes on every acquisition, so a CAS
 //! against a state read earlier fails if the slot was released and reused in between: cancel
 //! can never flag the *next* job of a slot, and readers detect torn snapshots (seqlock style:
 //! read state, read fields, re-read state). The worker index sits in the state word so that a
@@ -29,6 +36,7 @@ const PHASE_MASK: u64 = 0b11;
 const FREE: u64 = 0;
 const CLAIMING: u64 = 1;
 const OCCUPIED: u64 = 2;
+const RELEASING: u64 = 3;
 const CANCELLED: u64 = 0b100;
 const WORKER_SHIFT: u32 = 8;
 const GEN_SHIFT: u32 = 40;
@@ -44,6 +52,14 @@ const S_STATE: usize = 0;
 const S_JOB_ID: usize = 8;
 const S_RUN_LEASE: usize = 16;
 const S_QUEUE: usize = 24;
+
+// In-flight word: the count in the low bits, the last slot release's tag above it.
+const COUNT_BITS: u32 = 24;
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+const TAG_GEN_BITS: u32 = 18;
+
+/// Largest capacity of one queue index (the in-flight count has 24 bits).
+pub const MAX_CAPACITY: i64 = (1 << (COUNT_BITS - 1)) - 1;
 
 /// Largest number of queues / slots accepted.
 pub const MAX_QUEUES: usize = 1 << 16;
@@ -128,6 +144,17 @@ fn gen_of(state: u64) -> u64 {
     state >> GEN_SHIFT
 }
 
+#[inline]
+fn count_of(word: u64) -> i64 {
+    (word & COUNT_MASK) as i64
+}
+
+/// The tag a release of `slot` at generation `gen` leaves in its queue's in-flight word.
+#[inline]
+fn release_tag(slot: usize, gen: u64) -> u64 {
+    ((slot as u64) << TAG_GEN_BITS | (gen & ((1 << TAG_GEN_BITS) - 1))) << COUNT_BITS
+}
+
 impl InFlight {
     /// Maps a table for `capacities.len()` queues and `slots` attempt slots.
     pub fn new(capacities: &[i64], slots: usize) -> Result<Self, InFlightError> {
@@ -140,10 +167,13 @@ impl InFlight {
                 ),
             ));
         }
-        if let Some(c) = capacities.iter().find(|&&c| c < 0) {
+        if let Some(c) = capacities
+            .iter()
+            .find(|&&c| !(0..=MAX_CAPACITY).contains(&c))
+        {
             return Err(InFlightError::InvalidArg(
                 "capacities",
-                format!("capacities must be >= 0, got {c}"),
+                format!("capacities must be between 0 and {MAX_CAPACITY}, got {c}"),
             ));
         }
         if slots == 0 || slots > MAX_SLOTS {
@@ -160,7 +190,7 @@ impl InFlight {
             slots,
         };
         for (q, &c) in capacities.iter().enumerate() {
-            table.q_word(q, Q_CAPACITY).store(c, Ordering::Relaxed);
+            table.capacity_word(q).store(c, Ordering::Relaxed);
         }
         Ok(table)
     }
@@ -198,16 +228,22 @@ impl InFlight {
         if want <= 0 {
             return 0;
         }
-        let cap = self.q_word(queue, Q_CAPACITY);
-        let inf = self.q_word(queue, Q_IN_FLIGHT);
+        let cap = self.capacity_word(queue);
+        let inf = self.in_flight_word(queue);
         let mut cur = inf.load(Ordering::Relaxed);
         loop {
-            let free = (cap.load(Ordering::Relaxed) - cur).max(0);
+            let free = (cap.load(Ordering::Relaxed) - count_of(cur)).max(0);
             let grant = want.min(free);
             if grant == 0 {
                 return 0;
             }
-            match inf.compare_exchange_weak(cur, cur + grant, Ordering::AcqRel, Ordering::Relaxed) {
+            // The count stays below capacity, so adding never carries into the tag.
+            match inf.compare_exchange_weak(
+                cur,
+                cur + grant as u64,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return grant,
                 Err(now) => cur = now,
             }
@@ -222,36 +258,49 @@ impl InFlight {
                 format!("must be >= 0, got {n}"),
             ));
         }
-        let inf = self.q_word(queue, Q_IN_FLIGHT);
+        let inf = self.in_flight_word(queue);
         let mut cur = inf.load(Ordering::Relaxed);
         loop {
-            if cur < n {
+            if count_of(cur) < n {
                 return Err(InFlightError::OverRelease {
                     queue,
                     n,
-                    in_flight: cur,
+                    in_flight: count_of(cur),
                 });
             }
-            match inf.compare_exchange_weak(cur, cur - n, Ordering::AcqRel, Ordering::Relaxed) {
+            match inf.compare_exchange_weak(
+                cur,
+                cur - n as u64,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return Ok(()),
                 Err(now) => cur = now,
             }
         }
     }
 
-    /// Returns one unit, saturating at zero (cleanup paths must not fail).
-    fn release_one_saturating(&self, queue: usize) {
+    /// Gives back the unit of a slot release tagged `tag`, saturating at zero (cleanup paths
+    /// must not fail), and records the tag in the same CAS.
+    fn return_unit(&self, queue: usize, tag: u64) {
         if queue >= self.queues {
             return;
         }
-        let inf = self.q_word(queue, Q_IN_FLIGHT);
-        let _ = inf.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| {
-            (c > 0).then_some(c - 1)
-        });
+        let _ = self
+            .in_flight_word(queue)
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |w| {
+                Some(tag | (w & COUNT_MASK).saturating_sub(1))
+            });
+    }
+
+    /// Whether the in-flight word of `queue` records the release tagged `tag` as its last.
+    fn unit_returned(&self, queue: usize, tag: u64) -> bool {
+        queue < self.queues
+            && self.in_flight_word(queue).load(Ordering::Acquire) & !COUNT_MASK == tag
     }
 
     pub fn in_flight(&self, queue: usize) -> i64 {
-        self.q_word(queue, Q_IN_FLIGHT).load(Ordering::Relaxed)
+        count_of(self.in_flight_word(queue).load(Ordering::Relaxed))
     }
 
     /// Units in flight over every queue: zero means no attempt is running or claimed
@@ -261,7 +310,7 @@ impl InFlight {
     }
 
     pub fn capacity(&self, queue: usize) -> i64 {
-        self.q_word(queue, Q_CAPACITY).load(Ordering::Relaxed)
+        self.capacity_word(queue).load(Ordering::Relaxed)
     }
 
     /// `capacity - in_flight`, never negative (capacity may be lowered below in-flight).
@@ -270,13 +319,13 @@ impl InFlight {
     }
 
     pub fn set_capacity(&self, queue: usize, cap: i64) -> Result<(), InFlightError> {
-        if cap < 0 {
+        if !(0..=MAX_CAPACITY).contains(&cap) {
             return Err(InFlightError::InvalidArg(
                 "cap",
-                format!("must be >= 0, got {cap}"),
+                format!("must be between 0 and {MAX_CAPACITY}, got {cap}"),
             ));
         }
-        self.q_word(queue, Q_CAPACITY).store(cap, Ordering::Relaxed);
+        self.capacity_word(queue).store(cap, Ordering::Relaxed);
         Ok(())
     }
 
@@ -313,6 +362,9 @@ impl InFlight {
             {
                 continue;
             }
+            // Release fence (seqlock writer): a reader whose field load sees a store below
+            // also sees CLAIMING when it re-reads the state, and drops its snapshot.
+            fence(Ordering::Release);
             self.s_i64(idx, S_JOB_ID).store(job_id, Ordering::Relaxed);
             self.s_i64(idx, S_RUN_LEASE)
                 .store(run_lease, Ordering::Relaxed);
@@ -332,27 +384,42 @@ impl InFlight {
 
     /// Frees `slot` if occupied and `pred(state)` holds, returning its snapshot.
     fn take_slot(&self, slot: usize, pred: impl Fn(u64) -> bool) -> Option<SlotInfo> {
+        let (releasing, info) = self.begin_release(slot, pred)?;
+        self.return_unit(info.queue as usize, release_tag(slot, gen_of(releasing)));
+        self.finish_release(slot, releasing);
+        Some(info)
+    }
+
+    /// Moves `slot` from OCCUPIED to RELEASING if `pred(state)` holds: the first step of a
+    /// release. Returns the RELEASING state word and the slot's snapshot.
+    fn begin_release(&self, slot: usize, pred: impl Fn(u64) -> bool) -> Option<(u64, SlotInfo)> {
         let state = self.state(slot);
         loop {
             let (s, info) = self.snapshot(slot)?;
             if !pred(s) {
                 return None;
             }
-            // Release: our field reads happen-before the next owner's writes.
+            let releasing = with(gen_of(s), worker_of(s), RELEASING);
             if state
-                .compare_exchange(
-                    s,
-                    with(gen_of(s), 0, FREE),
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                )
+                .compare_exchange(s, releasing, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
-                self.release_one_saturating(info.queue as usize);
-                return Some(info);
+                return Some((releasing, info));
             }
             // Lost a race (cancel bit set, or the slot was released): look again.
         }
+    }
+
+    /// Frees a RELEASING slot whose unit went back.
+    fn finish_release(&self, slot: usize, releasing: u64) {
+        // Release: our field reads happen-before the next owner's writes (its claim is
+        // Acquire). A CAS: only one of the worker and `release_worker` frees it.
+        let _ = self.state(slot).compare_exchange(
+            releasing,
+            with(gen_of(releasing), 0, FREE),
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
     }
 
     /// A consistent view of `slot` and the state word it was read under, if occupied.
@@ -441,7 +508,9 @@ impl InFlight {
     /// Frees every slot of a dead `worker`, returning its attempts and their queue units.
     ///
     /// A slot the worker left CLAIMING (killed inside `acquire_slot`) is freed too; it held
-    /// no published attempt, so it is not returned.
+    /// no published attempt, so it is not returned. Nor is one it left RELEASING (killed
+    /// inside `release_slot`, its outcome already pushed): its unit goes back unless the
+    /// queue's tag shows it already did.
     pub fn release_worker(&self, worker: u32) -> Vec<SlotInfo> {
         let mut out = Vec::new();
         for slot in 0..self.slots {
@@ -449,15 +518,28 @@ impl InFlight {
                 out.push(info);
                 continue;
             }
-            let state = self.state(slot);
-            let s = state.load(Ordering::Acquire);
-            if phase(s) == CLAIMING && worker_of(s) == worker {
-                let _ = state.compare_exchange(
-                    s,
-                    with(gen_of(s), 0, FREE),
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                );
+            let s = self.state(slot).load(Ordering::Acquire);
+            if worker_of(s) != worker {
+                continue;
+            }
+            match phase(s) {
+                CLAIMING => {
+                    let _ = self.state(slot).compare_exchange(
+                        s,
+                        with(gen_of(s), 0, FREE),
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    );
+                }
+                RELEASING => {
+                    let queue = self.s_u32(slot, S_QUEUE).load(Ordering::Relaxed) as usize;
+                    let tag = release_tag(slot, gen_of(s));
+                    if !self.unit_returned(queue, tag) {
+                        self.return_unit(queue, tag);
+                    }
+                    self.finish_release(slot, s);
+                }
+                _ => {}
             }
         }
         out
@@ -470,10 +552,16 @@ impl InFlight {
         unsafe { self.map.at(OFF_HINT) }
     }
 
-    fn q_word(&self, queue: usize, field: usize) -> &AtomicI64 {
+    fn capacity_word(&self, queue: usize) -> &AtomicI64 {
         assert!(queue < self.queues);
         // SAFETY: queue < queues, aligned 8-byte field inside its line.
-        unsafe { self.map.at(OFF_QUEUES + queue * QUEUE_BYTES + field) }
+        unsafe { self.map.at(OFF_QUEUES + queue * QUEUE_BYTES + Q_CAPACITY) }
+    }
+
+    fn in_flight_word(&self, queue: usize) -> &AtomicU64 {
+        assert!(queue < self.queues);
+        // SAFETY: as in `capacity_word`.
+        unsafe { self.map.at(OFF_QUEUES + queue * QUEUE_BYTES + Q_IN_FLIGHT) }
     }
 
     fn slot_off(&self, slot: usize) -> usize {
@@ -642,6 +730,60 @@ mod tests {
         t.state(1).store(with(1, 3, CLAIMING), Ordering::Relaxed);
         assert!(t.release_worker(3).is_empty());
         assert_eq!(phase(t.state(1).load(Ordering::Relaxed)), FREE);
+    }
+
+    /// A worker (7) holding one job of queue 0, and the slot it runs in.
+    fn one_running() -> (InFlight, usize) {
+        let t = InFlight::new(&[2], 4).unwrap();
+        assert_eq!(t.reserve(0, 1), 1);
+        let slot = t.acquire_slot(100, 1, 0, 7).unwrap();
+        (t, slot)
+    }
+
+    #[test]
+    fn worker_killed_before_giving_its_unit_back_leaks_nothing() {
+        let (t, slot) = one_running();
+        t.begin_release(slot, |_| true).unwrap(); // killed right after
+        assert!(
+            t.occupied().is_empty(),
+            "its outcome is pushed: not reported lost"
+        );
+        assert!(t.release_worker(7).is_empty());
+        assert_eq!(t.in_flight(0), 0);
+        assert_eq!(phase(t.state(slot).load(Ordering::Relaxed)), FREE);
+    }
+
+    #[test]
+    fn worker_killed_after_giving_its_unit_back_is_not_counted_twice() {
+        let (t, slot) = one_running();
+        assert_eq!(t.reserve(0, 1), 1); // a second unit, claimed for the worker meanwhile
+        let (releasing, info) = t.begin_release(slot, |_| true).unwrap();
+        t.return_unit(info.queue as usize, release_tag(slot, gen_of(releasing)));
+        // killed before freeing the slot
+        assert!(t.release_worker(7).is_empty());
+        assert_eq!(t.in_flight(0), 1);
+        assert_eq!(phase(t.state(slot).load(Ordering::Relaxed)), FREE);
+    }
+
+    #[test]
+    fn the_release_tag_survives_reservations_and_marks_each_generation() {
+        let (t, slot) = one_running();
+        assert!(t.release_slot(slot));
+        let gen = gen_of(t.state(slot).load(Ordering::Relaxed));
+        assert!(t.unit_returned(0, release_tag(slot, gen)));
+        assert_eq!(t.reserve(0, 2), 2);
+        t.release(0, 1).unwrap();
+        assert!(t.unit_returned(0, release_tag(slot, gen)));
+        assert!(!t.unit_returned(0, release_tag(slot, gen + 1)));
+        assert_eq!(t.in_flight(0), 1);
+    }
+
+    #[test]
+    fn capacity_above_the_count_width_is_refused() {
+        assert!(InFlight::new(&[MAX_CAPACITY + 1], 4).is_err());
+        let t = InFlight::new(&[MAX_CAPACITY], 4).unwrap();
+        assert_eq!(t.reserve(0, i64::MAX), MAX_CAPACITY);
+        assert!(t.set_capacity(0, MAX_CAPACITY + 1).is_err());
     }
 
     #[test]

@@ -84,6 +84,47 @@ fn move_into(consumer: &mut Consumer<'_>, batcher: &mut Batcher, max: usize) {
     });
 }
 
+/// Moves records into `b` until it is ready (see `drain_into`) or `until` passes.
+///
+/// Looks at the head on every round, the last included, so a caller that does not wait
+/// (a committer flushing on stop) still gets a dead producer's slots taken back.
+fn fill(
+    c: &mut Consumer<'_>,
+    ring: &OutcomeRing,
+    b: &mut Batcher,
+    until: Instant,
+    table: Option<&InFlight>,
+) -> bool {
+    loop {
+        let now = Instant::now();
+        c.check_head(now);
+        let room = b.room();
+        move_into(c, b, room);
+        if b.ready_at(now) {
+            let headroom = b.headroom();
+            move_into(c, b, headroom);
+            return true;
+        }
+        let idle = table.is_some_and(|t| t.total_in_flight() == 0);
+        if idle && !b.is_empty() && ring.pending_slots() == 0 {
+            return true;
+        }
+        if now >= until {
+            return false;
+        }
+        let wake = b.due_at().map_or(until, |d| d.min(until));
+        if b.is_empty() {
+            c.wait_ready(wake);
+        } else {
+            // A batch is forming and flushes at its deadline or size: poll instead of
+            // advertising sleep, so producers do not pay a futex wake (and this thread a
+            // wake-up) for every record.
+            let nap = wake.saturating_duration_since(now).min(BATCH_POLL);
+            std::thread::sleep(nap);
+        }
+    }
+}
+
 fn usize_arg(name: &'static str, v: i64) -> PyResult<usize> {
     usize::try_from(v).map_err(|_| PyValueError::new_err(format!("{name}: must be >= 0, got {v}")))
 }
@@ -98,9 +139,10 @@ fn usize_arg(name: &'static str, v: i64) -> PyResult<usize> {
 /// waits, GIL released), it never drops.
 ///
 /// A producer that dies between reserving and publishing its slots cannot wedge the
-/// consumer: a reserved slot still unpublished after ``stall_timeout`` seconds is skipped and
-/// counted in ``skipped``. If the producer was only paused that long, its ``push`` raises
-/// ``RuntimeError`` when it resumes. Keep ``stall_timeout`` far above any scheduling delay.
+/// consumer: a reserved slot still unpublished after ``stall_timeout`` seconds is skipped
+/// (counted in ``skipped``) once its producer's process is gone. A producer that is only
+/// paused keeps the slots it has taken, however long it is paused, and nobody else writes
+/// them; one paused before taking them reserves again when it resumes.
 ///
 /// Only one thread of one process may drain (``drain``/``drain_into``) at a time; a second
 /// concurrent drainer in the same process gets ``RuntimeError``.
@@ -231,35 +273,9 @@ impl PyOutcomeRing {
             let until = slice_end(deadline);
             let b2 = &mut *b;
             let ready = py
-                .detach(|| -> Result<bool, RingError> {
+                .detach(|| {
                     let mut c = self.ring.consumer()?;
-                    loop {
-                        let room = b2.room();
-                        move_into(&mut c, b2, room);
-                        let now = Instant::now();
-                        if b2.ready_at(now) {
-                            let headroom = b2.headroom();
-                            move_into(&mut c, b2, headroom);
-                            return Ok(true);
-                        }
-                        let idle = table.is_some_and(|t| t.total_in_flight() == 0);
-                        if idle && !b2.is_empty() && self.ring.pending_slots() == 0 {
-                            return Ok(true);
-                        }
-                        if now >= until {
-                            return Ok(false);
-                        }
-                        let wake = b2.due_at().map_or(until, |d| d.min(until));
-                        if b2.is_empty() {
-                            c.wait_ready(wake);
-                        } else {
-                            // A batch is forming and flushes at its deadline or size: poll
-                            // instead of advertising sleep, so producers do not pay a futex
-                            // wake (and this thread a wake-up) for every record.
-                            let nap = wake.saturating_duration_since(now).min(BATCH_POLL);
-                            std::thread::sleep(nap);
-                        }
-                    }
+                    Ok::<_, RingError>(fill(&mut c, &self.ring, b2, until, table))
                 })
                 .map_err(ring_err)?;
             if ready || passed(deadline) {
@@ -267,6 +283,14 @@ impl PyOutcomeRing {
             }
             py.check_signals()?;
         }
+    }
+
+    /// Test hook: reserves (and, with ``claim``, claims) the slots of a ``payload_len``
+    /// record and publishes nothing, as a producer killed mid-push does.
+    #[pyo3(signature = (payload_len, claim = true))]
+    fn _abandon(&self, payload_len: i64, claim: bool) -> PyResult<()> {
+        let len = usize_arg("payload_len", payload_len)?;
+        self.ring.abandon(len, claim).map_err(ring_err)
     }
 
     /// Approximate number of pending records (reserved, not yet drained slots; exact when
@@ -290,7 +314,7 @@ impl PyOutcomeRing {
         self.ring.stall_timeout().as_secs_f64()
     }
 
-    /// Records skipped because their producer stalled past ``stall_timeout``.
+    /// Records skipped: their producer died, or stalled before taking its slots.
     #[getter]
     fn skipped(&self) -> u64 {
         self.ring.skipped()
@@ -687,4 +711,36 @@ pub fn cel_variables(expression: &str) -> PyResult<Vec<String>> {
 #[pyfunction]
 pub fn cel_evaluate(expression: &str, payload: &str) -> PyResult<String> {
     crate::cel::evaluate(expression, payload).map_err(PyValueError::new_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flush_that_never_waits_still_gets_past_a_dead_producer() {
+        // Issue #33, 2: a stopping committer drains with timeout 0, again and again.
+        let ring = OutcomeRing::new(8, 64, Duration::from_millis(30)).unwrap();
+        ring.die_mid_push(10, true);
+        let lost = Outcome {
+            job_id: 7,
+            run_lease: 1,
+            code: 9,
+            kind: 0,
+            number: 0.0,
+        };
+        ring.push(&lost, b"lost", None).unwrap();
+        let mut batch = Batcher::new(100, Duration::ZERO, 100);
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while batch.is_empty() {
+            assert!(
+                Instant::now() < give_up,
+                "the dead producer's slot was never skipped"
+            );
+            let mut c = ring.consumer().unwrap();
+            fill(&mut c, &ring, &mut batch, Instant::now(), None);
+        }
+        assert_eq!(batch.take().unwrap().ids, vec![7]);
+        assert_eq!((ring.skipped(), ring.pending_slots()), (1, 0));
+    }
 }

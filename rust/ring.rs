@@ -4,60 +4,67 @@
 //! (the single consumer) drains it in batches. The ring is created before `fork()`, so every
 //! process sees the same slots.
 //!
-//! (This file is past 800 lines because its unit tests, about 300 lines, sit beside the code
-//! as in every module here; the ring itself is one concept and stays in one file.)
+//! (This file is past 800 lines because its unit tests sit beside the code as in every module
+//! here; the ring itself is one concept and stays in one file.)
 //!
 //! # Layout
 //! A header (one cache line per independently written word, so producers bumping `tail` do not
 //! invalidate the consumer's `head` line) followed by `capacity` slots of `slot_bytes` each.
 //! Every slot starts with two words:
-//! - `seq`: Vyukov's per-slot sequence number. For position `p` (a monotonically increasing
-//!   64-bit counter; the slot index is `p & mask`) the slot is *free for p* when `seq == p`,
-//!   *published* when `seq == p + 1` and freed for the next lap by the consumer with
-//!   `seq = p + capacity`.
-//! - `meta`: `(p as u32) << 32 | k`. In a record's first slot `k >= 1` is the number of slots
-//!   of the record; continuation slots carry `k == 0`. The producer stores the first slot's meta
-//!   right after reserving, so a consumer that later finds the record stalled knows how many
-//!   slots to skip (the tag makes a stale meta from an earlier lap unmistakable).
+//! - `seq`: the slot's state for position `p` (a monotonically increasing 64-bit counter; the
+//!   slot index is `p & mask`): *free for p* when `seq == p`, *claimed* by the producer with
+//!   process id `pid` when `seq == CLAIMED | pid << 32 | (p as u32)`, *published* when
+//!   `seq == p + 1`, and free for the next lap once the consumer stores `p + capacity`.
+//! - `meta`: `(p as u32) << 32 | k`, written only by a producer holding its record's first
+//!   slot claimed. In a first slot `k >= 1` is the number of slots of the record;
+//!   continuation slots carry `k == 0`.
 //!
 //! A record is its fixed header (job id, run lease, number, kind, payload length, code) plus its
 //! payload, written in the first slot and, when the payload does not fit, in `k - 1` following
 //! continuation slots. A producer reserves all `k` positions with one CAS on `tail`.
 //!
+//! # Ownership: nobody writes a slot it does not hold
+//! A producer writes its record only while it holds the first slot claimed (CAS `p ->
+//! claimed`), which the consumer's skip must win to take the slot back; the consumer takes a
+//! continuation back only together with its first slot, from a claimant that is gone, so the
+//! claim covers the whole record. Each slot is published with a CAS (`p -> p + 1` for a
+//! continuation, `claimed -> p + 1` for the first slot); the consumer reads a slot only
+//! between seeing `p + 1` and freeing it. The producer writes `meta` right after its claim, so
+//! a claimed first slot always names its record's length.
+//!
 //! # Memory ordering
-//! - Producer: the reservation CAS on `tail` is Relaxed (it only arbitrates who owns which
-//!   positions; no data flows through it). Before reserving it loads the last wanted slot's
-//!   `seq` with Acquire, pairing with the consumer's Release free-store, so the consumer's reads
-//!   of the previous lap's bytes happen-before our overwrite. Data is written with plain
-//!   stores, then each slot is published with a Release CAS on `seq` (continuations first,
-//!   first slot last).
-//! - Consumer: loads the first slot's `seq` with Acquire; seeing `p + 1` makes every byte the
-//!   producer wrote for the whole record (continuations were published before the first slot
-//!   in program order) visible. It frees slots in position order with Release stores.
+//! - Producer: the reservation CAS on `tail` only arbitrates who owns which positions. Before
+//!   it, the last wanted slot's `seq` is loaded with Acquire, and the first slot's claim CAS
+//!   is Acquire: both pair with the consumer's Release frees of the previous lap (made in
+//!   position order), so its reads of that lap happen-before our writes. Each publish CAS is
+//!   Release (continuations first, first slot last), so every byte of the record
+//!   happens-before a consumer that Acquires the first slot's `p + 1`.
+//! - Consumer: loads the first slot's `seq` with Acquire and frees slots in position order
+//!   with Release stores (or a CAS, when taking a slot back).
 //! - Sleep/wake: Dekker-style. The consumer sets `consumer_sleeping`, issues a SeqCst fence and
 //!   re-checks the head slot before `FUTEX_WAIT`; a producer publishes, issues a SeqCst fence
 //!   and reads `consumer_sleeping`. The fences guarantee at least one side sees the other, so
-//!   a wake-up is never lost, and producers only pay a syscall when the consumer sleeps. Full-
-//!   ring waits by producers mirror this with `producers_waiting` / `space_seq`.
+//!   a wake-up is never lost, and producers only pay a syscall when the consumer sleeps.
+//!   Full-ring waits by producers mirror this with the `producers_waiting` flag and
+//!   `space_seq`; the consumer clears the flag when it wakes them, so a producer killed while
+//!   asleep costs at most one needless wake.
 //!
-//! # Dead producers
-//! A producer SIGKILLed between reserving and publishing leaves positions that will never be
-//! published. Once the head position has been reserved (`tail > head`) but stayed unpublished
-//! for `stall_timeout`, the consumer skips it: it frees the first slot with a CAS (so a record
-//! that gets published at that very moment is consumed, not lost), frees the `k - 1`
-//! continuation slots named by `meta`, and counts one `skipped` record. If the producer died in
-//! the few instructions between its tail CAS and its meta store, `k` is unknown: the consumer
-//! skips one slot; already-published continuation slots are then recognised (`k == 0` at the
-//! head) and dropped at once, unpublished ones each cost another `stall_timeout`.
-//! A producer that was merely *stopped* longer than `stall_timeout` finds its slots taken back
-//! when it resumes (its publish CAS fails) and gets [`RingError::Skipped`]; pick a stall timeout
-//! far above any scheduling delay (the default is 2 s).
+//! # Stalled and dead producers
+//! A head position reserved but still unpublished after `stall_timeout` is looked at again:
+//! - *unclaimed* (the producer stopped or died between its tail CAS and its claim): the
+//!   consumer takes the slot back with a CAS that the producer's claim must also win. A
+//!   producer that loses it has written nothing and reserves again; one that died leaves
+//!   any continuation slots unclaimed, each taken back after its own `stall_timeout`.
+//! - *claimed*: the consumer takes the record's slots back only once the claimant's process is
+//!   gone (`kill(pid, 0)` fails with ESRCH, or it is a zombie). A producer that is merely
+//!   stopped keeps its slots for as long as it is stopped, however long: records behind it
+//!   wait, and none is ever overwritten.
 
 use std::fmt;
 use std::io;
 use std::ptr;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::sync::{Mutex, MutexGuard, Once, TryLockError};
 use std::time::{Duration, Instant};
 
 use crate::shm::{futex_wait, futex_wake, SharedMap, CACHE_LINE};
@@ -69,7 +76,7 @@ const OFF_SKIPPED: usize = CACHE_LINE + 8; // consumer
 const OFF_DATA_SEQ: usize = 2 * CACHE_LINE; // futex word the consumer sleeps on
 const OFF_SLEEPING: usize = 2 * CACHE_LINE + 4; // consumer advertises it sleeps
 const OFF_SPACE_SEQ: usize = 3 * CACHE_LINE; // futex word blocked producers sleep on
-const OFF_WAITERS: usize = 3 * CACHE_LINE + 4; // number of producers sleeping on a full ring
+const OFF_WAITERS: usize = 3 * CACHE_LINE + 4; // set by producers sleeping on a full ring
 const OFF_SLOTS: usize = 4 * CACHE_LINE;
 
 // Slot layout.
@@ -83,6 +90,10 @@ const REC_PAYLOAD_LEN: usize = 44;
 const REC_CODE: usize = 48;
 const FIRST_PAYLOAD: usize = 56;
 const CONT_PAYLOAD: usize = 16;
+
+/// Marks a claimed `seq`; positions never reach this bit, so a claimed slot reads as "not free
+/// yet" to the reservation's signed distance check.
+const CLAIMED: u64 = 1 << 63;
 
 /// Smallest slot: a first slot must hold the record header plus a little payload.
 pub const MIN_SLOT_BYTES: usize = 64;
@@ -117,7 +128,7 @@ pub enum RingError {
     TooLarge { len: usize, max: usize },
     /// The deadline passed while the ring stayed full.
     Timeout,
-    /// The consumer skipped this record because the producer stalled past `stall_timeout`.
+    /// The consumer took back a slot this producer had claimed: it judged the process gone.
     Skipped,
     /// Another thread of this process is draining: the ring has a single consumer.
     ConsumerBusy,
@@ -136,7 +147,7 @@ impl fmt::Display for RingError {
             RingError::Timeout => write!(f, "outcome ring stayed full until the timeout"),
             RingError::Skipped => write!(
                 f,
-                "record was skipped by the consumer: producer stalled past stall_timeout"
+                "record was skipped by the consumer: it found the producer's process gone"
             ),
             RingError::ConsumerBusy => write!(
                 f,
@@ -149,22 +160,129 @@ impl fmt::Display for RingError {
 
 impl std::error::Error for RingError {}
 
+/// Where a test can hold a producer (see `OutcomeRing::pause_at`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pause {
+    /// Positions reserved on the tail, first slot not claimed yet.
+    Reserved,
+    /// First slot claimed, nothing written yet.
+    Claimed,
+    /// Continuations published, record written, first slot not published yet.
+    Written,
+}
+
+#[cfg(test)]
+type PauseHook = Box<dyn Fn(Pause, &Outcome) + Send + Sync>;
+
 /// Consumer-local bookkeeping (not shared: there is exactly one consumer).
 #[derive(Default)]
 struct ConsumerState {
-    /// Head position that was first seen reserved-but-unpublished, and when.
-    stall: Option<(u64, Instant)>,
+    /// The head position and `seq` first seen stalled, and since when.
+    stall: Option<(u64, u64, Instant)>,
 }
 
 /// What the consumer finds at its head position.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Head {
-    /// Published: a record (or an orphaned continuation) can be popped.
+pub enum Head {
+    /// Published: a record can be popped.
     Ready,
-    /// Reserved by a producer that has not published yet.
-    Reserved(u64),
+    /// Reserved but unpublished: look again by this time at the latest.
+    Pending(Instant),
     /// Nothing reserved.
     Empty,
+}
+
+/// The process id a producer claims slots with, cached (`getpid` is a syscall).
+fn own_pid() -> u32 {
+    static PID: AtomicU32 = AtomicU32::new(0);
+    static FORGET_IN_CHILD: Once = Once::new();
+    extern "C" fn forget() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    #[cfg(test)]
+    if let Some(pid) = fake_process::pid() {
+        return pid;
+    }
+    let pid = PID.load(Ordering::Relaxed);
+    if pid != 0 {
+        return pid;
+    }
+    // SAFETY: registering an atfork child handler that only stores to an atomic (async-signal
+    // safe); it keeps a forked child from claiming slots with its parent's pid.
+    FORGET_IN_CHILD.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(forget));
+    });
+    let pid = std::process::id();
+    PID.store(pid, Ordering::Relaxed);
+    pid
+}
+
+/// Whether process `pid` has exited (gone, or a zombie not reaped yet).
+fn process_gone(pid: u32) -> bool {
+    #[cfg(test)]
+    if let Some(gone) = fake_process::gone(pid) {
+        return gone;
+    }
+    // SAFETY: signal 0 only checks that the process exists; nothing is delivered.
+    if unsafe { libc::kill(pid as libc::pid_t, 0) } != 0 {
+        return io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    // A killed child keeps its pid until its parent reaps it.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+        })
+        .is_some_and(|state| state == 'Z' || state == 'X')
+}
+
+/// Test doubles for process identity: a model-check thread claims slots under a pid of its own
+/// and "dies" by having that pid marked gone.
+#[cfg(test)]
+pub(crate) mod fake_process {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Mutex;
+
+    /// Above any real pid (`pid_max` is at most 2^22), below the 31 bits a claim holds.
+    const BASE: u32 = 0x4000_0000;
+    static NEXT: AtomicU32 = AtomicU32::new(BASE);
+    static GONE: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+    std::thread_local!(static PID: Cell<Option<u32>> = const { Cell::new(None) });
+
+    /// A fake pid nobody uses yet.
+    pub fn fresh() -> u32 {
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Makes the calling thread claim slots as `pid`.
+    pub fn assume(pid: u32) {
+        PID.set(Some(pid));
+    }
+
+    pub fn pid() -> Option<u32> {
+        PID.get()
+    }
+
+    pub fn kill(pid: u32) {
+        GONE.lock().unwrap().push(pid);
+    }
+
+    /// Whether a fake pid is gone; `None` for a real one.
+    pub fn gone(pid: u32) -> Option<bool> {
+        (pid >= BASE).then(|| GONE.lock().unwrap().contains(&pid))
+    }
+}
+
+#[inline]
+fn claimed(pos: u64, pid: u32) -> u64 {
+    CLAIMED | (pid as u64) << 32 | (pos & 0xffff_ffff)
+}
+
+#[inline]
+fn tag(pos: u64) -> u64 {
+    (pos & 0xffff_ffff) << 32
 }
 
 /// The ring. Cheap to share by reference between threads; share between processes by
@@ -176,20 +294,24 @@ pub struct OutcomeRing {
     slot_bytes: usize,
     stall_timeout: Duration,
     consumer: Mutex<ConsumerState>,
+    #[cfg(test)]
+    pause: std::sync::OnceLock<PauseHook>,
 }
 
 /// A published record at the consumer's head, valid until the consumer frees it.
 pub struct RecordView<'a> {
     ring: &'a OutcomeRing,
     pos: u64,
+    slots: u64,
 }
 
 impl RecordView<'_> {
     /// The fixed fields.
     pub fn outcome(&self) -> Outcome {
         let p = self.ring.slot_ptr(self.pos);
-        // SAFETY: the slot was published (Acquire on seq) and is not freed while `self` lives;
-        // offsets are aligned and inside the slot.
+        // SAFETY: the slot was published (Acquire on seq) and nobody writes it until the
+        // consumer frees it, which cannot happen while `self` borrows the consumer; offsets
+        // are aligned and inside the slot.
         unsafe {
             Outcome {
                 job_id: ptr::read(p.add(REC_JOB_ID).cast::<i64>()),
@@ -201,17 +323,18 @@ impl RecordView<'_> {
         }
     }
 
-    /// Payload length in bytes.
+    /// Payload length in bytes, never more than the record's slots hold.
     pub fn payload_len(&self) -> usize {
         // SAFETY: as in `outcome`.
-        unsafe {
+        let stored = unsafe {
             ptr::read(
                 self.ring
                     .slot_ptr(self.pos)
                     .add(REC_PAYLOAD_LEN)
                     .cast::<u32>(),
-            ) as usize
-        }
+            )
+        };
+        (stored as usize).min(self.ring.payload_room(self.slots))
     }
 
     /// Copies the payload into `out`, which must be exactly `payload_len()` bytes.
@@ -223,8 +346,8 @@ impl RecordView<'_> {
         let mut off = FIRST_PAYLOAD;
         while done < out.len() {
             let n = (sb - off).min(out.len() - done);
-            // SAFETY: the record's slots are published and owned by the consumer until freed;
-            // `off + n <= slot_bytes`.
+            // SAFETY: `payload_len` bounds the copy to the record's `slots` published slots,
+            // held as in `outcome`; `off + n <= slot_bytes`.
             unsafe {
                 ptr::copy_nonoverlapping(
                     self.ring.slot_ptr(pos).add(off),
@@ -284,6 +407,8 @@ impl OutcomeRing {
             slot_bytes,
             stall_timeout,
             consumer: Mutex::new(ConsumerState::default()),
+            #[cfg(test)]
+            pause: std::sync::OnceLock::new(),
         };
         // Slot i starts free for position i. Nobody else can see the map yet.
         for i in 0..capacity as u64 {
@@ -302,12 +427,12 @@ impl OutcomeRing {
         self.slot_bytes
     }
 
-    /// How long a reserved slot may stay unpublished before the consumer skips it.
+    /// How long a reserved slot may stay unpublished before the consumer looks at its owner.
     pub fn stall_timeout(&self) -> Duration {
         self.stall_timeout
     }
 
-    /// Records skipped because their producer stalled (or died) before publishing.
+    /// Records skipped because their producer stalled before claiming, or died.
     pub fn skipped(&self) -> u64 {
         self.word64(OFF_SKIPPED).load(Ordering::Relaxed)
     }
@@ -321,8 +446,13 @@ impl OutcomeRing {
 
     /// Largest payload a single record can carry in this ring.
     pub fn max_payload(&self) -> usize {
+        self.payload_room(self.capacity)
+    }
+
+    /// Payload bytes a record of `k` slots holds.
+    fn payload_room(&self, k: u64) -> usize {
         let sb = self.slot_bytes;
-        (sb - FIRST_PAYLOAD) + (self.capacity as usize - 1) * (sb - CONT_PAYLOAD)
+        (sb - FIRST_PAYLOAD) + (k as usize).saturating_sub(1) * (sb - CONT_PAYLOAD)
     }
 
     /// Slots needed by a payload of `len` bytes.
@@ -359,7 +489,10 @@ impl OutcomeRing {
         let mut spins = 0;
         loop {
             if let Some(pos) = self.try_reserve(k) {
-                return self.write_and_publish(pos, k, rec, payload);
+                if self.write_and_publish(pos, k, rec, payload)? {
+                    return Ok(());
+                }
+                continue; // taken back before we claimed it: nothing written, reserve again
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(RingError::Timeout);
@@ -376,10 +509,12 @@ impl OutcomeRing {
     /// Pushes only if there is room now; `Ok(false)` when the ring is full.
     pub fn try_push(&self, rec: &Outcome, payload: &[u8]) -> Result<bool, RingError> {
         let k = self.slots_for(payload.len())?;
-        match self.try_reserve(k) {
-            Some(pos) => self.write_and_publish(pos, k, rec, payload).map(|()| true),
-            None => Ok(false),
+        while let Some(pos) = self.try_reserve(k) {
+            if self.write_and_publish(pos, k, rec, payload)? {
+                return Ok(true);
+            }
         }
+        Ok(false)
     }
 
     /// Claims positions `[pos, pos + k)` with one CAS on the tail, or `None` if full.
@@ -388,8 +523,9 @@ impl OutcomeRing {
         let mut t = tail.load(Ordering::Relaxed);
         loop {
             let last = t + k - 1;
-            // Acquire pairs with the consumer's Release free-store of `last`; since the
-            // consumer frees in position order, this covers every slot in the range.
+            // Acquire pairs with the consumer's Release free of `last`; it frees in position
+            // order, so its reads of the previous lap of every slot in the range happen-before
+            // our writes (the first slot's claim CAS is Acquire as well).
             let seq = self.seq(last).load(Ordering::Acquire);
             let diff = seq.wrapping_sub(last) as i64;
             if diff == 0 {
@@ -398,8 +534,8 @@ impl OutcomeRing {
                     Err(now) => t = now,
                 }
             } else if diff < 0 {
-                // The consumer has not freed position `last - capacity` yet: full, unless the
-                // tail moved under us.
+                // The consumer has not freed position `last - capacity` yet (or a producer
+                // still holds it claimed): full, unless the tail moved under us.
                 let now = tail.load(Ordering::Relaxed);
                 if now == t {
                     return None;
@@ -418,15 +554,23 @@ impl OutcomeRing {
         (self.seq(last).load(Ordering::SeqCst).wrapping_sub(last) as i64) >= 0
     }
 
+    /// Claims, writes and publishes reserved positions `[pos, pos + k)`. `Ok(false)` when the
+    /// consumer took the first slot back before our claim: nothing was written.
     fn write_and_publish(
         &self,
         pos: u64,
         k: u64,
         rec: &Outcome,
         payload: &[u8],
-    ) -> Result<(), RingError> {
-        let tag = (pos & 0xffff_ffff) << 32;
-        // Tell a consumer that may later find us dead how many slots we own.
+    ) -> Result<bool, RingError> {
+        self.pause(Pause::Reserved, rec);
+        let pid = own_pid();
+        if !self.claim(pos, pid) {
+            return Ok(false);
+        }
+        self.pause(Pause::Claimed, rec);
+        let tag = tag(pos);
+        // Tell a consumer that may find us dead how many slots we own.
         self.meta(pos).store(tag | k, Ordering::Relaxed);
 
         let sb = self.slot_bytes;
@@ -435,13 +579,11 @@ impl OutcomeRing {
         let mut off = first_len;
         for j in 1..k {
             let p = pos + j;
-            // A slot we reserved reads `p` unless the consumer took it back (we stalled).
-            if self.seq(p).load(Ordering::Relaxed) != p {
-                return Err(RingError::Skipped);
-            }
             let n = (sb - CONT_PAYLOAD).min(payload.len() - off);
             self.meta(p).store(tag, Ordering::Relaxed);
-            // SAFETY: we own position `p` (reserved by our CAS); `CONT_PAYLOAD + n <= sb`.
+            // SAFETY: position `p` is ours while our first slot is claimed (the consumer takes
+            // a continuation back only with its first slot, from a gone claimant), so nobody
+            // else reads or writes the slot; `CONT_PAYLOAD + n <= sb`, `off + n <= len`.
             unsafe {
                 ptr::copy_nonoverlapping(
                     payload.as_ptr().add(off),
@@ -450,21 +592,11 @@ impl OutcomeRing {
                 );
             }
             off += n;
-            // Release: the bytes above are visible to whoever Acquires this seq.
-            if self
-                .seq(p)
-                .compare_exchange(p, p + 1, Ordering::Release, Ordering::Relaxed)
-                .is_err()
-            {
-                return Err(RingError::Skipped);
-            }
+            self.publish(p, p)?;
         }
 
-        if self.seq(pos).load(Ordering::Relaxed) != pos {
-            return Err(RingError::Skipped);
-        }
         let s = self.slot_ptr(pos);
-        // SAFETY: we own position `pos`; offsets are aligned and inside the slot.
+        // SAFETY: we hold position `pos` claimed; offsets are aligned and inside the slot.
         unsafe {
             ptr::write(s.add(REC_JOB_ID).cast::<i64>(), rec.job_id);
             ptr::write(s.add(REC_RUN_LEASE).cast::<i64>(), rec.run_lease);
@@ -474,17 +606,48 @@ impl OutcomeRing {
             ptr::write(s.add(REC_CODE), rec.code);
             ptr::copy_nonoverlapping(payload.as_ptr(), s.add(FIRST_PAYLOAD), first_len);
         }
-        // Release publishes the header, the first chunk and (transitively, program order) the
-        // continuation slots. CAS rather than store: fails if the consumer skipped us.
-        if self
-            .seq(pos)
-            .compare_exchange(pos, pos + 1, Ordering::Release, Ordering::Relaxed)
-            .is_err()
-        {
-            return Err(RingError::Skipped);
-        }
+        self.pause(Pause::Written, rec);
+        self.publish(pos, claimed(pos, pid))?;
         self.wake_consumer();
-        Ok(())
+        Ok(true)
+    }
+
+    /// Takes free position `p` for writing; false if the consumer took it back first.
+    #[inline]
+    fn claim(&self, p: u64, pid: u32) -> bool {
+        // Acquire: pairs with the consumer's Release free, so its reads of the previous lap
+        // happen-before our writes.
+        self.seq(p)
+            .compare_exchange(p, claimed(p, pid), Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Publishes position `p`, whose `seq` we left at `from`.
+    #[inline]
+    fn publish(&self, p: u64, from: u64) -> Result<(), RingError> {
+        // Release: our writes to the slot happen-before whoever Acquires `p + 1`.
+        self.seq(p)
+            .compare_exchange(from, p + 1, Ordering::Release, Ordering::Relaxed)
+            .map(|_| ())
+            .map_err(|_| RingError::Skipped)
+    }
+
+    /// Runs the test's pause hook, if any; nothing outside tests.
+    #[inline]
+    fn pause(&self, _at: Pause, _rec: &Outcome) {
+        #[cfg(test)]
+        if let Some(hook) = self.pause.get() {
+            hook(_at, _rec);
+        }
+    }
+
+    /// Test hook: `hook` runs in every producer at each [`Pause`] point, and may block there.
+    #[cfg(test)]
+    fn pause_at(&self, hook: impl Fn(Pause, &Outcome) + Send + Sync + 'static) {
+        assert!(
+            self.pause.set(Box::new(hook)).is_ok(),
+            "one pause hook per ring"
+        );
     }
 
     /// Wakes the consumer if (and only if) it advertised that it sleeps.
@@ -502,9 +665,10 @@ impl OutcomeRing {
 
     /// Sleeps until the consumer frees slots, the deadline passes or a nap elapses.
     fn sleep_until_space(&self, k: u64, deadline: Option<Instant>) {
-        let waiters = self.word32(OFF_WAITERS);
         let space = self.word32(OFF_SPACE_SEQ);
-        waiters.fetch_add(1, Ordering::SeqCst);
+        // A flag, not a count: the consumer clears it when it wakes us, so a producer killed
+        // here leaves nothing raised for good.
+        self.word32(OFF_WAITERS).store(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         let seen = space.load(Ordering::SeqCst);
         if !self.has_space(k) {
@@ -516,7 +680,6 @@ impl OutcomeRing {
                 futex_wait(space, seen, Some(nap));
             }
         }
-        waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
     // ---------------------------------------------------------------- consumer side
@@ -535,34 +698,44 @@ impl OutcomeRing {
         Ok(Consumer { ring: self, state })
     }
 
-    fn head_state(&self) -> Head {
-        let h = self.word64(OFF_HEAD).load(Ordering::Relaxed);
-        if self.seq(h).load(Ordering::Acquire) == h + 1 {
-            Head::Ready
-        } else if self.word64(OFF_TAIL).load(Ordering::Acquire) > h {
-            Head::Reserved(h)
-        } else {
-            Head::Empty
-        }
+    fn head(&self) -> u64 {
+        self.word64(OFF_HEAD).load(Ordering::Relaxed)
     }
 
-    /// Takes back head position `h`, reserved by a producer that never published it.
-    fn skip_stalled(&self, h: u64) {
+    fn is_ready(&self, h: u64) -> bool {
+        self.seq(h).load(Ordering::Acquire) == h + 1
+    }
+
+    /// Slots of the record whose first slot is position `h`, if its meta names it (it always
+    /// does once the first slot is claimed; the tag rules out an earlier lap's meta).
+    fn record_slots(&self, h: u64) -> Option<u64> {
         let meta = self.meta(h).load(Ordering::Relaxed);
         let k = meta & 0xffff_ffff;
-        let k = if meta >> 32 == (h & 0xffff_ffff) && k >= 1 && k <= self.capacity {
-            k
+        (meta >> 32 == h & 0xffff_ffff && (1..=self.capacity).contains(&k)).then_some(k)
+    }
+
+    /// Takes back stalled head position `h` whose `seq` read `s`; false if it changed.
+    ///
+    /// Unclaimed: one slot, by a CAS the producer's claim must also win (its continuations are
+    /// unclaimed too, and are taken back when they reach the head). Claimed by a process
+    /// that is gone: every slot of its record.
+    fn skip_stalled(&self, h: u64, s: u64) -> bool {
+        let k = if s == h {
+            1
         } else {
-            1 // died before its meta store: skip one slot, orphans are handled in `pop_ready`
+            // The claimant is gone: no further write can come from it.
+            self.record_slots(h).unwrap_or(1)
         };
-        // CAS, not store: if the record got published just now, consume it instead.
+        // AcqRel CAS: a producer's claim of `h` cannot also succeed, and the slot goes to the
+        // next lap like any freed slot.
         if self
             .seq(h)
-            .compare_exchange(h, h + self.capacity, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(s, h + self.capacity, Ordering::AcqRel, Ordering::Relaxed)
             .is_err()
         {
-            return;
+            return false;
         }
+        // Only a gone claimant has continuations, and nobody else writes them.
         for j in 1..k {
             self.seq(h + j)
                 .store(h + j + self.capacity, Ordering::Release);
@@ -570,14 +743,16 @@ impl OutcomeRing {
         self.word64(OFF_HEAD).store(h + k, Ordering::Release);
         self.word64(OFF_SKIPPED).fetch_add(1, Ordering::Relaxed);
         self.wake_producers();
+        true
     }
 
     /// Wakes producers sleeping on a full ring, if any advertised it.
     fn wake_producers(&self) {
-        // SeqCst fence: orders our free-stores before the `waiters` load (Dekker with
+        // SeqCst fence: orders our free-stores before the flag load (Dekker with
         // `sleep_until_space`).
         fence(Ordering::SeqCst);
-        if self.word32(OFF_WAITERS).load(Ordering::Relaxed) != 0 {
+        let waiters = self.word32(OFF_WAITERS);
+        if waiters.load(Ordering::Relaxed) != 0 && waiters.swap(0, Ordering::SeqCst) != 0 {
             let word = self.word32(OFF_SPACE_SEQ);
             word.fetch_add(1, Ordering::SeqCst);
             futex_wake(word, i32::MAX);
@@ -617,16 +792,33 @@ impl OutcomeRing {
         unsafe { self.map.at(off) }
     }
 
-    /// Test hook: reserve positions and return them without publishing (a "dead" producer).
-    #[cfg(test)]
-    fn reserve_and_die(&self, payload_len: usize, write_meta: bool) -> u64 {
-        let k = self.slots_for(payload_len).unwrap();
-        let pos = self.try_reserve(k).unwrap();
-        if write_meta {
-            self.meta(pos)
-                .store(((pos & 0xffff_ffff) << 32) | k, Ordering::Relaxed);
+    /// Reserves and claims the slots of a `payload_len` record and publishes nothing: what a
+    /// producer killed mid-push leaves (tests, and `OutcomeRing._abandon` from Python).
+    pub fn abandon(&self, payload_len: usize, claim: bool) -> Result<(), RingError> {
+        let k = self.slots_for(payload_len)?;
+        let pos = self.try_reserve(k).ok_or(RingError::Timeout)?;
+        if claim && self.claim(pos, own_pid()) {
+            self.meta(pos).store(tag(pos) | k, Ordering::Relaxed);
         }
-        pos
+        Ok(())
+    }
+
+    #[cfg(test)]
+    /// Forks a child that reserves a `payload_len` record (claiming it when `claim`) and
+    /// exits without publishing: a producer killed mid-push. Returns once it is reaped.
+    pub(crate) fn die_mid_push(&self, payload_len: usize, claim: bool) {
+        // SAFETY: the child only touches the shared ring and leaves with `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let ok = self.abandon(payload_len, claim).is_ok();
+            // SAFETY: leave the child without running the parent's test harness.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(status, 0);
     }
 }
 
@@ -637,40 +829,56 @@ pub struct Consumer<'a> {
 }
 
 impl Consumer<'_> {
+    /// Looks at the head without blocking, taking back a stalled position whose producer never
+    /// claimed it or is gone (see the module docs).
+    pub fn check_head(&mut self, now: Instant) -> Head {
+        let ring = self.ring;
+        loop {
+            let h = ring.head();
+            let s = ring.seq(h).load(Ordering::Acquire);
+            if s == h + 1 {
+                return Head::Ready;
+            }
+            if ring.word64(OFF_TAIL).load(Ordering::Acquire) <= h {
+                self.state.stall = None;
+                return Head::Empty;
+            }
+            let since = match self.state.stall {
+                Some((p, seen, t)) if p == h && seen == s => t,
+                _ => {
+                    self.state.stall = Some((h, s, now));
+                    now
+                }
+            };
+            let due = since + ring.stall_timeout;
+            if now < due {
+                return Head::Pending(due);
+            }
+            let claimant = (s & CLAIMED != 0).then_some((s >> 32 & 0x7fff_ffff) as u32);
+            if claimant.is_some_and(|pid| !process_gone(pid)) {
+                // Alive but not done (stopped, or slow): its slots stay its own.
+                self.state.stall = Some((h, s, now));
+                return Head::Pending(now + ring.stall_timeout);
+            }
+            ring.skip_stalled(h, s);
+            self.state.stall = None;
+        }
+    }
+
     /// Blocks until a record is ready at the head or `deadline` passes; true if ready.
     ///
-    /// Skips a head position that stays reserved-but-unpublished for `stall_timeout`.
-    /// Spins briefly, then sleeps on the futex: no core is burnt while the ring is idle.
+    /// Takes back stalled head positions as [`Consumer::check_head`] does. Spins briefly,
+    /// then sleeps on the futex: no core is burnt while the ring is idle.
     pub fn wait_ready(&mut self, deadline: Instant) -> bool {
         let ring = self.ring;
         let mut spins = 0;
         loop {
-            let now;
-            let mut wake_at = deadline;
-            match ring.head_state() {
+            let now = Instant::now();
+            let wake_at = match self.check_head(now) {
                 Head::Ready => return true,
-                Head::Empty => {
-                    self.state.stall = None;
-                    now = Instant::now();
-                }
-                Head::Reserved(h) => {
-                    now = Instant::now();
-                    let since = match self.state.stall {
-                        Some((p, t)) if p == h => t,
-                        _ => {
-                            self.state.stall = Some((h, now));
-                            now
-                        }
-                    };
-                    let stall_at = since + ring.stall_timeout;
-                    if now >= stall_at {
-                        ring.skip_stalled(h);
-                        self.state.stall = None;
-                        continue;
-                    }
-                    wake_at = wake_at.min(stall_at);
-                }
-            }
+                Head::Pending(at) => at.min(deadline),
+                Head::Empty => deadline,
+            };
             if now >= deadline {
                 return false;
             }
@@ -684,7 +892,7 @@ impl Consumer<'_> {
             sleeping.store(1, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             let seen = word.load(Ordering::SeqCst);
-            if ring.head_state() != Head::Ready {
+            if !ring.is_ready(ring.head()) {
                 let left = wake_at.saturating_duration_since(Instant::now());
                 if !left.is_zero() {
                     futex_wait(word, seen, Some(left));
@@ -703,24 +911,20 @@ impl Consumer<'_> {
     ) -> Result<usize, E> {
         let ring = self.ring;
         let cap = ring.capacity;
-        let head = ring.word64(OFF_HEAD);
-        let mut h = head.load(Ordering::Relaxed);
+        let mut h = ring.head();
         let start = h;
         let mut n = 0;
         let mut result = Ok(());
-        while n < max {
-            if ring.seq(h).load(Ordering::Acquire) != h + 1 {
-                break;
-            }
-            let k = ring.meta(h).load(Ordering::Relaxed) & 0xffff_ffff;
-            if k == 0 || k > cap {
-                // A continuation whose first slot was skipped: drop it.
-                ring.seq(h).store(h + cap, Ordering::Release);
-                h += 1;
-                continue;
-            }
-            debug_assert!((1..k).all(|j| ring.seq(h + j).load(Ordering::Acquire) == h + j + 1));
-            if let Err(e) = f(&RecordView { ring, pos: h }) {
+        while n < max && ring.is_ready(h) {
+            // Published implies claimed, and the claimant wrote meta right after its claim.
+            let k = ring
+                .record_slots(h)
+                .expect("a published first slot names its record's slots");
+            if let Err(e) = f(&RecordView {
+                ring,
+                pos: h,
+                slots: k,
+            }) {
                 result = Err(e);
                 break;
             }
@@ -732,7 +936,7 @@ impl Consumer<'_> {
             n += 1;
         }
         if h != start {
-            head.store(h, Ordering::Release);
+            ring.word64(OFF_HEAD).store(h, Ordering::Release);
             self.state.stall = None;
             ring.wake_producers();
         }
@@ -753,10 +957,14 @@ impl Consumer<'_> {
 }
 
 #[cfg(test)]
+#[path = "ring_model.rs"]
+mod model;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
-    use std::sync::Arc;
+    use std::sync::{mpsc, Arc};
     use std::thread;
 
     fn rec(job_id: i64, run_lease: i64) -> Outcome {
@@ -961,13 +1169,13 @@ mod tests {
     }
 
     #[test]
-    fn stalled_producer_with_known_length_is_skipped() {
+    fn dead_claimant_is_skipped_with_all_its_slots() {
         let ring = OutcomeRing::new(8, 64, Duration::from_millis(50)).unwrap();
         ring.push(&rec(1, 1), b"a", None).unwrap();
-        let dead = ring.reserve_and_die(100, true); // 3 slots, never published
+        ring.die_mid_push(100, true); // 3 slots, claimed, never published
         ring.push(&rec(2, 2), b"b", None).unwrap();
         assert_eq!(ring.consumer().unwrap().pop_owned(10).len(), 1);
-        // The dead reservation blocks the head: not ready before the stall timeout.
+        // The dead claim blocks the head: not ready before the stall timeout.
         assert!(!ring
             .consumer()
             .unwrap()
@@ -976,11 +1184,6 @@ mod tests {
         assert_eq!(ring.skipped(), 1);
         let got = ring.consumer().unwrap().pop_owned(10);
         assert_eq!(got, vec![(rec(2, 2), b"b".to_vec())]);
-        // The skipped slots are reusable and a resumed "dead" producer cannot publish.
-        assert!(matches!(
-            ring.write_and_publish(dead, 3, &rec(3, 3), &[0u8; 100]),
-            Err(RingError::Skipped)
-        ));
         for i in 0..20 {
             ring.push(&rec(i, i), &[7u8; 30], None).unwrap();
             assert_eq!(ring.consumer().unwrap().pop_owned(1)[0].0, rec(i, i));
@@ -988,9 +1191,9 @@ mod tests {
     }
 
     #[test]
-    fn stalled_producer_without_meta_is_skipped_slot_by_slot() {
+    fn unclaimed_dead_reservation_is_skipped_slot_by_slot() {
         let ring = OutcomeRing::new(8, 64, Duration::from_millis(30)).unwrap();
-        ring.reserve_and_die(40, false); // 2 slots, meta never written
+        ring.die_mid_push(40, false); // 2 slots, never claimed
         ring.push(&rec(2, 2), b"b", None).unwrap();
         assert!(ring.consumer().unwrap().wait_ready(far()));
         assert_eq!(
@@ -1000,21 +1203,106 @@ mod tests {
         assert_eq!(ring.skipped(), 2);
     }
 
+    /// A pause hook that holds the producer of `job_id` at `at`, once: it reports arriving
+    /// on the returned receiver and waits for a message on the returned sender.
+    fn hold(
+        ring: &OutcomeRing,
+        job_id: i64,
+        at: Pause,
+    ) -> (mpsc::Receiver<()>, mpsc::SyncSender<()>) {
+        let (arrived_tx, arrived) = mpsc::sync_channel(1);
+        let (resume, resume_rx) = mpsc::sync_channel::<()>(1);
+        let once = Mutex::new(Some((arrived_tx, resume_rx)));
+        ring.pause_at(move |point, rec| {
+            if point == at && rec.job_id == job_id {
+                if let Some((arrived_tx, resume_rx)) = once.lock().unwrap().take() {
+                    arrived_tx.send(()).unwrap();
+                    resume_rx.recv().unwrap();
+                }
+            }
+        });
+        (arrived, resume)
+    }
+
+    fn drain_all(ring: &OutcomeRing, n: usize) -> Vec<(Outcome, Vec<u8>)> {
+        let mut got = Vec::new();
+        while got.len() < n {
+            let mut c = ring.consumer().unwrap();
+            assert!(c.wait_ready(far()), "only {} of {n} records", got.len());
+            got.extend(c.pop_owned(n));
+        }
+        got
+    }
+
     #[test]
-    fn orphan_continuation_is_dropped() {
-        let ring = OutcomeRing::new(8, 64, Duration::from_millis(30)).unwrap();
-        // 2 slots; the producer published its continuation, then died before its first slot.
-        let pos = ring.reserve_and_die(40, false);
-        ring.meta(pos + 1)
-            .store((pos & 0xffff_ffff) << 32, Ordering::Relaxed);
-        ring.seq(pos + 1).store(pos + 2, Ordering::Release);
-        ring.push(&rec(2, 2), b"b", None).unwrap();
-        assert!(ring.consumer().unwrap().wait_ready(far()));
+    fn a_paused_claimant_keeps_its_slot_and_overwrites_nothing() {
+        // Issue #33, 1: a producer paused between taking its slot and writing it, for longer
+        // than the stall timeout, while the ring laps.
+        let ring = Arc::new(OutcomeRing::new(2, 64, Duration::from_millis(20)).unwrap());
+        let (arrived, resume) = hold(&ring, 111, Pause::Claimed);
+        let r = Arc::clone(&ring);
+        let paused = thread::spawn(move || r.push(&rec(111, 1), b"STALE!!!", None));
+        arrived.recv().unwrap();
+        assert!(!ring
+            .consumer()
+            .unwrap()
+            .wait_ready(Instant::now() + Duration::from_millis(200)));
+        assert_eq!(ring.skipped(), 0, "a live claimant's slot was taken back");
+        ring.push(&rec(222, 2), b"b", None).unwrap();
+        // The next lap needs the paused producer's slot: this push waits for it.
+        let r = Arc::clone(&ring);
+        let lapping = thread::spawn(move || r.push(&rec(333, 3), b"GOOD-333", None));
+        resume.send(()).unwrap();
+        paused.join().unwrap().unwrap();
+        let mut got = drain_all(&ring, 2);
+        lapping.join().unwrap().unwrap();
+        got.extend(drain_all(&ring, 1));
         assert_eq!(
-            ring.consumer().unwrap().pop_owned(10),
-            vec![(rec(2, 2), b"b".to_vec())]
+            got,
+            vec![
+                (rec(111, 1), b"STALE!!!".to_vec()),
+                (rec(222, 2), b"b".to_vec()),
+                (rec(333, 3), b"GOOD-333".to_vec()),
+            ]
         );
-        assert_eq!(ring.skipped(), 1);
+    }
+
+    #[test]
+    fn an_unclaimed_reservation_is_taken_back_and_pushed_again() {
+        let ring = Arc::new(OutcomeRing::new(4, 64, Duration::from_millis(20)).unwrap());
+        let (arrived, resume) = hold(&ring, 111, Pause::Reserved);
+        let r = Arc::clone(&ring);
+        let paused = thread::spawn(move || r.push(&rec(111, 1), &[1u8; 100], None));
+        arrived.recv().unwrap();
+        ring.push(&rec(222, 2), b"b", None).unwrap();
+        // The paused record's three unclaimed slots are taken back one stall each.
+        assert_eq!(drain_all(&ring, 1), vec![(rec(222, 2), b"b".to_vec())]);
+        assert_eq!(ring.skipped(), 3);
+        resume.send(()).unwrap();
+        paused.join().unwrap().unwrap();
+        assert_eq!(drain_all(&ring, 1), vec![(rec(111, 1), vec![1u8; 100])]);
+    }
+
+    #[test]
+    fn a_producer_killed_while_asleep_on_a_full_ring_leaves_no_waiter_behind() {
+        let ring = OutcomeRing::new(2, 64, Duration::from_secs(2)).unwrap();
+        ring.push(&rec(1, 1), b"", None).unwrap();
+        ring.push(&rec(2, 2), b"", None).unwrap();
+        // A producer that flagged itself asleep and never came back.
+        ring.word32(OFF_WAITERS).store(1, Ordering::SeqCst);
+        assert_eq!(ring.consumer().unwrap().pop_owned(1).len(), 1);
+        assert_eq!(ring.word32(OFF_WAITERS).load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn payload_length_is_bounded_by_the_record_slots() {
+        let ring = OutcomeRing::new(4, 64, Duration::from_secs(2)).unwrap();
+        ring.push(&rec(1, 1), b"abc", None).unwrap();
+        let p = ring.slot_ptr(0);
+        // SAFETY: the record is published and the consumer is not reading it yet.
+        unsafe { ptr::write(p.add(REC_PAYLOAD_LEN).cast::<u32>(), u32::MAX) };
+        let got = ring.consumer().unwrap().pop_owned(1);
+        assert_eq!(got[0].1.len(), 64 - FIRST_PAYLOAD);
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub struct SharedMap {
 }
 
 // SAFETY: the mapping is plain memory; every concurrent access to it goes through atomics
-// (or through data published by an atomic Release store and read after an Acquire load), which
+// (or through data published by an atomic Release write and read after an Acquire load), which
 // the owners (`ring`, `inflight`) guarantee.
 unsafe impl Send for SharedMap {}
 // SAFETY: as above.

@@ -48,6 +48,9 @@ EVENT_OF_OUTCOME = {
 _COMPLETED = int(tr.Target.COMPLETED)
 _LOST = int(tr.Target.LOST)
 _DEAD = int(tr.Target.DEAD)
+# Longest a stopping committer keeps flushing: room for the ring to take back a dead
+# producer's slots (its stall timeout per slot) and for the last batches to commit.
+FLUSH_TIMEOUT = 30.0
 
 
 @dataclass(slots=True)
@@ -78,11 +81,21 @@ class Records:
         return cls(batch.ids, batch.leases, batch.codes, batch.kinds, batch.numbers, batch.payloads)
 
     def extra(self, i: int) -> dict[str, Any]:
-        """The decoded variable part of record ``i`` (error, progress, callback id, …)."""
+        """The decoded variable part of record ``i`` (error, progress, callback id, …). One
+        that does not decode is logged and read as empty: its transition still settles the
+        attempt, and the rest of the batch is not held back with it."""
         found = self.extras.get(i)
         if found is None:
             payload = self.payloads[i]
-            found = orjson.loads(payload) if payload else {}
+            try:
+                found = orjson.loads(payload) if payload else {}
+            except orjson.JSONDecodeError:
+                log.error(
+                    "job %s: outcome payload does not decode; committed without it",
+                    self.ids[i],
+                    extra={"job_id": self.ids[i], "run_lease": self.leases[i]},
+                )
+                found = {}
             self.extras[i] = found
         return found
 
@@ -109,6 +122,7 @@ class Committer:
         dlq_params: dict[str, Any] | None = None,
         on_drain: Callable[[], None] | None = None,
         inflight: InFlight | None = None,
+        flush_timeout: float = FLUSH_TIMEOUT,
     ) -> None:
         self._connect = connect
         self._conn: psycopg.Connection[Any] | None = None
@@ -122,6 +136,7 @@ class Committer:
         self._retry_backoff = retry_backoff or tr.Backoff()
         self._dlq_params = dlq_params or {"dlq_all": False, "no_dlq": [], "dlq": []}
         self._on_drain = on_drain
+        self.flush_timeout = flush_timeout
         # Batches wait up to max_delay for company, but not once nothing is in flight.
         self._inflight = inflight
         self._progress = threading.Condition()
@@ -133,11 +148,18 @@ class Committer:
     # -- loop ---------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """Commit until ``stop`` is set and the ring is empty."""
+        """Commit until ``stop`` is set and the ring is empty, or for at most
+        ``flush_timeout`` seconds after ``stop``: a record held up behind a producer that
+        never publishes is left to rescue rather than holding the shutdown forever."""
+        give_up: float | None = None
         try:
             while True:
-                stopping = stop.is_set()
-                wait = 0.0 if stopping else 0.05
+                if give_up is None and stop.is_set():
+                    give_up = time.monotonic() + self.flush_timeout
+                stopping = give_up is not None
+                # While stopping, wait only for records already reserved (a dead producer's
+                # slot is taken back inside the wait); an empty ring ends the loop at once.
+                wait = 0.0 if stopping and not len(self.ring) else 0.05
                 ready = self.ring.drain_into(self.batcher, wait, self._inflight)
                 if self._on_drain is not None and len(self.batcher):
                     self._on_drain()  # handlers returned: their capacity is free again
@@ -145,10 +167,22 @@ class Committer:
                     batch = self.batcher.take()
                     if batch is not None:
                         self._commit_or_log(batch)
-                elif stopping and not len(self.ring) and not len(self.batcher):
+                elif give_up is not None and (not len(self.ring) or self._gave_up(give_up)):
                     return
         finally:
             self.close()
+
+    def _gave_up(self, give_up: float) -> bool:
+        if time.monotonic() < give_up:
+            return False
+        log.error(
+            "committer stopped with %d ring slots unflushed after %g s; their jobs stay "
+            "running until rescued",
+            len(self.ring),
+            self.flush_timeout,
+            extra={"jobs": len(self.ring)},
+        )
+        return True
 
     def _commit_or_log(self, batch: Batch) -> None:
         """The committer thread must outlive any one batch: a batch that fails for a reason
@@ -180,11 +214,13 @@ class Committer:
     def commit(self, batch: Batch) -> None:
         records = Records.of(batch)
         plain, mixed, lost, followed = self._partition(records)
+        # Lost attempts last: a worker killed between pushing its outcome and freeing its
+        # slot is reported lost too, and its real outcome must settle the attempt first.
         pending: list[tuple[Callable[[Records, list[int]], None], list[int]]] = [
             (self._apply_group, plain),
             (self._apply_group, mixed),
-            (self._apply_group, lost),
             (self._apply_followups, followed),
+            (self._apply_group, lost),
         ]
         attempt = 0
         while pending:

@@ -360,7 +360,10 @@ class Runner:
         await asyncio.gather(*self._services, return_exceptions=True)
         self._commit_stop.set()
         if self._commit_thread is not None:
-            await asyncio.to_thread(self._commit_thread.join)
+            # Bounded: a committer retrying a lost database must not hold the process.
+            await asyncio.to_thread(self._commit_thread.join, 2 * self.committer.flush_timeout)
+            if self._commit_thread.is_alive():
+                log.error("committer still busy at shutdown; unflushed jobs are left to rescue")
         await self._forget_host()
         self.hooks.stop()
         await self._stop_metrics()

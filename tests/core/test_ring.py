@@ -333,3 +333,38 @@ def test_single_consumer_is_enforced_within_a_process() -> None:
         assert time.monotonic() < deadline
     ring.push(1, 1, 1, 1, 1.0)
     t.join()
+
+
+def test_a_child_forked_after_its_parent_pushed_claims_under_its_own_pid() -> None:
+    """A producer's pid is cached: a fork must not inherit its parent's, or a child killed
+    mid-push would look alive as long as its parent lives, and hold the ring forever."""
+    ring = OutcomeRing(16, 64, stall_timeout=0.05)
+    ring.push(1, 1, 0, 0, 0.0)  # the parent has claimed a slot: its pid is cached
+    assert [r[0] for r in ring.drain(10, 0.0)] == [1]
+    wait_ok(fork_child(lambda: ring._abandon(0)))  # claims, exits without publishing
+    ring.push(2, 2, 0, 0, 0.0)
+    assert [r[0] for r in ring.drain(10, 30.0)] == [2]
+    assert (ring.skipped, len(ring)) == (1, 0)
+
+
+def test_a_producer_stopped_past_the_stall_timeout_keeps_its_slot() -> None:
+    """A producer that is alive keeps what it claimed, however long it is stopped."""
+    ring = OutcomeRing(16, 64, stall_timeout=0.05)
+    holding, release = Pipe(), Pipe()
+
+    def stall_mid_push() -> None:
+        ring._abandon(0)
+        holding.send(b"h")
+        release.recv(1)
+
+    pid = fork_child(stall_mid_push)
+    holding.recv(1)
+    ring.push(2, 2, 0, 0, 0.0)
+    assert ring.drain(10, 0.5) == []  # ten stall timeouts
+    assert (ring.skipped, len(ring)) == (0, 2)
+    release.send(b"r")
+    wait_ok(pid)  # gone now: its slot is taken back
+    assert [r[0] for r in ring.drain(10, 30.0)] == [2]
+    assert ring.skipped == 1
+    holding.close()
+    release.close()

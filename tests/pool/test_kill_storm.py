@@ -1,0 +1,103 @@
+"""Workers SIGKILLed and SIGSTOPped under load (issue #33): every outcome pushed reaches the
+database, no attempt runs twice, and the jobs finish through the ring, not the rescuer."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+import awa_fast
+from tests.helpers import states, wait_until
+from tests.pool.app import Step
+
+JOBS = 30_000
+KILLS = 36
+STOPPED_FOR = 4.0  # twice the ring's stall timeout
+KILLED = re.compile(r"worker process \d+ was killed by SIGKILL")
+
+
+def _query(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def _completed(dsn: str) -> int:
+    return states(dsn).get("completed", 0)
+
+
+def _busy_worker(dsn: str, supervisor: int) -> int:
+    """The worker process that recorded the latest call and is still alive."""
+
+    def latest() -> int | None:
+        for (pid,) in _query(dsn, "SELECT pid FROM calls ORDER BY at DESC LIMIT 8"):
+            if _parent(pid) == supervisor:
+                return int(pid)
+        return None
+
+    wait_until(lambda: latest() is not None, what="a live worker with recent calls")
+    pid = latest()
+    assert pid is not None
+    return pid
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return None
+    match = re.search(r"^PPid:\s+(\d+)", status, re.MULTILINE)
+    return int(match[1]) if match else None
+
+
+def _after_progress(dsn: str, jobs: int) -> None:
+    """Returns once ``jobs`` more jobs completed."""
+    target = _completed(dsn) + jobs
+    wait_until(lambda: _completed(dsn) >= target, timeout=60, what=f"{jobs} more completions")
+
+
+def test_kill_storm_and_a_long_stop_lose_and_repeat_nothing(serve: Any, dsn: str) -> None:
+    with awa_fast.Client(dsn) as client:
+        client.insert_many([Step("record") for _ in range(JOBS)])
+    # The rescuer's backstops out of reach: only the ring and the lost reports finish jobs.
+    server = serve(
+        "--processes", "2", "--queue", "default=64",
+        "--set", "heartbeat_staleness=600", "--set", "deadline=600",
+    )  # fmt: skip
+    supervisor = server.proc.pid
+    _after_progress(dsn, 500)
+    for _ in range(KILLS):
+        os.kill(_busy_worker(dsn, supervisor), signal.SIGKILL)
+        _after_progress(dsn, 200)
+    # A worker stopped past the stall timeout keeps its slot; resumed, it goes on.
+    stopped = _busy_worker(dsn, supervisor)
+    os.kill(stopped, signal.SIGSTOP)
+    time.sleep(STOPPED_FOR)  # the stop under test, not a wait for anything
+    os.kill(stopped, signal.SIGCONT)
+    _after_progress(dsn, 200)
+    # One stopped and then killed: dead, not paused, so its slot is taken back.
+    stopped = _busy_worker(dsn, supervisor)
+    os.kill(stopped, signal.SIGSTOP)
+    os.kill(stopped, signal.SIGKILL)
+    wait_until(lambda: _completed(dsn) == JOBS, timeout=180, what=f"all {JOBS} completed")
+
+    [(calls, attempts)] = _query(
+        dsn, "SELECT count(*), count(DISTINCT (job_id, attempt)) FROM calls"
+    )
+    assert calls == attempts, "an attempt ran twice"
+    rows = _query(dsn, "SELECT id, attempt, errors FROM awa_fast.jobs")
+    retried = [(i, a, e) for i, a, e in rows if a > 1]
+    for job_id, attempt, errors in retried:
+        assert len(errors) == attempt - 1, (job_id, errors)
+        assert all(KILLED.fullmatch(e["error"]) for e in errors), (job_id, errors)
+    assert len(retried) >= KILLS // 2, "the kills hit no running attempt"
+    ran = _query(dsn, "SELECT count(*) FROM calls c JOIN awa_fast.jobs j ON j.id = c.job_id"
+                 " AND j.attempt = c.attempt")  # fmt: skip
+    assert ran == [(JOBS,)], "a job completed without its last attempt running"
+    server.signal()
+    assert server.wait(60) == 0

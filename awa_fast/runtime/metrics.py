@@ -139,7 +139,8 @@ def _catalogue() -> tuple[Metric, ...]:
             "counter",
             "Worker processes that ended, by cause (evicted: killed for a handler past its "
             "deadline; recycled: job or memory limit; retired: drained; crashed: anything "
-            "else). Each is replaced at once unless the pool is stopping.",
+            "else). Each is replaced unless the pool is stopping: at once, or after a delay "
+            "that grows while workers crash soon after their start.",
             lambda r: {cause: r.workers.exits.get(cause, 0) for cause in EXIT_CAUSES},
             "cause",
         ),

@@ -10,8 +10,8 @@ cancel flags live in the shared in-flight table.
 Async handlers run concurrently up to the worker's share of the queue's concurrency. Sync
 handlers run inline on the worker's loop, one at a time per process (as a prefork pool
 does): a CPU-bound handler gets its core without contending for the GIL with a thread pool,
-and the supervisor — not the worker — sends heartbeats, so a long computation is safe.
-Blocking I/O belongs in async handlers.
+and the supervisor — not the worker — sends heartbeats and reads its memory, so a long
+computation is safe. Blocking I/O belongs in async handlers.
 """
 
 from __future__ import annotations
@@ -354,24 +354,24 @@ class ForkedWorkers:
         for as long as it runs."""
         while True:
             for proc in self.procs:
-                if proc is None or proc.recycling or proc.transport is None:
-                    continue
-                rss_mb = resident_mb(proc.pid)
-                if rss_mb is not None and rss_mb > limit_mb and not proc.transport.is_closing():
-                    log.info(
-                        "worker %d: %.0f MB resident > %s MB; recycling it after its jobs",
-                        proc.pid,
-                        rss_mb,
-                        limit_mb,
-                        extra={
-                            "worker_pid": proc.pid,
-                            "rss_mb": round(rss_mb),
-                            "limit_mb": limit_mb,
-                        },
-                    )
-                    proc.recycling = True
-                    self._send(proc, ("retire",))
+                if proc is not None and not proc.recycling and proc.transport is not None:
+                    self._recycle_if_past(proc, limit_mb)
             await asyncio.sleep(MEMORY_CHECK_INTERVAL)
+
+    def _recycle_if_past(self, proc: Proc, limit_mb: float) -> None:
+        rss_mb = resident_mb(proc.pid)
+        assert proc.transport is not None
+        if rss_mb is None or rss_mb <= limit_mb or proc.transport.is_closing():
+            return
+        log.info(
+            "worker %d: %.0f MB resident > %s MB; recycling it after its jobs",
+            proc.pid,
+            rss_mb,
+            limit_mb,
+            extra={"worker_pid": proc.pid, "rss_mb": round(rss_mb), "limit_mb": limit_mb},
+        )
+        proc.recycling = True
+        self._send(proc, ("retire",))
 
     # -- stopping -------------------------------------------------------------------------
 

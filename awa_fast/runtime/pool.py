@@ -314,9 +314,10 @@ class ForkedWorkers:
         passed or the pool is stopping. A fork that fails counts as a crash at start."""
         if ended.pipe is not None:
             await ended.pipe.closed
-        assert self._stop_requested is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop_requested.wait(), delay)
+        if delay:
+            assert self._stop_requested is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop_requested.wait(), delay)
         if self._stopping:
             return
         try:

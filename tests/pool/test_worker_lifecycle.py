@@ -4,6 +4,9 @@ worker whose sync handler holds its loop."""
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 import signal
 import time
 from typing import Any
@@ -11,7 +14,8 @@ from typing import Any
 import psycopg
 
 import awa_fast
-from tests.helpers import free_port, job, scrape, wait_until, worker_exits
+from awa_fast.runtime.pool import ForkedWorkers
+from tests.helpers import await_until, free_port, job, run, scrape, wait_until, worker_exits
 from tests.pool.endings_app import End, Hog
 
 # Long enough that respawning with no delay would crash hundreds of workers in it.
@@ -70,3 +74,37 @@ def test_the_memory_limit_recycles_a_worker_whose_sync_handler_holds_its_loop(
         after = client.insert(End("record")).id
     wait_until(lambda: job(dsn, after)["state"] == "completed", what="a job on the replacement")
     assert _pid(dsn, after, "done") != _pid(dsn, hog, "holding")
+
+
+def test_a_replacement_that_cannot_be_forked_is_forked_again_later(
+    dsn: str, monkeypatch: Any, caplog: Any
+) -> None:
+    """The first two forks of the killed worker's replacement fail (as at a process or
+    descriptor limit); the third, after its delay, succeeds."""
+    real_fork = os.fork
+    forks: list[str] = []
+
+    def fork() -> int:
+        forks.append("tried")
+        if len(forks) <= 2:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        return real_fork()
+
+    async def main() -> None:
+        async with awa_fast.AsyncClient(dsn) as client:
+            runner = await client.start({"q": 1}, processes=1)
+            assert isinstance(runner.workers, ForkedWorkers)
+            workers = runner.workers
+            [first] = workers.pids
+            monkeypatch.setattr(os, "fork", fork)
+            os.kill(first, signal.SIGKILL)
+            await await_until(
+                lambda: workers.pids not in ([], [first]), timeout=60, what="a replacement"
+            )
+            assert workers.exits["crashed"] == 1
+
+    with caplog.at_level(logging.WARNING, logger="awa_fast.pool"):
+        run(main())
+    assert len(forks) == 3
+    assert caplog.text.count("could not fork worker 0: [Errno 11]") == 2
+    assert "replacing it in 2.0s" in caplog.text  # each failed fork waited longer

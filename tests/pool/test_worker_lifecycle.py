@@ -1,6 +1,6 @@
-"""How the supervisor looks after its worker processes: one that cannot start is
-respawned with a growing delay, not in a tight loop, and the memory limit recycles a
-worker whose sync handler holds its loop."""
+"""How the supervisor looks after its worker processes: one that cannot start, or cannot
+be forked, is replaced after a growing delay, not in a tight loop; and the memory limit
+recycles a worker whose sync handler holds its loop."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_a_worker_that_cannot_start_is_respawned_with_a_growing_delay(serve: Any
     assert "Too many open files" in log
     for delay in ("0.5s", "1.0s", "2.0s"):
         assert f"replacing it in {delay}" in log
-    server.signal(signal.SIGTERM)  # a replacement waiting out its delay does not hold it up
+    server.signal(signal.SIGTERM)  # the supervisor still drains as asked
     assert server.wait(30) == 0
 
 

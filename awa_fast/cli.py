@@ -1,9 +1,9 @@
 """The ``awa-fast`` command line.
 
-With no database URL (``--database-url``, ``AWA_FAST_DATABASE_URL`` or ``DATABASE_URL``)
-every command starts — or reuses — a local Postgres in the user's data directory, migrates it
-and says which URL it uses, so a first run needs nothing. The Awa SDK's command tree is here
-too (awa_fast.sdk_commands).
+With no database URL (``--database-url``, ``--database-url-file``, ``AWA_FAST_DATABASE_URL``
+or ``DATABASE_URL``) every command starts — or reuses — a local Postgres in the user's data
+directory, migrates it and says which URL it uses, so a first run needs nothing. The Awa
+SDK's command tree is here too (awa_fast.sdk_commands).
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ from typing import Any
 
 import orjson
 import psycopg
+from psycopg import conninfo
 
 from awa_fast import logs
 from awa_fast.db.migrate import (
+    SCHEMA,
     current_migration_version,
     current_version,
     migrate,
@@ -30,6 +32,12 @@ from awa_fast.db.migrate import (
 )
 
 _SCENARIOS = ("drain", "cpu", "io", "latency", "sustained", "retry", "scheduled", "promote")
+URL_HELP = (
+    "Postgres URL (default: $AWA_FAST_DATABASE_URL, $DATABASE_URL, else a local cluster)."
+    " Other users of this machine can read a command line in ps: pass a URL with a password"
+    " in AWA_FAST_DATABASE_URL or --database-url-file instead"
+)
+URL_FILE_HELP = "read the Postgres URL from this file (out of sight of ps)"
 
 
 def database_url(flag: str | None) -> str:
@@ -42,6 +50,51 @@ def database_url(flag: str | None) -> str:
     url = embedded_url()
     migrate(url)
     print(f"awa-fast: no database URL given; using local Postgres at {url}", file=sys.stderr)
+    return url
+
+
+def ensure_migrated(url: str) -> None:
+    """Apply the pending migrations, if any. A database already up to date is only read:
+    an application's role, which may not create anything there, runs every other command."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        if current_version(conn) >= current_migration_version():
+            return
+    migrate(url)
+
+
+def read_url_file(path: str) -> str:
+    """The database URL a ``--database-url-file`` holds (its first line)."""
+    try:
+        url = Path(path).read_text().strip().partition("\n")[0]
+    except OSError as exc:
+        raise SystemExit(f"awa-fast: cannot read --database-url-file {path}: {exc}") from None
+    if not url:
+        raise SystemExit(f"awa-fast: --database-url-file {path} is empty")
+    return url
+
+
+def warn_if_password(url: str) -> None:
+    """Say so when a URL given on the command line holds a password, which ps shows."""
+    try:
+        password = conninfo.conninfo_to_dict(url).get("password")
+    except psycopg.ProgrammingError:
+        return  # not a URL at all: connecting says what is wrong with it
+    if password:
+        print(
+            "awa-fast: warning: the --database-url given holds a password, which other users"
+            " of this machine can read in ps; pass it in AWA_FAST_DATABASE_URL or"
+            " --database-url-file instead",
+            file=sys.stderr,
+        )
+
+
+def given_url(*, url: str | None, url_file: str | None) -> str | None:
+    """The URL ``--database-url`` or ``--database-url-file`` gives, if either does,
+    warning about a password given in plain sight."""
+    if url_file:
+        return read_url_file(url_file)
+    if url:
+        warn_if_password(url)
     return url
 
 
@@ -92,11 +145,43 @@ def _migration_range(opts: argparse.Namespace) -> tuple[int, int]:
     return first, latest if opts.last is None else opts.last
 
 
+# What an application role does in the schema: read and write jobs and the tables around
+# them (hosts, queues, cron, batches), draw job ids (nextval), and call the schema's
+# functions. Migrations are not among it: the schema's owner runs those.
+_GRANTS = """\
+-- awa-fast: what role {role} needs to insert, run and administer jobs in schema {schema}.
+-- Run as the role that applied the migrations (the owner of the schema's objects). The
+-- default privileges cover objects later migrations add; without them, run this again.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role};
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {role};
+ALTER DEFAULT PRIVILEGES IN SCHEMA {schema}
+    GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {role};
+ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT USAGE ON SEQUENCES TO {role};
+ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT EXECUTE ON FUNCTIONS TO {role};
+-- Maintenance vacuums busy job tables itself; a role that does not own them is skipped
+-- with a warning (autovacuum still runs). On Postgres 17 and later, to let it:
+-- GRANT MAINTAIN ON ALL TABLES IN SCHEMA {schema} TO {role};
+"""
+
+
+def grant_sql(role: str) -> str:
+    """The GRANT statements that let ``role`` use awa-fast."""
+    quoted = '"' + role.replace('"', '""') + '"'
+    return _GRANTS.format(role=quoted, schema=SCHEMA)
+
+
+def _cmd_grants(opts: argparse.Namespace) -> int:
+    print(grant_sql(opts.role), end="")
+    return 0
+
+
 def _cmd_enqueue(opts: argparse.Namespace) -> int:
     from awa_fast.client import Client
 
     url = database_url(opts.database_url)
-    migrate(url)
+    ensure_migrated(url)
     try:
         args = orjson.loads(opts.args)
     except orjson.JSONDecodeError as exc:
@@ -237,7 +322,7 @@ def _cmd_admin(opts: argparse.Namespace) -> int:
     from awa_fast.client import Client
 
     url = database_url(opts.database_url)
-    migrate(url)
+    ensure_migrated(url)
     args = [getattr(opts, name) for name in opts.positional_names]
     filters = {
         name: getattr(opts, name)
@@ -292,7 +377,7 @@ def _cmd_serve(opts: argparse.Namespace) -> int:
     logs.configure(fmt=opts.log_format, level=opts.log_level)
     app = load_app(opts.app)
     url = database_url(opts.database_url) if opts.database_url or not app.dsn else app.dsn
-    migrate(url)
+    ensure_migrated(url)
     app.dsn = url
     queues = dict(opts.queue) if opts.queue else None
     processes = opts.processes or os.cpu_count() or 1
@@ -350,7 +435,9 @@ def parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=help, description=help)
-        cmd.add_argument("--database-url", help="Postgres URL (default: a local cluster)")
+        urls = cmd.add_mutually_exclusive_group()
+        urls.add_argument("--database-url", help=URL_HELP)
+        urls.add_argument("--database-url-file", metavar="PATH", help=URL_FILE_HELP)
         return cmd
 
     migrating = command("migrate", "apply pending schema migrations, or print their SQL")
@@ -422,6 +509,12 @@ def parser() -> argparse.ArgumentParser:
                 )
         cmd.set_defaults(run=_cmd_admin, method=method, positional_names=positional)
 
+    grants = command(
+        "grants", "print the GRANT statements an application role needs (connects nowhere)"
+    )
+    grants.add_argument("--role", required=True, help="the role the application connects as")
+    grants.set_defaults(run=_cmd_grants)
+
     bench = command("bench", "run benchmark scenarios, each run on a fresh database")
     bench.add_argument(
         "scenario",
@@ -443,29 +536,40 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def _leading_database_url(argv: list[str]) -> tuple[str | None, list[str]]:
-    """A ``--database-url`` given before the command, where the Awa SDK's command line
-    takes it, and the rest of ``argv``."""
-    if argv[:1] == ["--database-url"] and len(argv) > 1:
-        return argv[1], argv[2:]
-    if argv and argv[0].startswith("--database-url="):
-        return argv[0].partition("=")[2], argv[1:]
-    return None, argv
+_URL_OPTIONS = ("--database-url", "--database-url-file")
+
+
+def _leading_database_url(argv: list[str]) -> tuple[list[str], list[str]]:
+    """A ``--database-url`` (or ``--database-url-file``) given before the command, where
+    the Awa SDK's command line takes it, as ``[option, value]`` (or ``[]``), and the rest
+    of ``argv``."""
+    if argv[:1] and argv[0] in _URL_OPTIONS and len(argv) > 1:
+        return argv[:2], argv[2:]
+    option, equals, value = argv[0].partition("=") if argv else ("", "", "")
+    if equals and option in _URL_OPTIONS:
+        return [option, value], argv[1:]
+    return [], argv
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from awa_fast import sdk_commands
 
-    url, rest = _leading_database_url(list(sys.argv[1:] if argv is None else argv))
+    url_option, rest = _leading_database_url(list(sys.argv[1:] if argv is None else argv))
     if sdk_commands.is_sdk_command(rest):
+        option, value = url_option or (None, None)
+        url = given_url(
+            url=value if option == "--database-url" else None,
+            url_file=value if option == "--database-url-file" else None,
+        )
 
         def sdk_command() -> int:
             return sdk_commands.main(rest, database_url=lambda: database_url(url))
 
         return _exit_status(" ".join(rest[:2]), sdk_command)
-    if url is not None and rest:
-        rest = [rest[0], "--database-url", url, *rest[1:]]
+    if rest:
+        rest = [rest[0], *url_option, *rest[1:]]
     opts = parser().parse_args(rest)
+    opts.database_url = given_url(url=opts.database_url, url_file=opts.database_url_file)
     return _exit_status(opts.command, lambda: int(opts.run(opts)))
 
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import conninfo
 
 import awa_fast
 from awa_fast.cli import parser, serve_config
@@ -18,7 +22,7 @@ from awa_fast.maintenance import periodic
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.testing import AwaTestClient
 from tests.factories import finish_jobs
-from tests.helpers import job, run
+from tests.helpers import job, run, run_until, states
 
 
 @dataclass
@@ -32,13 +36,18 @@ async def _register(client: awa_fast.Client) -> None:
         await periodic.register(conn, list(client.handlers.schedules.values()))
 
 
-def _cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _awa(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "awa_fast.cli", *args, "--database-url", dsn],
+        [sys.executable, "-m", "awa_fast.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
+        env=env,
     )
+
+
+def _cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return _awa(*args, "--database-url", dsn)
 
 
 def _json(done: subprocess.CompletedProcess[str]) -> Any:
@@ -317,3 +326,56 @@ def test_the_sdks_refusals_and_awa_fasts_own_commands_beside_its_tree(dsn: str) 
     missing = _sdk(dsn, "job", "dump", str(created["id"] + 1))
     assert missing.returncode == 1
     assert missing.stderr.strip() == f"awa-fast job dump: job not found: {created['id'] + 1}"
+
+
+def test_the_url_comes_from_a_file_or_the_environment_out_of_sight_of_ps(
+    dsn: str, tmp_path: Path
+) -> None:
+    url_file = tmp_path / "url"
+    url_file.write_text(dsn + "\n")
+    created = _json(_awa("enqueue", "k", "--database-url-file", str(url_file)))
+    listed = _json(_awa("jobs", env={**os.environ, "AWA_FAST_DATABASE_URL": dsn}))
+    assert [j["id"] for j in listed] == [created["id"]]
+    [stat] = _json(_awa("--database-url-file", str(url_file), "status"))  # the SDK's place
+    assert stat["available"] == 1
+    with_password = conninfo.make_conninfo(dsn, password="unchecked")  # the test server trusts
+    shown = _cli(with_password, "status")
+    assert shown.returncode == 0 and "other users of this machine can read in ps" in shown.stderr
+    url_file.write_text(with_password)
+    hidden = _awa("status", "--database-url-file", str(url_file))
+    assert hidden.returncode == 0 and "warning" not in hidden.stderr
+    both = _awa("status", "--database-url", dsn, "--database-url-file", str(url_file))
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    usage = " ".join(_awa("serve", "--help").stdout.split())
+    assert "can read a command line in ps" in usage and "AWA_FAST_DATABASE_URL" in usage
+
+
+def test_a_role_given_the_printed_grants_runs_jobs_end_to_end(
+    dsn: str, outsider_dsn: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The role inserts with the CLI (which only reads the schema's version) and with a
+    client, and runs both jobs, leader and all, with no error logged."""
+    role = conninfo.conninfo_to_dict(outsider_dsn)["user"]
+    with pytest.raises(psycopg.errors.InsufficientPrivilege), awa_fast.Client(outsider_dsn) as c:
+        c.insert({"n": 0}, kind="greet")
+    printed = _awa("grants", "--role", str(role))
+    assert printed.returncode == 0, printed.stderr
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(printed.stdout.encode())
+    url_file = tmp_path / "url"
+    url_file.write_text(outsider_dsn)
+    _json(_awa("enqueue", "greet", "--args", '{"n": 1}', "--database-url-file", str(url_file)))
+    client = awa_fast.AsyncClient(outsider_dsn)
+
+    @client.task(kind="greet")
+    async def greet(job: awa_fast.Job[dict[str, int]]) -> None:
+        pass
+
+    async def main() -> None:
+        async with client:
+            await client.insert({"n": 2}, kind="greet")
+            await run_until(client, {"default": 2}, lambda: states(dsn) == {"completed": 2})
+
+    with caplog.at_level(logging.WARNING):
+        run(main())
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text

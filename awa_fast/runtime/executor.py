@@ -45,6 +45,11 @@ log = logging.getLogger("awa_fast.executor")
 ) = range(15)
 
 
+# What a handler raises to end the process running it: reported as a failed attempt, then
+# raised on, for the worker to decide whether it exits (awa_fast.runtime.pool, .local).
+PROCESS_EXITS = (SystemExit, KeyboardInterrupt)
+
+
 class OutcomeSink(Protocol):
     """Where outcome records go: the Rust ``OutcomeRing`` (or anything with its ``push``)."""
 
@@ -91,7 +96,22 @@ class Executor:
                 )
             else:
                 job = self._job(row, args, slot)
-                transition = await self._perform(handler, job, attempt)
+                try:
+                    transition = await self._perform(handler, job, attempt)
+                except PROCESS_EXITS as exc:
+                    # The failure is reported before the exit goes on to whoever runs us.
+                    self._report(row, handler, job, tr.from_exception(exc, attempt, self.backoff))
+                    raise
+        self._report(row, handler, job, transition)
+
+    def _report(
+        self,
+        row: Sequence[Any],
+        handler: Handler | None,
+        job: Job[Any] | None,
+        transition: tr.Transition,
+    ) -> None:
+        """Push the attempt's outcome into the ring."""
         if row[QUEUE] in self.dlq_queues:
             transition = tr.to_dlq(transition)
         code, number, payload = tr.encode(
@@ -113,6 +133,11 @@ class Executor:
                 result = await loop.run_in_executor(self.threads, handler.func, job)
         except Exception as exc:
             log.debug("job %s raised %r", job.id, exc)
+            return tr.from_exception(exc, attempt, self.backoff)
+        except (asyncio.CancelledError, *PROCESS_EXITS):
+            raise  # cut short (reported lost by run_claimed), or an exit run() reports
+        except BaseException as exc:
+            log.warning("job %s raised %r, a BaseException: a failed attempt", job.id, exc)
             return tr.from_exception(exc, attempt, self.backoff)
         if job.callback is not None:
             attempt = tr.Attempt(attempt.attempt, attempt.max_attempts, job.callback.id)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from awa_fast.db.transitions import Target
-from awa_fast.runtime.executor import ID, KIND, LEASE
+from awa_fast.runtime.executor import ID, KIND, LEASE, PROCESS_EXITS
 
 log = logging.getLogger("awa_fast.local")
 
@@ -104,6 +104,15 @@ class LocalWorkers:
         except asyncio.CancelledError:
             if self.evicted.pop(attempt, None) is None:
                 raise  # shutdown: propagate; an evicted attempt's task just ends
+        except PROCESS_EXITS as exc:
+            # Reported as a failed attempt already; the process is the application's, which
+            # a job does not get to end (nor could it from a sync handler's thread).
+            log.error(
+                "job %s raised %r: its attempt failed; the runner carries on",
+                row[ID],
+                exc,
+                extra={"job_id": row[ID], "run_lease": row[LEASE]},
+            )
         finally:
             del self.running[attempt]
             self.runner.capacity_freed()

@@ -4,7 +4,10 @@
 client's :class:`~awa_fast.runtime.health.HealthCheck` as JSON (503 when not healthy).
 The numbers are the runtime's own counters, read when scraped: serving them costs a job
 nothing. The HTTP side is a minimal HTTP/1.0 server on the runner's loop, written here to
-add no dependency: one request per connection, answered and closed.
+add no dependency: one request per connection, answered and closed. Connections open at
+once are bounded, and each must send its request within a short time: every one holds a
+descriptor of the runner's process, which forks its workers and opens its connections
+under the same limit.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ if TYPE_CHECKING:
 LOOPBACK = "127.0.0.1"
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 # A client gets this long to send its request line and headers; a silent one is dropped.
-READ_TIMEOUT = 10.0
+READ_TIMEOUT = 2.0
+# Connections served at once; one more is closed as soon as it is accepted.
+MAX_CONNECTIONS = 16
 MAX_HEADERS = 100
 
 # A metric's value: one number, or one per value of its label; None: none yet.
@@ -134,7 +139,8 @@ def _catalogue() -> tuple[Metric, ...]:
             "counter",
             "Worker processes that ended, by cause (evicted: killed for a handler past its "
             "deadline; recycled: job or memory limit; retired: drained; crashed: anything "
-            "else). Each is replaced at once unless the pool is stopping.",
+            "else). Each is replaced unless the pool is stopping: at once, or after a delay "
+            "that grows while workers crash soon after their start.",
             lambda r: {cause: r.workers.exits.get(cause, 0) for cause in EXIT_CAUSES},
             "cause",
         ),
@@ -197,15 +203,46 @@ def _escape(label_value: str) -> str:
     return label_value.replace("\\", r"\\").replace('"', r"\"").replace("\n", r"\n")
 
 
+@dataclass(slots=True)
+class _Connections:
+    """The connections a metrics server has open, and its bounds on them."""
+
+    limit: int
+    read_timeout: float
+    open: int = 0
+
+
 async def serve_metrics(
-    runner: Runner, port: int, *, read_timeout: float = READ_TIMEOUT
+    runner: Runner,
+    port: int,
+    *,
+    read_timeout: float = READ_TIMEOUT,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> asyncio.Server:
     """Serve ``runner``'s /metrics and /health on 127.0.0.1:``port`` from this loop."""
-    answer = functools.partial(_connection, runner, read_timeout)
+    answer = functools.partial(_connection, runner, _Connections(max_connections, read_timeout))
     return await asyncio.start_server(answer, LOOPBACK, port)
 
 
 async def _connection(
+    runner: Runner,
+    connections: _Connections,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+) -> None:
+    """Answer one request, unless ``connections.limit`` are open already: then close at
+    once, unanswered."""
+    if connections.open >= connections.limit:
+        writer.transport.abort()
+        return
+    connections.open += 1
+    try:
+        await _answer_one(runner, connections.read_timeout, reader, writer)
+    finally:
+        connections.open -= 1
+
+
+async def _answer_one(
     runner: Runner, read_timeout: float, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
     """Answer one request and close. A client silent for ``read_timeout`` is dropped

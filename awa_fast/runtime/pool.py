@@ -10,8 +10,8 @@ cancel flags live in the shared in-flight table.
 Async handlers run concurrently up to the worker's share of the queue's concurrency. Sync
 handlers run inline on the worker's loop, one at a time per process (as a prefork pool
 does): a CPU-bound handler gets its core without contending for the GIL with a thread pool,
-and the supervisor — not the worker — sends heartbeats, so a long computation is safe.
-Blocking I/O belongs in async handlers.
+and the supervisor — not the worker — sends heartbeats and reads its memory, so a long
+computation is safe. Blocking I/O belongs in async handlers.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ import signal
 import struct
 import sys
 import threading
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -37,7 +38,7 @@ import uvloop
 
 from awa_fast.db.transitions import Target
 from awa_fast.runtime import collector
-from awa_fast.runtime.executor import KIND
+from awa_fast.runtime.executor import ID, KIND, PROCESS_EXITS
 from awa_fast.runtime.local import run_claimed
 
 if TYPE_CHECKING:
@@ -46,13 +47,23 @@ if TYPE_CHECKING:
 log = logging.getLogger("awa_fast.pool")
 
 RECYCLED_EXIT = 75  # a worker that retired after its job or memory limit
+HANDLER_EXIT = 1  # a worker that retired because a handler raised SystemExit or the like
 # evicted: killed for a handler past its deadline; recycled: its job or memory limit;
-# retired: asked to drain; crashed: any other end (a signal, os._exit, a fault).
+# retired: asked to drain; crashed: any other end (a signal, os._exit, a fault, a
+# handler's SystemExit).
 EXIT_CAUSES = ("evicted", "recycled", "retired", "crashed")
 _FRAME = struct.Struct("<I")
 _PIPE_BYTES = 1 << 20
 _F_SETPIPE_SZ = 1031
 _PR_SET_PDEATHSIG = 1
+# A worker that crashes within this many seconds of its start is respawned after a delay
+# doubling from RESPAWN_DELAY up to RESPAWN_DELAY_MAX, so one that cannot start (a
+# descriptor limit, a broken import) does not make the supervisor fork it in a tight loop.
+STARTUP_SECONDS = 5.0
+RESPAWN_DELAY = 0.5
+RESPAWN_DELAY_MAX = 30.0
+MEMORY_CHECK_INTERVAL = 0.5
+RETIRE_RECHECK_INTERVAL = 0.05
 
 
 def _grow_pipe(fd: int) -> None:
@@ -67,6 +78,24 @@ def exit_cause(code: int, *, evicted: bool) -> str:
     if code == RECYCLED_EXIT:
         return "recycled"
     return "retired" if code == 0 else "crashed"
+
+
+def respawn_delay(quick_deaths: int) -> float:
+    """How long to wait before replacing a worker after ``quick_deaths`` crashes in a row,
+    each soon after its start."""
+    if quick_deaths == 0:
+        return 0.0
+    return min(RESPAWN_DELAY * 2.0 ** (quick_deaths - 1), RESPAWN_DELAY_MAX)
+
+
+def resident_mb(pid: int) -> float | None:
+    """A process's resident memory in MB, from /proc; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            pages = int(statm.read().split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def describe_exit(pid: int, code: int) -> str:
@@ -96,6 +125,8 @@ class Proc:
     pipe: _JobPipe | None = None
     pidfd: int | None = None  # readable once the process exits: how the loop sees a death
     ended: bool = False  # reaped; a connect still under way must let go of the pipe
+    started: float = field(default_factory=time.monotonic)
+    recycling: bool = False  # asked to retire for its memory
 
 
 class ForkedWorkers:
@@ -111,6 +142,9 @@ class ForkedWorkers:
         self._changed: asyncio.Event | None = None
         self._evicted: dict[int, str] = {}  # pid -> why the supervisor killed it
         self._connecting: set[asyncio.Task[None]] = set()
+        self._quick_deaths = [0] * count  # crashes in a row soon after start, per worker
+        self._stop_requested: asyncio.Event | None = None
+        self._memory_watch: asyncio.Task[None] | None = None
 
     # -- forking --------------------------------------------------------------------------
 
@@ -124,7 +158,12 @@ class ForkedWorkers:
         _grow_pipe(write_fd)
         siblings = [(p.write_fd, p.pipe_id) for p in self.procs if p is not None]
         parent = os.getpid()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise
         if pid == 0:
             code = 1
             try:
@@ -141,11 +180,15 @@ class ForkedWorkers:
 
     async def start(self) -> None:
         self._changed = asyncio.Event()
+        self._stop_requested = asyncio.Event()
         self.prefork()
         for proc in self.procs:
             if proc is not None:
                 await self._connect(proc)
         self._reap()  # a worker that died before it was watched
+        limit = self.runner.config.max_worker_memory_mb
+        if limit:
+            self._memory_watch = asyncio.get_running_loop().create_task(self._watch_memory(limit))
 
     async def _connect(self, proc: Proc) -> None:
         """Watch the process (a pidfd on the loop) and open its job pipe."""
@@ -204,8 +247,8 @@ class ForkedWorkers:
     def _reap(self) -> None:
         """Collect every exited worker (called when its pidfd turns readable): its
         unfinished attempts are lost (retried or failed by the committer, after anything it
-        already put in the ring), and unless the pool is stopping, a replacement is forked
-        at once."""
+        already put in the ring), and unless the pool is stopping, a replacement is forked:
+        at once, or after a backoff for a worker that crashed soon after its start."""
         for worker, proc in enumerate(self.procs):
             if proc is None:
                 continue
@@ -219,6 +262,8 @@ class ForkedWorkers:
             why = self._evicted.pop(pid, None)
             cause = exit_cause(code, evicted=why is not None)
             self.exits[cause] += 1
+            quick = cause == "crashed" and time.monotonic() - proc.started < STARTUP_SECONDS
+            self._quick_deaths[worker] = self._quick_deaths[worker] + 1 if quick else 0
             ended = f"worker process {pid} was recycled: {why}" if why else describe_exit(pid, code)
             self.procs[worker] = None
             _close_handles(proc)
@@ -248,20 +293,40 @@ class ForkedWorkers:
         for queue_index, concurrency in enumerate(runner.queues.values()):
             share = shares(concurrency, self.count)[worker]
             runner.inflight.set_capacity(runner.capacity_index(queue_index, worker), share)
-        task = asyncio.get_running_loop().create_task(self._respawn(worker, ended))
+        delay = respawn_delay(self._quick_deaths[worker])
+        if delay:
+            log.warning(
+                "worker %d crashed %d times in a row soon after its start; replacing it in %.1fs",
+                worker,
+                self._quick_deaths[worker],
+                delay,
+                extra={"worker": worker, "respawn_delay": delay},
+            )
+        task = asyncio.get_running_loop().create_task(self._respawn(worker, ended, delay))
         self._connecting.add(task)
         task.add_done_callback(self._connecting.discard)
         task.add_done_callback(lambda _: self.runner.wake())
 
-    async def _respawn(self, worker: int, ended: Proc) -> None:
+    async def _respawn(self, worker: int, ended: Proc, delay: float) -> None:
         """Fork and connect the replacement once the loop has let go of the ended worker's
-        pipe: forked at once, the new pipe or pidfd could take a descriptor number the loop
-        still tracked for the old transport, and watching it failed."""
+        pipe (forked at once, the new pipe or pidfd could take a descriptor number the loop
+        still tracked for the old transport, and watching it failed), and ``delay`` has
+        passed or the pool is stopping. A fork that fails counts as a crash at start."""
         if ended.pipe is not None:
             await ended.pipe.closed
+        if delay:
+            assert self._stop_requested is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop_requested.wait(), delay)
         if self._stopping:
             return
-        self._fork(worker)
+        try:
+            self._fork(worker)
+        except OSError as exc:
+            log.error("could not fork worker %d: %s", worker, exc, extra={"worker": worker})
+            self._quick_deaths[worker] += 1
+            self._replace(worker, ended)
+            return
         proc = self.procs[worker]
         assert proc is not None
         await self._connect(proc)
@@ -284,6 +349,31 @@ class ForkedWorkers:
                     os.kill(proc.pid, signal.SIGKILL)
                 return
 
+    async def _watch_memory(self, limit_mb: float) -> None:
+        """Ask each worker resident past ``limit_mb`` to retire once its running jobs end.
+        Read from here, not by the worker itself: a sync handler holds the worker's loop
+        for as long as it runs."""
+        while True:
+            for proc in self.procs:
+                if proc is not None and not proc.recycling and proc.transport is not None:
+                    self._recycle_if_past(proc, limit_mb)
+            await asyncio.sleep(MEMORY_CHECK_INTERVAL)
+
+    def _recycle_if_past(self, proc: Proc, limit_mb: float) -> None:
+        rss_mb = resident_mb(proc.pid)
+        assert proc.transport is not None
+        if rss_mb is None or rss_mb <= limit_mb or proc.transport.is_closing():
+            return
+        log.info(
+            "worker %d: %.0f MB resident > %s MB; recycling it after its jobs",
+            proc.pid,
+            rss_mb,
+            limit_mb,
+            extra={"worker_pid": proc.pid, "rss_mb": round(rss_mb), "limit_mb": limit_mb},
+        )
+        proc.recycling = True
+        self._send(proc, ("retire",))
+
     # -- stopping -------------------------------------------------------------------------
 
     async def drain(self, timeout: float) -> None:
@@ -291,6 +381,10 @@ class ForkedWorkers:
         flags, allow a short grace, then kill what is left (its attempts are lost and
         retried)."""
         self._stopping = True
+        assert self._stop_requested is not None
+        self._stop_requested.set()
+        if self._memory_watch is not None:
+            self._memory_watch.cancel()
         # A replacement forked just before the signal may still be connecting: it must get
         # its drain message too, or it would wait out the whole timeout.
         await asyncio.gather(*self._connecting, return_exceptions=True)
@@ -461,6 +555,7 @@ class WorkerProcess:
         self.exit_code = 0
         self.done: asyncio.Event | None = None
         self.pump_wakeup: asyncio.Event | None = None
+        self.recheck: asyncio.Task[None] | None = None
 
     def run(self) -> int:
         return uvloop.run(self._main())
@@ -471,12 +566,11 @@ class WorkerProcess:
         self.pump_wakeup = asyncio.Event()
         pipe = os.fdopen(self.read_fd, "rb", buffering=0)
         transport, _ = await loop.connect_read_pipe(lambda: _FrameReader(self), pipe)
-        services = [asyncio.create_task(self._pump())]
-        if self.config.max_worker_memory_mb:
-            services.append(asyncio.create_task(self._watch_memory()))
+        pump = asyncio.create_task(self._pump())
         await self.done.wait()
-        for task in services:
-            task.cancel()
+        pump.cancel()
+        if self.recheck is not None:
+            self.recheck.cancel()
         transport.close()
         await self.executor.writer.close()
         return self.exit_code
@@ -493,6 +587,8 @@ class WorkerProcess:
             self.pump_wakeup.set()
         elif message[0] == "drain":
             self.retire(0, give_back=True)
+        elif message[0] == "retire":  # past its memory limit
+            self.retire(RECYCLED_EXIT, give_back=True)
 
     def _start(self, row: list[Any]) -> None:
         # Held here until _run's last step drops it (a worker never cancels these, so that
@@ -504,6 +600,16 @@ class WorkerProcess:
     async def _run(self, row: list[Any]) -> None:
         try:
             await run_claimed(self.executor, self.inflight, row)
+        except PROCESS_EXITS as exc:
+            log.warning(
+                "worker %d: job %s raised %r: its attempt failed; the worker exits after its"
+                " running jobs, and gives back those it has not started",
+                os.getpid(),
+                row[ID],
+                exc,
+                extra={"worker_pid": os.getpid(), "job_id": row[ID]},
+            )
+            self.retire(HANDLER_EXIT, give_back=True)
         finally:
             self.tasks.pop(row[-2], None)  # absent for rows the pump runs inline
             self.jobs_done += 1
@@ -522,24 +628,6 @@ class WorkerProcess:
                 await self._run(self.inline.popleft())
                 await asyncio.sleep(0)  # let the pipe, async handlers and signals in
 
-    async def _watch_memory(self) -> None:
-        limit = self.config.max_worker_memory_mb
-        assert limit is not None
-        page = os.sysconf("SC_PAGE_SIZE")
-        while not self.retiring:
-            with open("/proc/self/statm") as statm:
-                rss_mb = int(statm.read().split()[1]) * page / 2**20
-            if rss_mb > limit:
-                log.info(
-                    "worker %d: %.0f MB resident > %s MB; recycling",
-                    os.getpid(),
-                    rss_mb,
-                    limit,
-                    extra={"worker_pid": os.getpid(), "rss_mb": round(rss_mb), "limit_mb": limit},
-                )
-                self.retire(RECYCLED_EXIT)
-            await asyncio.sleep(0.5)
-
     def retire(self, code: int, *, give_back: bool = False) -> None:
         """Take no more jobs (capacity 0), finish what runs, then exit with ``code``. With
         ``give_back``, rows not started yet return to available at once."""
@@ -548,11 +636,20 @@ class WorkerProcess:
             self.exit_code = code
             for cap in self.caps:
                 self.inflight.set_capacity(cap, 0)
+            self.recheck = asyncio.get_running_loop().create_task(self._recheck_exit())
         if give_back:
             reason = "shutting down before the job started"
             release_unstarted(self.runner, self.inline, reason=reason)
             self.inline.clear()
         self._maybe_exit()
+
+    async def _recheck_exit(self) -> None:
+        """Look again now and then whether this retiring worker may exit: a claim under way
+        holds capacity units here, and one that comes back empty frees them without a word
+        to this worker."""
+        while True:
+            await asyncio.sleep(RETIRE_RECHECK_INTERVAL)
+            self._maybe_exit()
 
     def _maybe_exit(self) -> None:
         if (

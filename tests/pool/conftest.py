@@ -17,18 +17,25 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Serve:
-    """A running process that serves tests.pool.app's handlers: `awa-fast serve
-    tests.pool.app:client ARGS...`, or with ``in_process``, `client.run()` (no CLI: handlers
-    in the serving process itself)."""
+    """A running process that serves the handlers of ``app`` (a module with a ``client``,
+    tests.pool.app unless given): `awa-fast serve APP:client ARGS...`, or with
+    ``in_process``, `client.run()` (no CLI: handlers in the serving process itself)."""
 
-    def __init__(self, dsn: str, tmp_path: Path, *args: str, in_process: bool = False) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        tmp_path: Path,
+        *args: str,
+        in_process: bool = False,
+        app: str = "tests.pool.app",
+    ) -> None:
         self.log_path = tmp_path / f"serve-{len(list(tmp_path.glob('serve-*.log')))}.log"
         env = {**os.environ, "AWA_FAST_TEST_APP_DSN": dsn, "PYTHONPATH": str(ROOT)}
         self._log = self.log_path.open("wb")
         serving = (
-            ["-c", "from tests.pool.app import client; raise SystemExit(client.run())"]
+            ["-c", f"from {app} import client; raise SystemExit(client.run())"]
             if in_process
-            else ["-m", "awa_fast.cli", "serve", "tests.pool.app:client", "--database-url", dsn]
+            else ["-m", "awa_fast.cli", "serve", f"{app}:client", "--database-url", dsn]
         )
         self.proc = subprocess.Popen(
             [sys.executable, *serving, *args],
@@ -73,8 +80,8 @@ def calls(dsn: str) -> str:
 def serve(calls: str, tmp_path: Path) -> Iterator[Any]:
     started: list[Serve] = []
 
-    def start(*args: str, in_process: bool = False) -> Serve:
-        s = Serve(calls, tmp_path, *args, in_process=in_process)
+    def start(*args: str, in_process: bool = False, app: str = "tests.pool.app") -> Serve:
+        s = Serve(calls, tmp_path, *args, in_process=in_process, app=app)
         started.append(s)
         return s
 

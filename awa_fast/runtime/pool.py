@@ -56,9 +56,10 @@ _FRAME = struct.Struct("<I")
 _PIPE_BYTES = 1 << 20
 _F_SETPIPE_SZ = 1031
 _PR_SET_PDEATHSIG = 1
-# A worker that crashes within this many seconds of its start is respawned after a delay
-# doubling from RESPAWN_DELAY up to RESPAWN_DELAY_MAX, so one that cannot start (a
-# descriptor limit, a broken import) does not make the supervisor fork it in a tight loop.
+# A worker that crashes within this many seconds of its start, before it was handed a job,
+# is respawned after a delay doubling from RESPAWN_DELAY up to RESPAWN_DELAY_MAX, so one
+# that cannot start (a descriptor limit, a broken import) is not forked in a tight loop;
+# one killed while it worked is replaced at once, for its queue is waiting.
 STARTUP_SECONDS = 5.0
 RESPAWN_DELAY = 0.5
 RESPAWN_DELAY_MAX = 30.0
@@ -82,7 +83,7 @@ def exit_cause(code: int, *, evicted: bool) -> str:
 
 def respawn_delay(quick_deaths: int) -> float:
     """How long to wait before replacing a worker after ``quick_deaths`` crashes in a row,
-    each soon after its start."""
+    each soon after its start and before it was handed a job."""
     if quick_deaths == 0:
         return 0.0
     return min(RESPAWN_DELAY * 2.0 ** (quick_deaths - 1), RESPAWN_DELAY_MAX)
@@ -127,6 +128,7 @@ class Proc:
     ended: bool = False  # reaped; a connect still under way must let go of the pipe
     started: float = field(default_factory=time.monotonic)
     recycling: bool = False  # asked to retire for its memory
+    worked: bool = False  # has been handed a job
 
 
 class ForkedWorkers:
@@ -142,7 +144,7 @@ class ForkedWorkers:
         self._changed: asyncio.Event | None = None
         self._evicted: dict[int, str] = {}  # pid -> why the supervisor killed it
         self._connecting: set[asyncio.Task[None]] = set()
-        self._quick_deaths = [0] * count  # crashes in a row soon after start, per worker
+        self._quick_deaths = [0] * count  # crashes in a row before any job, per worker
         self._stop_requested: asyncio.Event | None = None
         self._memory_watch: asyncio.Task[None] | None = None
 
@@ -235,6 +237,7 @@ class ForkedWorkers:
                 self.runner, rows, reason="its worker process ended before the job was delivered"
             )
             return
+        proc.worked = True
         self._send(proc, ("jobs", rows))
 
     def _send(self, proc: Proc, message: object) -> None:
@@ -248,7 +251,7 @@ class ForkedWorkers:
         """Collect every exited worker (called when its pidfd turns readable): its
         unfinished attempts are lost (retried or failed by the committer, after anything it
         already put in the ring), and unless the pool is stopping, a replacement is forked:
-        at once, or after a backoff for a worker that crashed soon after its start."""
+        at once, or after a backoff for a worker that crashed at its start."""
         for worker, proc in enumerate(self.procs):
             if proc is None:
                 continue
@@ -262,7 +265,11 @@ class ForkedWorkers:
             why = self._evicted.pop(pid, None)
             cause = exit_cause(code, evicted=why is not None)
             self.exits[cause] += 1
-            quick = cause == "crashed" and time.monotonic() - proc.started < STARTUP_SECONDS
+            quick = (
+                cause == "crashed"
+                and not proc.worked
+                and time.monotonic() - proc.started < STARTUP_SECONDS
+            )
             self._quick_deaths[worker] = self._quick_deaths[worker] + 1 if quick else 0
             ended = f"worker process {pid} was recycled: {why}" if why else describe_exit(pid, code)
             self.procs[worker] = None

@@ -112,15 +112,23 @@ def error_entry(
 ) -> dict[str, Any]:
     """The shape appended to a job's ``errors``: ``{error, attempt, at[, terminal]}``."""
     entry: dict[str, Any] = {
-        "error": message,
+        "error": storable_text(message),
         "attempt": attempt,
         "at": datetime.now(UTC).isoformat(),
     }
     if terminal:
         entry["terminal"] = True
     if trace:
-        entry["traceback"] = trace
+        entry["traceback"] = storable_text(trace)
     return entry
+
+
+def storable_text(text: str) -> str:
+    """``text`` as jsonb can hold it: a handler's message is data we keep, not refuse, so
+    a NUL or a lone surrogate in it is written as its escape instead."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def failed_terminal(message: str, attempt: Attempt) -> Transition:
@@ -146,7 +154,7 @@ def from_result(result: object, attempt: Attempt) -> Transition:
         case Cancel(reason=reason):
             return Transition(
                 Target.CANCELLED,
-                reason=reason,
+                reason=storable_text(reason),
                 error=error_entry(f"cancelled: {reason}", attempt.attempt),
             )
         case WaitForCallback(token=token):

@@ -15,7 +15,7 @@ from concurrent.futures import Executor as ThreadPool
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from awa_fast.codec import decode_json
+from awa_fast.codec import ENCODE_ERRORS, check_storable, decode_json
 from awa_fast.db import transitions as tr
 from awa_fast.runtime.attempt_writer import AttemptWriter
 from awa_fast.worker import Handler, Job, Registry
@@ -48,6 +48,10 @@ log = logging.getLogger("awa_fast.executor")
 # What a handler raises to end the process running it: reported as a failed attempt, then
 # raised on, for the worker to decide whether it exits (awa_fast.runtime.pool, .local).
 PROCESS_EXITS = (SystemExit, KeyboardInterrupt)
+
+
+class UnstorableOutcome(Exception):
+    """A handler left progress or metadata that jsonb cannot hold."""
 
 
 class OutcomeSink(Protocol):
@@ -111,16 +115,30 @@ class Executor:
         job: Job[Any] | None,
         transition: tr.Transition,
     ) -> None:
-        """Push the attempt's outcome into the ring."""
-        if row[QUEUE] in self.dlq_queues:
-            transition = tr.to_dlq(transition)
-        code, number, payload = tr.encode(
-            transition,
-            progress=job.progress if job is not None and job.progress_changed else None,
-            metadata=job.metadata_updates if job is not None else None,
-        )
+        """Push the attempt's outcome into the ring: with the progress and metadata the
+        handler left, or, if those cannot be stored, as a failed attempt that says why."""
+        try:
+            code, number, payload = self._encode(row, job, transition)
+        except ENCODE_ERRORS as exc:
+            attempt = tr.Attempt(row[ATTEMPT], row[MAX_ATTEMPTS])
+            unstorable = UnstorableOutcome(f"progress or metadata not storable: {exc}")
+            code, number, payload = self._encode(
+                row, None, tr.from_exception(unstorable, attempt, self.backoff)
+            )
         kind_index = handler.index if handler is not None else self.registry.index_of(row[KIND])
         self.sink.push(row[ID], row[LEASE], code, kind_index, number, payload)
+
+    def _encode(
+        self, row: Sequence[Any], job: Job[Any] | None, transition: tr.Transition
+    ) -> tuple[int, float, bytes]:
+        if row[QUEUE] in self.dlq_queues:
+            transition = tr.to_dlq(transition)
+        progress = job.progress if job is not None and job.progress_changed else None
+        metadata = job.metadata_updates if job is not None else None
+        code, number, payload = tr.encode(transition, progress=progress, metadata=metadata)
+        if progress is not None or metadata:
+            check_storable("job", payload, {"progress": progress, "metadata": metadata})
+        return code, number, payload
 
     async def _perform(self, handler: Handler, job: Job[Any], attempt: tr.Attempt) -> tr.Transition:
         try:

@@ -178,6 +178,7 @@ class Runner:
         self.dsn = dsn
         self.handlers = handlers
         self.queues = dict(queues)
+        self._queue_index = {queue: index for index, queue in enumerate(self.queues)}
         descriptors.check_queues(handlers.queue_descriptors, self.queues)
         self.config = config
         count = 1 if processes is None else processes
@@ -718,15 +719,15 @@ class Runner:
     # -- services -------------------------------------------------------------------------
 
     async def _listen_loop(self) -> None:
-        """Wake claiming on new jobs (one NOTIFY per inserting statement), on jobs started
-        on this host's standby claims, and on news of packs (awa_fast.runtime.packwatch),
-        and flip cancel flags for admin cancels of attempts running here."""
-        queue_index = {queue: index for index, queue in enumerate(self.queues)}
+        """Wake claiming on new jobs (one NOTIFY per inserting statement), and on news of
+        packs (awa_fast.runtime.packwatch); start the jobs started on this host's standby
+        claims, and flip cancel flags for admin cancels of attempts running here. Anyone
+        may send these notes: each is a hint, read in batches (:meth:`_heard`)."""
         while not self._stopping:
             try:
-                async with await psycopg.AsyncConnection.connect(
-                    self.dsn, autocommit=True, application_name="awa-fast listener"
-                ) as conn:
+                # A claimer's connection: collects of standby claims run on it.
+                conn = await connect_claimer(self.dsn, application_name="awa-fast listener")
+                async with conn:
                     for channel in CHANNELS:
                         await conn.execute(f"LISTEN {channel}")
                     # news may have gone unheard while disconnected
@@ -734,39 +735,62 @@ class Runner:
                     if self.standby is not None:
                         self.standby.heard()
                     self._wake.set()
-                    async for note in conn.notifies():
-                        if note.channel == "awa_fast_cancel":
-                            job_id, _, lease = note.payload.partition(":")
-                            self._flag(int(job_id), int(lease), why="cancelled by admin")
-                        elif note.channel == "awa_fast_standby":
-                            self._standby_noted(note.payload)
-                        elif note.payload in queue_index:
-                            if note.channel == "awa_fast_packs":
-                                self._packs.heard(queue_index[note.payload])
-                            self._wake.set()
+                    cur = conn.cursor(binary=True)
+                    while True:
+                        # what arrived together; notes that come during _heard wait
+                        await self._heard(cur, [note async for note in conn.notifies(stop_after=1)])
             except psycopg.OperationalError as exc:
                 log.warning("LISTEN connection lost (%s); polling until it is back", exc)
                 await asyncio.sleep(self.config.poll_interval)
 
-    def _standby_noted(self, payload: str) -> None:
-        """A job started on a standby claim: if the claim is ours, start the job its
-        NOTIFY carries, and have the next claim round collect the spent claim (and the
-        job, if the NOTIFY was only the host's id). Stopping, the job is left to the
-        collect after the drain, which gives it back."""
-        host, _, row = payload.partition(" ")
-        standby = self.standby
-        if standby is None or host != str(self.host_id):
-            return
-        if row and not self._stopping:
+    async def _heard(self, cur: psycopg.AsyncCursor[Any], notes: list[psycopg.Notify]) -> None:
+        """Act on notes heard together, on the listener's connection ``cur``. Nothing is
+        started or flagged on a note's word: a standby note has this host collect its spent
+        claims, and a cancel note's attempt is flagged once read as cancelled. A note that
+        does not parse is logged and skipped."""
+        cancels: dict[int, int] = {}  # job id -> run lease
+        standby = False
+        for note in notes:
             try:
-                noted = standby.noted(row, now=time.monotonic())
-            except (ValueError, KeyError, TypeError):  # not the trigger's: the collect decides
-                log.warning("a standby NOTIFY not understood: %.200s", payload)
-            else:
-                if noted is not None:
-                    self._start_on_standby(*noted)  # before the claimer wakes: first to run
+                if note.channel == "awa_fast_cancel":
+                    job_id, lease = parse_cancel(note.payload)
+                    cancels[job_id] = lease
+                elif note.channel == "awa_fast_standby":
+                    standby = standby or int(note.payload) == self.host_id
+                elif note.payload in self._queue_index:
+                    if note.channel == "awa_fast_packs":
+                        self._packs.heard(self._queue_index[note.payload])
+                    self._wake.set()
+            except ValueError:
+                log.warning("a NOTIFY on %s not understood: %.200r", note.channel, note.payload)
+        if standby:
+            await self._standby_heard(cur)
+        if cancels:
+            await self._confirm_cancels(cur, cancels)
+
+    async def _standby_heard(self, cur: psycopg.AsyncCursor[Any]) -> None:
+        """A job started on one of our standby claims, a note says: collect our spent
+        claims at once, on the connection that just heard it (awake, where a claimer's
+        would be woken from idle), and wake a claimer to offer a claim again. Stopping,
+        the jobs are left to the collect after the drain, which gives them back."""
+        standby = self.standby
+        if standby is None:
+            return
         standby.heard()
+        if not self._stopping:
+            await self._collect(standby, cur)
         self._wake.set()
+
+    async def _confirm_cancels(self, cur: psycopg.AsyncCursor[Any], noted: dict[int, int]) -> None:
+        """Flag the attempts running here that ``noted`` (job id -> run lease) names and
+        that an admin has really cancelled (one read for all of them)."""
+        running = set(zip(*self.inflight.running(), strict=True))
+        asked = {job_id: lease for job_id, lease in noted.items() if (job_id, lease) in running}
+        if not asked:
+            return
+        await cur.execute(Q.job_cancelled_attempts, attempts_params(asked))
+        for job_id, lease in await cur.fetchall():
+            self._flag(job_id, lease, why="cancelled by admin")
 
     def _flag(self, job_id: int, lease: int, *, why: str) -> None:
         """Set an attempt's cancel flag (its handler sees job.is_cancelled())."""
@@ -870,6 +894,13 @@ class Runner:
         mine = [*self.handlers.queue_descriptors.values(), *self.handlers.kind_descriptors.values()]
         await descriptors.refresh(conn, mine)
         self._descriptors_due = now + self.config.descriptor_refresh_every()
+
+
+def parse_cancel(payload: str) -> tuple[int, int]:
+    """The attempt a note on awa_fast_cancel names, ``<job id>:<run lease>`` (ValueError
+    for anything else)."""
+    job_id, _, lease = payload.partition(":")
+    return int(job_id), int(lease)
 
 
 async def connect_claimer(dsn: str, *, application_name: str) -> psycopg.AsyncConnection[Any]:

@@ -13,7 +13,7 @@ import pytest
 import awa_fast
 from awa_fast.db.queries import Q
 from awa_fast.runtime.runner import Runner
-from tests.helpers import await_until, job, run
+from tests.helpers import await_until, job, listening, run
 
 
 @dataclass
@@ -42,9 +42,11 @@ async def run_one(client: awa_fast.AsyncClient, dsn: str, label: str) -> int:
 async def start_with_claim(
     client: awa_fast.AsyncClient, dsn: str, queues: dict[str, int], **options: Any
 ) -> Runner:
-    """Start ``client``'s runner and wait until its standby claim waits."""
+    """Start ``client``'s runner and wait until its standby claim waits, and its listener
+    listens."""
     runner = await client.start(queues, **options)
     await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a standby claim")
+    await await_until(lambda: listening(dsn), what="the listener")
     return runner
 
 

@@ -130,7 +130,7 @@ ORDER BY priority, run_at, id;
 
 -- name: standby_collect
 -- This host's standby claims (migration 0018): the jobs started on them, as claims return
--- rows, each beside its claim's queue and id; and those still waiting, a row each with
+-- rows, each beside its claim's queue; and those still waiting, a row each with
 -- NULL for the job. Spent claims are deleted. A started job that no longer runs on that attempt
 -- (cancelled or rescued before this read) is passed over; its claim is deleted all the
 -- same. Rows and claims are read in one snapshot: a claim naming a job is committed with
@@ -143,7 +143,7 @@ spent AS (
     DELETE FROM awa_fast.standby_claims s USING mine m
     WHERE s.id = m.id AND m.job_id IS NOT NULL
 )
-SELECT m.queue AS standby_queue, m.job_id IS NULL AS waiting, m.id AS claim,
+SELECT m.queue AS standby_queue, m.job_id IS NULL AS waiting,
 -- include: claim_columns
 FROM mine m
 LEFT JOIN awa_fast.jobs_hot j
@@ -151,6 +151,13 @@ LEFT JOIN awa_fast.jobs_hot j
    AND j.host_id = %(host_id)s
 WHERE m.job_id IS NULL OR j.id IS NOT NULL
 ORDER BY j.priority, j.run_at, j.id;
+
+-- name: job_cancelled_attempts
+-- Which of these attempts (ids, and a map of id -> lease) an admin cancel ended
+-- (job_cancel). Anyone may NOTIFY awa_fast_cancel: a runner flags only what this confirms.
+SELECT d.id, d.run_lease FROM awa_fast.jobs_done d
+WHERE d.id = ANY(%(ids)s::bigint[]) AND d.state = 'cancelled'
+  AND d.run_lease = (%(leases)s::jsonb ->> d.id::text)::bigint;
 
 -- name: standby_offer
 -- A standby claim for each queue named, with the queue's deadline on this host.

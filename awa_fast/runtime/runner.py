@@ -45,6 +45,7 @@ from awa_fast.runtime.hooks import EventType, HookDispatcher, HookRegistry
 from awa_fast.runtime.packwatch import PackWatch
 from awa_fast.runtime.ratelimit import TokenBucket, check_rate_limit
 from awa_fast.runtime.standby import Standby
+from awa_fast.runtime.supervisor import Supervisor, retry_delay
 from awa_fast.types import JobRow, JobState
 from awa_fast.worker import Registry, instant
 
@@ -219,6 +220,7 @@ class Runner:
         # Which queues' claims look at packs.
         self._packs = PackWatch(len(self.queues), every=config.poll_interval)
         self._stopping = False
+        self.supervisor = Supervisor(lambda: self._stopping)
         self._commit_stop = threading.Event()
         self._commit_thread: threading.Thread | None = None
         self._services: list[asyncio.Task[None]] = []
@@ -278,6 +280,15 @@ class Runner:
         """Some claim loop is running (each retries a lost connection on its own)."""
         return any(not task.done() for task in self._claimers)
 
+    def loops_down(self) -> tuple[str, ...]:
+        """The long-lived loops down now (awa_fast.runtime.supervisor), and the committer
+        if its thread has ended before the stop."""
+        down = set(self.supervisor.down)
+        thread = self._commit_thread
+        if thread is not None and not thread.is_alive() and not self._stopping:
+            down.add("committer")
+        return tuple(sorted(down))
+
     def heartbeat_age(self, now: float) -> float | None:
         """Seconds since the last heartbeat landed; None before this host registered."""
         return None if self.host_id is None else now - self._last_beat
@@ -325,19 +336,26 @@ class Runner:
             for _ in range(self.config.claimers)
         ]
         self.hooks.start()
+        stop = self._commit_stop
         self._commit_thread = threading.Thread(
-            target=self.committer.run,
-            args=(self._commit_stop,),
+            target=self.supervisor.run_thread,
+            args=("committer", lambda: self.committer.run(stop), stop),
             name="awa-fast-committer",
             daemon=True,
         )
         self._commit_thread.start()
         self._wake.set()  # claim what is already waiting at once
-        self._claimers = [asyncio.create_task(self._claim_loop(conn)) for conn in claim_conns]
-        self._heartbeat = asyncio.create_task(self._heartbeat_loop())
+        run = self.supervisor.run
+        self._claimers = [
+            asyncio.create_task(run(f"claimer {n}", self._claimer(conn)))
+            for n, conn in enumerate(claim_conns)
+        ]
+        self._heartbeat = asyncio.create_task(run("heartbeat", self._heartbeat_loop))
         self._services = [
-            asyncio.create_task(self._listen_loop()),
-            asyncio.create_task(self.maintenance.run(lambda: self._stopping)),
+            asyncio.create_task(run("listener", self._listen_loop)),
+            asyncio.create_task(
+                run("maintenance", lambda: self.maintenance.run(lambda: self._stopping))
+            ),
             self._heartbeat,
         ]
 
@@ -468,8 +486,24 @@ class Runner:
                 return await step()
             except psycopg.OperationalError as exc:
                 log.warning("%s failed at start (%s); retrying", what, exc)
-                await asyncio.sleep(_retry_delay(attempt))
+                await asyncio.sleep(retry_delay(attempt))
         return await step()
+
+    def _claimer(self, conn: psycopg.AsyncConnection[Any]) -> Callable[[], Awaitable[None]]:
+        """A claim loop to supervise: on ``conn`` first, on a new connection once
+        restarted (the loop closes its connection as it ends), which claims at once: the
+        round that failed may have taken the news with it."""
+        first = [conn]
+
+        async def claim() -> None:
+            if first:
+                await self._claim_loop(first.pop())
+                return
+            restarted = await self._connect()
+            self._wake.set()
+            await self._claim_loop(restarted)
+
+        return claim
 
     async def _claim_loop(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Claim on ``conn`` until stopping.
@@ -499,7 +533,7 @@ class Runner:
                 except psycopg.OperationalError as exc:
                     failures += 1
                     log.warning("claim failed (%s); reconnecting", exc)
-                    await asyncio.sleep(_retry_delay(failures))
+                    await asyncio.sleep(retry_delay(failures))
                     with contextlib.suppress(psycopg.Error):
                         await cur.connection.close()
                         cur = (await self._connect()).cursor(binary=True)
@@ -935,11 +969,6 @@ def check_jsonb_payload(payload: bytes) -> None:
         raise psycopg.NotSupportedError(
             f"jsonb binary format version {version}; awa-fast reads {JSONB_BINARY_VERSION}"
         )
-
-
-def _retry_delay(failures: int) -> float:
-    """Seconds before reconnecting a claim connection after ``failures`` failures in a row."""
-    return min(0.05 * 2.0**failures, 2.0)
 
 
 def started_row(row: tuple[Any, ...]) -> JobRow:

@@ -772,7 +772,8 @@ class Runner:
                     cur = conn.cursor(binary=True)
                     while True:
                         # what arrived together; notes that come during _heard wait
-                        await self._heard(cur, [note async for note in conn.notifies(stop_after=1)])
+                        notes = [note async for note in conn.notifies(stop_after=1)]
+                        await self._heard(cur, notes)
             except psycopg.OperationalError as exc:
                 log.warning("LISTEN connection lost (%s); polling until it is back", exc)
                 await asyncio.sleep(self.config.poll_interval)

@@ -805,9 +805,9 @@ class Runner:
 
     async def _standby_heard(self, cur: psycopg.AsyncCursor[Any]) -> None:
         """A job started on one of our standby claims, a note says: collect our spent
-        claims at once, on the connection that just heard it (awake, where a claimer's
-        would be woken from idle), and wake a claimer to offer a claim again. Stopping,
-        the jobs are left to the collect after the drain, which gives them back."""
+        claims at once, on the listener's own connection (no claimer is woken first, nor
+        waited for), and wake a claimer to offer a claim again. Stopping, the jobs are
+        left to the collect after the drain, which gives them back."""
         standby = self.standby
         if standby is None:
             return

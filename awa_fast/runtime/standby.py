@@ -7,8 +7,8 @@ starts in its inserting transaction, and the NOTIFY on ``awa_fast_standby`` at i
 names the claim's host. That note is only a hint (anyone may send one, and hear it:
 migration 0019): the host then collects its spent claims, a read that flushes nothing,
 which deletes them and returns their jobs, and starts those. A note unheard is made up for
-by the collect every claim round runs on news. One claim waits per queue and host; a busy
-queue, whose claims come back full, offers none.
+by the collect that claim rounds run at least every poll interval while a claim waits. One
+claim waits per queue and host; a busy queue, whose claims come back full, offers none.
 
 What the runner believes of its claims is only what its last collect read: a claim wiped
 by a crash (the table is UNLOGGED), or left behind when its host was taken for dead and

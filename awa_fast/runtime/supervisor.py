@@ -1,8 +1,8 @@
 """Supervision of a runner's long-lived loops (claimers, listener, heartbeat, maintenance,
 and the committer's thread).
 
-Each loop retries what it expects (a lost connection) on its own. Anything else used to end
-it silently, and the runner went on without it while its health still read fine: a loop
+Each loop retries what it expects (a lost connection) on its own. Anything else would end
+it silently, and the runner would go on without it while its health read fine; so a loop
 that ends by an exception is logged here, reported down (awa_fast.runtime.health) and
 started again after a backoff, until the runner stops.
 """

@@ -403,9 +403,9 @@ class Runner:
                 if start:
                     await self._collect(standby, cur)
                     return
-                started = await standby.collect(cur, host_id=self.host_id, now=time.monotonic())
-                for rows in started.values():
-                    self.give_back(rows, reason="its host stopped before the job started")
+                await standby.collect(
+                    cur, host_id=self.host_id, now=time.monotonic(), start=self._give_back_late
+                )
         except psycopg.OperationalError as exc:
             log.warning("standby claims not withdrawn (%s)", exc)
 
@@ -693,9 +693,16 @@ class Runner:
     async def _collect(self, standby: Standby, cur: psycopg.AsyncCursor[Any]) -> None:
         """Collect our spent standby claims, and start their jobs not started yet."""
         assert self.host_id is not None
-        started = await standby.collect(cur, host_id=self.host_id, now=time.monotonic())
-        for queue_index, rows in started.items():
-            self._start_on_standby(queue_index, *rows)
+        await standby.collect(
+            cur,
+            host_id=self.host_id,
+            now=time.monotonic(),
+            start=lambda queue_index, rows: self._start_on_standby(queue_index, *rows),
+        )
+
+    def _give_back_late(self, queue_index: int, rows: list[tuple[Any, ...]]) -> None:
+        """Jobs started on our standby claims after the drain: back to available."""
+        self.give_back(rows, reason="its host stopped before the job started")
 
     def _start_on_standby(self, queue_index: int, *rows: tuple[Any, ...]) -> None:
         """Start jobs started on our standby claims, as claimed rows are started. One

@@ -6,7 +6,7 @@ capacity to spare, it leaves a standby claim for that queue: the next job insert
 starts in its inserting transaction, and the NOTIFY on ``awa_fast_standby`` at its commit
 names the claim's host. That note is only a hint (anyone may send one, and hear it:
 migration 0019): the host then collects its spent claims, a read that flushes nothing,
-which deletes them and returns their jobs, and starts those. A note unheard is made up for
+which returns their jobs, starts those, and deletes the claims. A note unheard is made up for
 by the collect that claim rounds run at least every poll interval while a claim waits. One
 claim waits per queue and host; a busy queue, whose claims come back full, offers none.
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -41,6 +42,7 @@ class Standby:
         self.started_by_queue = [0] * len(queues)  # jobs started on our claims, run here
         self._news = True  # collect at the first claim round: claims may have outlived us
         self._next_check = 0.0
+        self._spent: set[int] = set()  # claims whose jobs started here, not yet deleted
         # Collects and offers one at a time (claimers and the listener run them at once): a
         # collect reads every claim an offer before it committed, and no spent claim is
         # read by two collects (each deletes what it read before the next starts).
@@ -56,10 +58,17 @@ class Standby:
         return self._news or (any(self.waiting) and now >= self._next_check)
 
     async def collect(
-        self, cur: psycopg.AsyncCursor[Any], *, host_id: int, now: float
-    ) -> dict[int, list[Row]]:
-        """The jobs started on our claims, by queue index, as claimed rows; and which
-        queues still have a claim of ours waiting."""
+        self,
+        cur: psycopg.AsyncCursor[Any],
+        *,
+        host_id: int,
+        now: float,
+        start: Callable[[int, list[Row]], None],
+    ) -> None:
+        """Read our claims: hand the jobs started on them to ``start`` (a queue index, and
+        its rows as claimed rows), note which queues still have a claim of ours waiting,
+        then delete the spent claims. Under the lock, no other collect reads a claim
+        between; one whose delete failed is remembered, its job not started again."""
         async with self._lock:
             self._news = False
             self._next_check = now + self._recheck
@@ -67,14 +76,20 @@ class Standby:
             rows = await cur.fetchall()
             waiting = [False] * len(self.queues)
             started: dict[int, list[Row]] = defaultdict(list)
-            for queue, is_waiting, *job in rows:
+            for queue, is_waiting, claim, *job in rows:
                 index = self._index[queue]
                 if is_waiting:
                     waiting[index] = True
-                else:
-                    started[index].append(tuple(job))
+                elif claim not in self._spent:
+                    self._spent.add(claim)
+                    if job[0] is not None:  # no longer running on that attempt: not started
+                        started[index].append(tuple(job))
             self.waiting = waiting
-            return started
+            for index, jobs in started.items():
+                start(index, jobs)
+            if self._spent:
+                await cur.execute(Q.standby_forget, {"ids": list(self._spent)})
+                self._spent.clear()
 
     async def offer(
         self, cur: psycopg.AsyncCursor[Any], drained: list[int], *, host_id: int

@@ -13,7 +13,10 @@ import psycopg
 import pytest
 
 from awa_fast.db.queries import Q
+from awa_fast.runtime.runner import connect_claimer
+from awa_fast.runtime.standby import Standby
 from tests.factories import insert_job
+from tests.helpers import run
 
 Conn = psycopg.Connection[Any]
 
@@ -150,7 +153,8 @@ def test_no_start_on_the_claim_of_a_host_gone_and_the_leader_drops_it(conn: Conn
 
 
 def collect(dsn: str, host_id: int) -> list[tuple[Any, ...]]:
-    """standby_collect as the runner runs it; its rows after the first two columns are a
+    """standby_collect as the runner runs it, then standby_forget of the spent claims it
+    read; its rows (without the claim's id), whose columns after the first two are a
     claim's, column for column."""
     with psycopg.connect(dsn, autocommit=True) as c:
         cur = c.execute(Q.standby_collect, {"host_id": host_id})
@@ -158,11 +162,13 @@ def collect(dsn: str, host_id: int) -> list[tuple[Any, ...]]:
             Q.job_claim_rows, {"queue": "none", "limit": 1, "deadline_s": 1.0, "host_id": host_id}
         )
         assert cur.description is not None and claim.description is not None
-        assert [d.name for d in cur.description][2:] == [d.name for d in claim.description]
-        return cur.fetchall()
+        assert [d.name for d in cur.description][3:] == [d.name for d in claim.description]
+        rows = cur.fetchall()
+        c.execute(Q.standby_forget, {"ids": [row[2] for row in rows if not row[1]]})
+        return [(queue, waiting, *job) for queue, waiting, _, *job in rows]
 
 
-def test_collect_returns_started_jobs_and_deletes_spent_claims(dsn: str, conn: Conn) -> None:
+def test_collect_returns_started_jobs_and_spent_claims_are_forgotten(dsn: str, conn: Conn) -> None:
     me = host(conn)
     offer(conn, me, "default", "idle")
     job_id = insert_job(conn, args={"n": 7})
@@ -180,7 +186,9 @@ def test_collect_passes_over_a_job_no_longer_running_on_that_attempt(dsn: str, c
     offer(conn, me, "default")
     job_id = insert_job(conn)
     conn.execute(Q.job_cancel, {"id": job_id, "reason": "before collect"})
-    assert collect(dsn, me) == []
+    assert [(queue, waiting, job[0]) for queue, waiting, *job in collect(dsn, me)] == [
+        ("default", False, None)
+    ]
     assert claims(conn) == []
 
 
@@ -223,3 +231,34 @@ def test_jobs_started_on_one_hosts_claims_together_are_announced_once_by_its_id(
     assert notes(conn, listener) == [("awa_fast_standby", str(me))]
     assert [row[:2] for row in claims(conn)] == [("default", me)] * 2
     assert all(job is not None for _, _, job, _ in claims(conn))
+
+
+async def collect_twice_first_forget_blocked(dsn: str, host_id: int, blocker: Conn) -> list[int]:
+    """Standby.collect twice on one claim connection, the first one's forget failing on a
+    row lock ``blocker`` holds (lock_timeout), the second after ``blocker`` rolls back: the
+    ids of the jobs handed to start."""
+    standby = Standby(["default"], deadlines=[60.0], recheck=1.0)
+    started: list[int] = []
+
+    def start(_: int, rows: list[tuple[Any, ...]]) -> None:
+        started.extend(row[0] for row in rows)
+
+    conn = await connect_claimer(dsn, application_name="test")
+    async with conn:
+        await conn.execute("SET lock_timeout = '50ms'")
+        cur = conn.cursor(binary=True)
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            await standby.collect(cur, host_id=host_id, now=0.0, start=start)
+        blocker.rollback()
+        await standby.collect(cur, host_id=host_id, now=1.0, start=start)
+    return started
+
+
+def test_a_job_whose_claim_was_not_forgotten_is_not_started_again(dsn: str, conn: Conn) -> None:
+    me = host(conn)
+    offer(conn, me, "default")
+    job_id = insert_job(conn)
+    with psycopg.connect(dsn) as blocker:
+        blocker.execute("SELECT 1 FROM awa_fast.standby_claims FOR UPDATE")
+        assert run(collect_twice_first_forget_blocked(dsn, me, blocker)) == [job_id]
+    assert claims(conn) == []

@@ -5,10 +5,11 @@ most of a pickup (benches/RESULTS.md). So when a runner's claim finds a queue dr
 capacity to spare, it leaves a standby claim for that queue: the next job inserted there
 starts in its inserting transaction, and the NOTIFY on ``awa_fast_standby`` at its commit
 names the claim's host. That note is only a hint (anyone may send one, and hear it:
-migration 0019): the host then collects its spent claims, a read that flushes nothing,
-which returns their jobs, starts those, and deletes the claims. A note unheard is made up for
-by the collect that claim rounds run at least every poll interval while a claim waits. One
-claim waits per queue and host; a busy queue, whose claims come back full, offers none.
+migration 0019): the host then collects its spent claims (:meth:`Standby.collect`), reads
+their jobs, starts them and deletes the claims, writing nothing that is flushed. A note
+unheard is made up for by the collect that claim rounds run at least every poll interval
+while a claim waits. One claim waits per queue and host; a busy queue, whose claims come
+back full, offers none.
 
 What the runner believes of its claims is only what its last collect read: a claim wiped
 by a crash (the table is UNLOGGED), or left behind when its host was taken for dead and
@@ -82,7 +83,7 @@ class Standby:
                     waiting[index] = True
                 elif claim not in self._spent:
                     self._spent.add(claim)
-                    if job[0] is not None:  # no longer running on that attempt: not started
+                    if job[0] is not None:  # None: cancelled or rescued before this read
                         started[index].append(tuple(job))
             self.waiting = waiting
             for index, jobs in started.items():

@@ -5,9 +5,9 @@ Stages: the producer's commit returning -> the claim round starting (negative: t
 reaches the supervisor before the producer's own process wakes); the claim round -> its
 rows back; rows -> the jobs written to the worker's pipe; the pipe -> the worker reading
 them; the read -> the job's task starting; the task -> the handler starting. With standby
-claims (the default; ``--no-standby`` turns them off) a job mostly starts from the NOTIFY
-that carries its row, outside any claim round: its round starts, and ends, when the
-supervisor has the row.
+claims (the default; ``--no-standby`` turns them off) a job mostly starts from the
+listener's collect on the NOTIFY of its start, outside any claim round: its round starts,
+and ends, when the supervisor has the row.
 
 The stamps are wrapped around the runner's and pool's own methods for this process only
 (workers inherit them by fork); nothing in the package is changed. With

@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 import psycopg
 import uvloop
 
+from awa_fast.runtime.runner import CHANNELS
+
 T = TypeVar("T")
 
 
@@ -133,6 +135,12 @@ def sessions(dsn: str, condition: str, params: dict[str, Any] | None = None) -> 
             params,
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+def listening(dsn: str) -> bool:
+    """A runner's listener has run its last LISTEN: no NOTIFY from here on is missed."""
+    idle = "application_name = 'awa-fast listener' AND state = 'idle'"
+    return sessions(dsn, f"{idle} AND query = 'LISTEN {CHANNELS[-1]}'") == 1
 
 
 def lock_waiters(dsn: str, *, application_name: str | None = None) -> int:

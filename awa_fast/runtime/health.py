@@ -1,8 +1,9 @@
 """A client's health, for readiness and liveness probes: does it reach Postgres, and, when
-it runs handlers, are its claim loops and heartbeat alive. The Awa SDK's ``HealthCheck``
-shape and values, so a probe written for it reads the same fields and gets the same
-answers: ``healthy`` only while the client runs handlers (a producer, or a client shut
-down, reads ``postgres_connected``).
+it runs handlers, are its claim loops and heartbeat alive and none of its loops down. The
+Awa SDK's ``HealthCheck`` shape and values (with one field more, ``loops_down``), so a
+probe written for it reads the same fields and gets the same answers: ``healthy`` only
+while the client runs handlers (a producer, or a client shut down, reads
+``postgres_connected``).
 """
 
 from __future__ import annotations
@@ -61,14 +62,18 @@ class HealthCheck:
     shutting_down: bool
     leader: bool  # this client is the maintenance leader of its database
     queues: Mapping[str, QueueHealth]
+    # Not in the SDK's shape: the runtime's long-lived loops that ended by an exception and
+    # wait for their restart (awa_fast.runtime.supervisor).
+    loops_down: tuple[str, ...] = ()
 
     @property
     def healthy(self) -> bool:
-        """The client runs handlers, reaches Postgres, claims and heartbeats, and is not
-        shutting down. False for a client never started or shut down, as in the Awa SDK:
-        a probe of a worker must fail once it stops working. A producer's probe reads
-        ``postgres_connected``."""
+        """The client runs handlers, reaches Postgres, claims and heartbeats, none of its
+        loops is down, and it is not shutting down. False for a client never started or
+        shut down, as in the Awa SDK: a probe of a worker must fail once it stops working.
+        A producer's probe reads ``postgres_connected``."""
         serving = self.poll_loop_alive and self.heartbeat_alive and not self.shutting_down
+        serving = serving and not self.loops_down
         return self.running and self.postgres_connected and serving
 
 
@@ -102,6 +107,7 @@ def health_of(runner: Runner | None, counts: Mapping[str, int] | None) -> Health
         heartbeat_alive=runner.heartbeat_alive(time.monotonic()),
         shutting_down=runner.stopping,
         leader=runner.maintenance.leader.is_leader,
+        loops_down=runner.loops_down(),
         queues={
             queue: QueueHealth(in_flight[queue], (counts or {}).get(queue, 0), concurrency)
             for queue, concurrency in runner.queues.items()

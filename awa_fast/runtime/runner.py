@@ -45,6 +45,7 @@ from awa_fast.runtime.hooks import EventType, HookDispatcher, HookRegistry
 from awa_fast.runtime.packwatch import PackWatch
 from awa_fast.runtime.ratelimit import TokenBucket, check_rate_limit
 from awa_fast.runtime.standby import Standby
+from awa_fast.runtime.supervisor import Supervisor, retry_delay
 from awa_fast.types import JobRow, JobState
 from awa_fast.worker import Registry, instant
 
@@ -178,6 +179,7 @@ class Runner:
         self.dsn = dsn
         self.handlers = handlers
         self.queues = dict(queues)
+        self._queue_index = {queue: index for index, queue in enumerate(self.queues)}
         descriptors.check_queues(handlers.queue_descriptors, self.queues)
         self.config = config
         count = 1 if processes is None else processes
@@ -218,6 +220,7 @@ class Runner:
         # Which queues' claims look at packs.
         self._packs = PackWatch(len(self.queues), every=config.poll_interval)
         self._stopping = False
+        self.supervisor = Supervisor(lambda: self._stopping)
         self._commit_stop = threading.Event()
         self._commit_thread: threading.Thread | None = None
         self._services: list[asyncio.Task[None]] = []
@@ -277,6 +280,15 @@ class Runner:
         """Some claim loop is running (each retries a lost connection on its own)."""
         return any(not task.done() for task in self._claimers)
 
+    def loops_down(self) -> tuple[str, ...]:
+        """The long-lived loops down now (awa_fast.runtime.supervisor), and the committer
+        if its thread has ended before the stop."""
+        down = set(self.supervisor.down)
+        thread = self._commit_thread
+        if thread is not None and not thread.is_alive() and not self._stopping:
+            down.add("committer")
+        return tuple(sorted(down))
+
     def heartbeat_age(self, now: float) -> float | None:
         """Seconds since the last heartbeat landed; None before this host registered."""
         return None if self.host_id is None else now - self._last_beat
@@ -324,19 +336,26 @@ class Runner:
             for _ in range(self.config.claimers)
         ]
         self.hooks.start()
+        stop = self._commit_stop
         self._commit_thread = threading.Thread(
-            target=self.committer.run,
-            args=(self._commit_stop,),
+            target=self.supervisor.run_thread,
+            args=("committer", lambda: self.committer.run(stop), stop),
             name="awa-fast-committer",
             daemon=True,
         )
         self._commit_thread.start()
         self._wake.set()  # claim what is already waiting at once
-        self._claimers = [asyncio.create_task(self._claim_loop(conn)) for conn in claim_conns]
-        self._heartbeat = asyncio.create_task(self._heartbeat_loop())
+        run = self.supervisor.run
+        self._claimers = [
+            asyncio.create_task(run(f"claimer {n}", self._claimer(conn)))
+            for n, conn in enumerate(claim_conns)
+        ]
+        self._heartbeat = asyncio.create_task(run("heartbeat", self._heartbeat_loop))
         self._services = [
-            asyncio.create_task(self._listen_loop()),
-            asyncio.create_task(self.maintenance.run(lambda: self._stopping)),
+            asyncio.create_task(run("listener", self._listen_loop)),
+            asyncio.create_task(
+                run("maintenance", lambda: self.maintenance.run(lambda: self._stopping))
+            ),
             self._heartbeat,
         ]
 
@@ -387,9 +406,9 @@ class Runner:
                 if start:
                     await self._collect(standby, cur)
                     return
-                started = await standby.collect(cur, host_id=self.host_id, now=time.monotonic())
-                for rows in started.values():
-                    self.give_back(rows, reason="its host stopped before the job started")
+                await standby.collect(
+                    cur, host_id=self.host_id, now=time.monotonic(), start=self._give_back_late
+                )
         except psycopg.OperationalError as exc:
             log.warning("standby claims not withdrawn (%s)", exc)
 
@@ -470,8 +489,24 @@ class Runner:
                 return await step()
             except psycopg.OperationalError as exc:
                 log.warning("%s failed at start (%s); retrying", what, exc)
-                await asyncio.sleep(_retry_delay(attempt))
+                await asyncio.sleep(retry_delay(attempt))
         return await step()
+
+    def _claimer(self, conn: psycopg.AsyncConnection[Any]) -> Callable[[], Awaitable[None]]:
+        """A claim loop to supervise: on ``conn`` first, on a new connection once
+        restarted (the loop closes its connection as it ends), which claims at once: the
+        round that failed may have taken the news with it."""
+        first = [conn]
+
+        async def claim() -> None:
+            if first:
+                await self._claim_loop(first.pop())
+                return
+            restarted = await self._connect()
+            self._wake.set()
+            await self._claim_loop(restarted)
+
+        return claim
 
     async def _claim_loop(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Claim on ``conn`` until stopping.
@@ -501,7 +536,7 @@ class Runner:
                 except psycopg.OperationalError as exc:
                     failures += 1
                     log.warning("claim failed (%s); reconnecting", exc)
-                    await asyncio.sleep(_retry_delay(failures))
+                    await asyncio.sleep(retry_delay(failures))
                     with contextlib.suppress(psycopg.Error):
                         await cur.connection.close()
                         cur = (await self._connect()).cursor(binary=True)
@@ -661,9 +696,16 @@ class Runner:
     async def _collect(self, standby: Standby, cur: psycopg.AsyncCursor[Any]) -> None:
         """Collect our spent standby claims, and start their jobs not started yet."""
         assert self.host_id is not None
-        started = await standby.collect(cur, host_id=self.host_id, now=time.monotonic())
-        for queue_index, rows in started.items():
-            self._start_on_standby(queue_index, *rows)
+        await standby.collect(
+            cur,
+            host_id=self.host_id,
+            now=time.monotonic(),
+            start=lambda queue_index, rows: self._start_on_standby(queue_index, *rows),
+        )
+
+    def _give_back_late(self, queue_index: int, rows: list[tuple[Any, ...]]) -> None:
+        """Jobs started on our standby claims after the drain: back to available."""
+        self.give_back(rows, reason="its host stopped before the job started")
 
     def _start_on_standby(self, queue_index: int, *rows: tuple[Any, ...]) -> None:
         """Start jobs started on our standby claims, as claimed rows are started. One
@@ -721,15 +763,15 @@ class Runner:
     # -- services -------------------------------------------------------------------------
 
     async def _listen_loop(self) -> None:
-        """Wake claiming on new jobs (one NOTIFY per inserting statement), on jobs started
-        on this host's standby claims, and on news of packs (awa_fast.runtime.packwatch),
-        and flip cancel flags for admin cancels of attempts running here."""
-        queue_index = {queue: index for index, queue in enumerate(self.queues)}
+        """Wake claiming on new jobs (one NOTIFY per inserting statement), and on news of
+        packs (awa_fast.runtime.packwatch); start the jobs started on this host's standby
+        claims, and flip cancel flags for admin cancels of attempts running here. Anyone
+        may send these notes: each is a hint, read in batches (:meth:`_heard`)."""
         while not self._stopping:
             try:
-                async with await psycopg.AsyncConnection.connect(
-                    self.dsn, autocommit=True, application_name="awa-fast listener"
-                ) as conn:
+                # A claimer's connection: collects of standby claims run on it.
+                conn = await connect_claimer(self.dsn, application_name="awa-fast listener")
+                async with conn:
                     for channel in CHANNELS:
                         await conn.execute(f"LISTEN {channel}")
                     # news may have gone unheard while disconnected
@@ -737,39 +779,63 @@ class Runner:
                     if self.standby is not None:
                         self.standby.heard()
                     self._wake.set()
-                    async for note in conn.notifies():
-                        if note.channel == "awa_fast_cancel":
-                            job_id, _, lease = note.payload.partition(":")
-                            self._flag(int(job_id), int(lease), why="cancelled by admin")
-                        elif note.channel == "awa_fast_standby":
-                            self._standby_noted(note.payload)
-                        elif note.payload in queue_index:
-                            if note.channel == "awa_fast_packs":
-                                self._packs.heard(queue_index[note.payload])
-                            self._wake.set()
+                    cur = conn.cursor(binary=True)
+                    while True:
+                        # what arrived together; notes that come during _heard wait
+                        notes = [note async for note in conn.notifies(stop_after=1)]
+                        await self._heard(cur, notes)
             except psycopg.OperationalError as exc:
                 log.warning("LISTEN connection lost (%s); polling until it is back", exc)
                 await asyncio.sleep(self.config.poll_interval)
 
-    def _standby_noted(self, payload: str) -> None:
-        """A job started on a standby claim: if the claim is ours, start the job its
-        NOTIFY carries, and have the next claim round collect the spent claim (and the
-        job, if the NOTIFY was only the host's id). Stopping, the job is left to the
-        collect after the drain, which gives it back."""
-        host, _, row = payload.partition(" ")
-        standby = self.standby
-        if standby is None or host != str(self.host_id):
-            return
-        if row and not self._stopping:
+    async def _heard(self, cur: psycopg.AsyncCursor[Any], notes: list[psycopg.Notify]) -> None:
+        """Act on notes heard together, on the listener's connection ``cur``. Nothing is
+        started or flagged on a note's word: a standby note has this host collect its spent
+        claims, and a cancel note's attempt is flagged once read as cancelled. A note that
+        does not parse is logged and skipped."""
+        cancels: dict[int, int] = {}  # job id -> run lease
+        standby = False
+        for note in notes:
             try:
-                noted = standby.noted(row, now=time.monotonic())
-            except (ValueError, KeyError, TypeError):  # not the trigger's: the collect decides
-                log.warning("a standby NOTIFY not understood: %.200s", payload)
-            else:
-                if noted is not None:
-                    self._start_on_standby(*noted)  # before the claimer wakes: first to run
+                if note.channel == "awa_fast_cancel":
+                    job_id, lease = parse_cancel(note.payload)
+                    cancels[job_id] = lease
+                elif note.channel == "awa_fast_standby":
+                    standby = standby or int(note.payload) == self.host_id
+                elif note.payload in self._queue_index:
+                    if note.channel == "awa_fast_packs":
+                        self._packs.heard(self._queue_index[note.payload])
+                    self._wake.set()
+            except ValueError:
+                log.warning("a NOTIFY on %s not understood: %.200r", note.channel, note.payload)
+        if standby:
+            await self._standby_heard(cur)
+        if cancels:
+            await self._confirm_cancels(cur, cancels)
+
+    async def _standby_heard(self, cur: psycopg.AsyncCursor[Any]) -> None:
+        """A job started on one of our standby claims, a note says: collect our spent
+        claims at once, on the listener's own connection (no claimer is woken first, nor
+        waited for), and wake a claimer to offer a claim again. Stopping, the jobs are
+        left to the collect after the drain, which gives them back."""
+        standby = self.standby
+        if standby is None:
+            return
         standby.heard()
+        if not self._stopping:
+            await self._collect(standby, cur)
         self._wake.set()
+
+    async def _confirm_cancels(self, cur: psycopg.AsyncCursor[Any], noted: dict[int, int]) -> None:
+        """Flag the attempts running here that ``noted`` (job id -> run lease) names and
+        that an admin has really cancelled (one read for all of them)."""
+        running = set(zip(*self.inflight.running(), strict=True))
+        asked = {job_id: lease for job_id, lease in noted.items() if (job_id, lease) in running}
+        if not asked:
+            return
+        await cur.execute(Q.job_cancelled_attempts, attempts_params(asked))
+        for job_id, lease in await cur.fetchall():
+            self._flag(job_id, lease, why="cancelled by admin")
 
     def _flag(self, job_id: int, lease: int, *, why: str) -> None:
         """Set an attempt's cancel flag (its handler sees job.is_cancelled())."""
@@ -875,6 +941,13 @@ class Runner:
         self._descriptors_due = now + self.config.descriptor_refresh_every()
 
 
+def parse_cancel(payload: str) -> tuple[int, int]:
+    """The attempt a note on awa_fast_cancel names, ``<job id>:<run lease>`` (ValueError
+    for anything else)."""
+    job_id, _, lease = payload.partition(":")
+    return int(job_id), int(lease)
+
+
 async def connect_claimer(dsn: str, *, application_name: str) -> psycopg.AsyncConnection[Any]:
     """A hot connection whose claimed rows come back in the shape the executor reads."""
     conn = await connect_hot_async(dsn, application_name=application_name)
@@ -907,11 +980,6 @@ def check_jsonb_payload(payload: bytes) -> None:
         raise psycopg.NotSupportedError(
             f"jsonb binary format version {version}; awa-fast reads {JSONB_BINARY_VERSION}"
         )
-
-
-def _retry_delay(failures: int) -> float:
-    """Seconds before reconnecting a claim connection after ``failures`` failures in a row."""
-    return min(0.05 * 2.0**failures, 2.0)
 
 
 def started_row(row: tuple[Any, ...]) -> JobRow:

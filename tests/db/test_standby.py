@@ -7,7 +7,6 @@ while the other one runs.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import psycopg
@@ -154,7 +153,8 @@ def test_no_start_on_the_claim_of_a_host_gone_and_the_leader_drops_it(conn: Conn
 
 
 def collect(dsn: str, host_id: int) -> list[tuple[Any, ...]]:
-    """standby_collect as the runner runs it; its rows after the first two columns are a
+    """standby_collect as the runner runs it, then standby_forget of the spent claims it
+    read; its rows (without the claim's id), whose columns after the first two are a
     claim's, column for column."""
     with psycopg.connect(dsn, autocommit=True) as c:
         cur = c.execute(Q.standby_collect, {"host_id": host_id})
@@ -163,15 +163,17 @@ def collect(dsn: str, host_id: int) -> list[tuple[Any, ...]]:
         )
         assert cur.description is not None and claim.description is not None
         assert [d.name for d in cur.description][3:] == [d.name for d in claim.description]
-        return cur.fetchall()
+        rows = cur.fetchall()
+        c.execute(Q.standby_forget, {"ids": [row[2] for row in rows if not row[1]]})
+        return [(queue, waiting, *job) for queue, waiting, _, *job in rows]
 
 
-def test_collect_returns_started_jobs_and_deletes_spent_claims(dsn: str, conn: Conn) -> None:
+def test_collect_returns_started_jobs_and_spent_claims_are_forgotten(dsn: str, conn: Conn) -> None:
     me = host(conn)
     offer(conn, me, "default", "idle")
     job_id = insert_job(conn, args={"n": 7})
     rows = collect(dsn, me)
-    assert [(queue, waiting, row[0], row[1], row[4]) for queue, waiting, _, *row in rows] == [
+    assert [(queue, waiting, row[0], row[1], row[4]) for queue, waiting, *row in rows] == [
         ("default", False, job_id, 1, {"n": 7}),
         ("idle", True, None, None, None),
     ]
@@ -184,7 +186,9 @@ def test_collect_passes_over_a_job_no_longer_running_on_that_attempt(dsn: str, c
     offer(conn, me, "default")
     job_id = insert_job(conn)
     conn.execute(Q.job_cancel, {"id": job_id, "reason": "before collect"})
-    assert collect(dsn, me) == []
+    assert [(queue, waiting, job[0]) for queue, waiting, *job in collect(dsn, me)] == [
+        ("default", False, None)
+    ]
     assert claims(conn) == []
 
 
@@ -208,44 +212,53 @@ def test_withdraw_skips_a_claim_an_insert_holds_and_its_job_is_collected_after(
         conn.execute(Q.standby_withdraw, {"host_id": me})  # autocommit: would hang if it waited
         assert [row[:2] for row in collect(dsn, me)] == [("default", True)]  # not committed
         producer.commit()
-    assert [(row[3], row[4]) for row in collect(dsn, me)] == [(job_id, 1)]
+    assert [(row[2], row[3]) for row in collect(dsn, me)] == [(job_id, 1)]
     assert claims(conn) == []
 
 
-async def collect_as_claimer(dsn: str, host_id: int) -> list[tuple[Any, ...]]:
-    """standby_collect on a claim connection's binary cursor, as the runner reads it."""
-    conn = await connect_claimer(dsn, application_name="test")
-    async with conn:
-        cur = await conn.cursor(binary=True).execute(Q.standby_collect, {"host_id": host_id})
-        return await cur.fetchall()
-
-
-def test_the_notify_carries_the_row_a_collect_returns(dsn: str, conn: Conn, listener: Conn) -> None:
-    """The runner starts a job from its NOTIFY as it would from its collected row: the
-    row built from the NOTIFY is that row, column for column, jsonb and times included."""
-    me = host(conn)
-    offer(conn, me, "default")
-    conn.execute(
-        "INSERT INTO awa_fast.jobs_hot (kind, queue, args, priority, tags, metadata, progress,"
-        " errors, attempt, run_lease, deadline_seconds) VALUES ('k', 'default', %s, 3,"
-        " '{a,b}', '{\"m\": [1.5]}', '{\"p\": 2}', '[{\"error\": \"e\"}]', 1, 1, 7.25)",
-        ('{"s": "caf\u00e9 \u2713", "n": 12345678901234, "f": 0.1, "z": null}',),
-    )
-    ((channel, note),) = notes(conn, listener)
-    host_id, _, row_text = note.partition(" ")
-    assert (channel, host_id) == ("awa_fast_standby", str(me))
-    noted = Standby(["default"], deadlines=[60.0], recheck=1.0).noted(row_text, now=0.0)
-    assert noted is not None
-    ((queue, waiting, claim, *collected),) = run(collect_as_claimer(dsn, me))
-    assert (queue, waiting, claim) == ("default", False, json.loads(row_text)[0])
-    assert noted == (0, tuple(collected))
-
-
-def test_a_row_too_long_for_a_notify_is_announced_by_the_host_id_alone(
+def test_jobs_started_on_one_hosts_claims_together_are_announced_once_by_its_id(
     conn: Conn, listener: Conn
 ) -> None:
+    """The note names the host alone, whatever the jobs hold (anyone may LISTEN): one
+    note for the jobs a statement started on that host's claims, which one collect
+    starts."""
+    me = host(conn)
+    offer(conn, me, "default", "default")
+    conn.execute(
+        "INSERT INTO awa_fast.jobs_hot (kind, queue, args)"
+        " SELECT 'k', 'default', jsonb_build_object('secret', n) FROM generate_series(1, 2) n"
+    )
+    assert notes(conn, listener) == [("awa_fast_standby", str(me))]
+    assert [row[:2] for row in claims(conn)] == [("default", me)] * 2
+    assert all(job is not None for _, _, job, _ in claims(conn))
+
+
+async def collect_twice_first_forget_blocked(dsn: str, host_id: int, blocker: Conn) -> list[int]:
+    """Standby.collect twice on one claim connection, the first one's forget failing on a
+    row lock ``blocker`` holds (lock_timeout), the second after ``blocker`` rolls back: the
+    ids of the jobs handed to start."""
+    standby = Standby(["default"], deadlines=[60.0], recheck=1.0)
+    started: list[int] = []
+
+    def start(_: int, rows: list[tuple[Any, ...]]) -> None:
+        started.extend(row[0] for row in rows)
+
+    conn = await connect_claimer(dsn, application_name="test")
+    async with conn:
+        await conn.execute("SET lock_timeout = '50ms'")
+        cur = conn.cursor(binary=True)
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            await standby.collect(cur, host_id=host_id, now=0.0, start=start)
+        blocker.rollback()
+        await standby.collect(cur, host_id=host_id, now=1.0, start=start)
+    return started
+
+
+def test_a_job_whose_claim_was_not_forgotten_is_not_started_again(dsn: str, conn: Conn) -> None:
     me = host(conn)
     offer(conn, me, "default")
-    job_id = insert_job(conn, args={"text": "x" * 8000})
-    assert started(conn, job_id)[0] == "running"
-    assert notes(conn, listener) == [("awa_fast_standby", str(me))]
+    job_id = insert_job(conn)
+    with psycopg.connect(dsn) as blocker:
+        blocker.execute("SELECT 1 FROM awa_fast.standby_claims FOR UPDATE")
+        assert run(collect_twice_first_forget_blocked(dsn, me, blocker)) == [job_id]
+    assert claims(conn) == []

@@ -13,8 +13,7 @@ import psycopg
 
 import awa_fast
 from awa_fast.db.queries import Q
-from awa_fast.runtime.runner import CHANNELS
-from tests.helpers import await_until, job, run, sessions
+from tests.helpers import await_until, job, listening, run
 
 HOUR = 3600.0
 
@@ -39,18 +38,11 @@ def _client(dsn: str) -> awa_fast.AsyncClient:
     return client
 
 
-def _listening(dsn: str) -> bool:
-    """The runner's listener has run its last LISTEN: the news its connection counts as
-    (every queue may hold packs) is heard, and no NOTIFY from here on is missed."""
-    listening = "application_name = 'awa-fast listener' AND state = 'idle'"
-    return sessions(dsn, f"{listening} AND query = 'LISTEN {CHANNELS[-1]}'") == 1
-
-
 async def _start(
     client: awa_fast.AsyncClient, dsn: str, queues: dict[str, int], **config: Any
 ) -> None:
     await client.start(queues, **config)
-    await await_until(lambda: _listening(dsn), what="the listener")
+    await await_until(lambda: listening(dsn), what="the listener")
 
 
 async def _one_job_done(client: awa_fast.AsyncClient, dsn: str, queue: str = "default") -> None:

@@ -2,8 +2,9 @@
 
 -- name: job_cancel
 -- Cancel a job in any unfinished state: it moves to jobs_done from wherever it waits. A
--- running attempt's host is told over NOTIFY so its handler sees is_cancelled(); that
--- attempt's own outcome is then stale and dropped.
+-- running attempt's host is told over NOTIFY, by id and lease alone, and flags the attempt
+-- (its handler sees is_cancelled()) once it has read this cancel (job_cancelled_attempts);
+-- that attempt's own outcome is then stale and dropped.
 WITH hot AS (
     DELETE FROM awa_fast.jobs_hot WHERE id = %(id)s RETURNING *
 ),

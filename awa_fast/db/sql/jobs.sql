@@ -129,28 +129,33 @@ SELECT * FROM started
 ORDER BY priority, run_at, id;
 
 -- name: standby_collect
--- This host's standby claims (migration 0018): the jobs started on them, as claims return
--- rows, each beside its claim's queue and id; and those still waiting, a row each with
--- NULL for the job. Spent claims are deleted. A started job that no longer runs on that attempt
--- (cancelled or rescued before this read) is passed over; its claim is deleted all the
--- same. Rows and claims are read in one snapshot: a claim naming a job is committed with
--- that job's start. Only standby_claims is written (UNLOGGED): nothing to flush.
-WITH mine AS (
-    SELECT s.id, s.queue, s.job_id, s.run_lease FROM awa_fast.standby_claims s
-    WHERE s.host_id = %(host_id)s
-),
-spent AS (
-    DELETE FROM awa_fast.standby_claims s USING mine m
-    WHERE s.id = m.id AND m.job_id IS NOT NULL
-)
+-- This host's standby claims (migration 0018), each with its queue and id: those still
+-- waiting, with NULL for the job; and the spent ones, each with its job's row as claims
+-- return rows, or NULL for a job that no longer runs on that attempt (cancelled or
+-- rescued before this read). Rows and claims are read in one snapshot: a claim naming a
+-- job is committed with that job's start. A read only: the runner starts the jobs, then
+-- deletes the spent claims (standby_forget), so that nothing it waits for writes, whatever
+-- this read prunes of jobs_hot.
 SELECT m.queue AS standby_queue, m.job_id IS NULL AS waiting, m.id AS claim,
 -- include: claim_columns
-FROM mine m
+FROM awa_fast.standby_claims m
 LEFT JOIN awa_fast.jobs_hot j
     ON j.id = m.job_id AND j.run_lease = m.run_lease AND j.state = 'running'
    AND j.host_id = %(host_id)s
-WHERE m.job_id IS NULL OR j.id IS NOT NULL
+WHERE m.host_id = %(host_id)s
 ORDER BY j.priority, j.run_at, j.id;
+
+-- name: standby_forget
+-- Spent standby claims, deleted once their jobs have started (standby_collect). Only
+-- standby_claims is written (UNLOGGED): nothing to flush.
+DELETE FROM awa_fast.standby_claims WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: job_cancelled_attempts
+-- Which of these attempts (ids, and a map of id -> lease) an admin cancel ended
+-- (job_cancel). Anyone may NOTIFY awa_fast_cancel: a runner flags only what this confirms.
+SELECT d.id, d.run_lease FROM awa_fast.jobs_done d
+WHERE d.id = ANY(%(ids)s::bigint[]) AND d.state = 'cancelled'
+  AND d.run_lease = (%(leases)s::jsonb ->> d.id::text)::bigint;
 
 -- name: standby_offer
 -- A standby claim for each queue named, with the queue's deadline on this host.

@@ -27,7 +27,7 @@ from psycopg.types.string import ByteaBinaryLoader
 from awa_fast import descriptors
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.codec import decode_json
-from awa_fast.db.connections import attempts_params, connect_hot, connect_hot_async
+from awa_fast.db.connections import attempts_params, connect_hot, connect_hot_async, keepalives
 from awa_fast.db.migrate import require_migrated
 from awa_fast.db.queries import Q
 from awa_fast.db.transitions import Target
@@ -725,7 +725,10 @@ class Runner:
         while not self._stopping:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self.dsn, autocommit=True, application_name="awa-fast listener"
+                    self.dsn,
+                    autocommit=True,
+                    application_name="awa-fast listener",
+                    **keepalives(self.dsn),
                 ) as conn:
                     for channel in CHANNELS:
                         await conn.execute(f"LISTEN {channel}")

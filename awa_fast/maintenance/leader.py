@@ -1,55 +1,142 @@
-"""Leadership by Postgres advisory lock, held on a connection of its own.
+"""Leadership as a term that expires, kept in the one row of ``awa_fast.leader``
+(migration 0020), with every maintenance transaction fenced by the term.
 
-The lock lives exactly as long as that session: when the leader's process or connection
-dies, Postgres releases it and another host takes it at its next attempt (every
-``election_interval`` seconds), so re-election takes seconds and needs nothing but Postgres.
+The leader renews its term every ``interval`` seconds; each renewal pushes the term's end
+:data:`TERM_INTERVALS` intervals ahead by the database's clock. A leader that stops
+renewing (its process paused or cut off, its connection dead) loses the term within that
+time and another host begins the next; a leader that stops cleanly releases its term, so
+the next begins at another host's next attempt. Nothing ties the term to a session, so a
+leader that lost its connection for a moment renews its term on a new one.
+
+A term that ended must not act: a leader paused mid-step and woken later would otherwise
+promote and rescue alongside the next. So each maintenance transaction begins by locking
+the row where the term is still its own and unexpired (:meth:`Leader.fenced`); without
+that row it does nothing (:class:`Deposed`), and while it holds the row no new term can
+begin. A paused leader's open transaction cannot hold the next term off for long: its
+connection ends the session once idle in a transaction for a term's length.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
 
+from awa_fast.db.connections import keepalives
 from awa_fast.db.queries import Q
 
 log = logging.getLogger("awa_fast.leader")
 
-LEADER_LOCK_KEY = 0x617761_6661_7374 + 1  # one leader per database
+TERM_INTERVALS = 3  # a term outlives a renewal or two late, not a leader gone
+
+
+class Deposed(Exception):
+    """This leader's term is over (or it has none): what it was about to do is undone."""
 
 
 class Leader:
-    def __init__(self, dsn: str, *, key: int = LEADER_LOCK_KEY) -> None:
+    """One process's claim to lead: ``check()`` every ``interval`` seconds renews it or
+    begins a new term; ``is_leader`` says whether a term is held; statements that must
+    act only under that term run in :meth:`fenced`."""
+
+    def __init__(self, dsn: str, *, interval: float) -> None:
         self.dsn = dsn
-        self.key = key
-        self.is_leader = False
+        self.interval = interval
+        self.term_s = TERM_INTERVALS * interval
+        self.holder = f"{socket.gethostname()} pid {os.getpid()} {uuid.uuid4().hex[:12]}"
+        self.term: int | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
+    @property
+    def is_leader(self) -> bool:
+        return self.term is not None
+
+    async def connect(self, *, application_name: str) -> psycopg.AsyncConnection[Any]:
+        """A connection for fenced transactions, which the server ends once it has been
+        idle in a transaction for a term's length: a paused leader's open fence holds
+        off the next term no longer than its own term would have lasted."""
+        timeout = {"idle_in_transaction_session_timeout": self.term_s}
+        return await self._connect(application_name, timeout)
+
+    async def _connect(
+        self, application_name: str, timeouts: dict[str, float]
+    ) -> psycopg.AsyncConnection[Any]:
+        """A connection kept alive (TCP keepalives) with ``timeouts`` (setting -> s)."""
+        conn = await psycopg.AsyncConnection.connect(
+            self.dsn, autocommit=True, application_name=application_name, **keepalives(self.dsn)
+        )
+        try:
+            for name, seconds in timeouts.items():
+                await conn.execute(
+                    "SELECT set_config(%s, %s, false)", (name, f"{seconds * 1000:.0f}")
+                )
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
     async def check(self) -> bool:
-        """Take the lock if free, or confirm the session holding it is alive."""
+        """Renew this leader's term, or begin the next if the current one has ended;
+        returns whether this leader holds a term now."""
         try:
             if self._conn is None or self._conn.closed:
-                self.is_leader = False
-                self._conn = await psycopg.AsyncConnection.connect(
-                    self.dsn, autocommit=True, application_name="awa-fast leader"
-                )
-            if self.is_leader:
-                await self._conn.execute("SELECT 1")
-            else:
-                cur = await self._conn.execute(Q.leader_try_acquire, {"key": self.key})
-                row = await cur.fetchone()
-                self.is_leader = bool(row and row[0])
-                if self.is_leader:
-                    log.info("this host is now the maintenance leader")
+                # an election behind the last term's fences is tried again at the next
+                lock_wait = {"lock_timeout": self.interval}
+                self._conn = await self._connect("awa-fast leader", lock_wait)
+            params = {"holder": self.holder, "ttl_s": self.term_s}
+            cur = await self._conn.execute(Q.leader_elect, params)
+            row = await cur.fetchone()
+        except psycopg.errors.LockNotAvailable:  # the last term's transactions still run
+            row = None
         except psycopg.OperationalError as exc:
-            if self.is_leader:
-                log.warning("lost the leader connection (%s); leadership released", exc)
-            self.is_leader = False
-            await self.close()
+            self._lose(f"lost the leader connection ({exc})")
+            await self._close()
+            return False
+        if row is None:
+            self._lose("another host's term began")
+        elif row[0] != self.term:
+            self.term = row[0]
+            log.info("this host is now the maintenance leader (term %d)", self.term)
         return self.is_leader
 
+    @asynccontextmanager
+    async def fenced(self, conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+        """A transaction on ``conn`` that acts under this leader's term or not at all:
+        raises :class:`Deposed` (changing nothing) unless the term is still current."""
+        term = self.term
+        if term is None:
+            raise Deposed("not the leader")
+        async with conn.transaction():
+            cur = await conn.execute(Q.leader_fence, {"term": term})
+            if await cur.fetchone() is None:
+                if self.term == term:  # not renewed into a new term meanwhile
+                    self._lose(f"term {term} is over")
+                raise Deposed(f"term {term} is over")
+            yield
+
     async def close(self) -> None:
+        """Stop leading: release the term, so the next host need not wait for it to
+        expire, and close the connection."""
+        if self.term is not None and self._conn is not None and not self._conn.closed:
+            try:
+                await self._conn.execute(Q.leader_release, {"holder": self.holder})
+            except psycopg.OperationalError as exc:
+                log.warning("could not release the leader's term (%s); it expires", exc)
+        self.term = None
+        await self._close()
+
+    def _lose(self, why: str) -> None:
+        if self.term is not None:
+            log.warning("no longer the maintenance leader: %s", why)
+        self.term = None
+
+    async def _close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()

@@ -1,7 +1,30 @@
--- Named queries of the maintenance services (run by the elected leader only).
+-- Named queries of the maintenance services (run by the elected leader only, each in a
+-- transaction that leader_fence opens).
 
--- name: leader_try_acquire
-SELECT pg_try_advisory_lock(%(key)s);
+-- name: leader_elect
+-- Renew the holder's term while it lasts, or begin the next term once the current one has
+-- expired (or was released); returns the term the holder now leads, or no row while
+-- another holder's term lasts. A renewal leaves term as it is, so it does not wait for
+-- the term's fenced transactions (leader_fence); a new term waits for the last term's.
+UPDATE awa_fast.leader
+SET term = CASE WHEN holder = %(holder)s AND expires_at > now() THEN term ELSE term + 1 END,
+    holder = %(holder)s,
+    expires_at = now() + make_interval(secs => %(ttl_s)s)
+WHERE holder = %(holder)s OR expires_at <= now()
+RETURNING term;
+
+-- name: leader_release
+-- A leader stopping cleanly ends its term at once: the next host need not wait it out.
+UPDATE awa_fast.leader SET expires_at = now()
+WHERE holder = %(holder)s AND expires_at > now();
+
+-- name: leader_fence
+-- The first statement of every maintenance transaction: no row unless `term` is still the
+-- current term, unexpired by the database's clock. The row stays locked until the
+-- transaction ends, so no new term begins while it runs.
+SELECT term FROM awa_fast.leader
+WHERE term = %(term)s AND expires_at > now()
+FOR KEY SHARE;
 
 -- name: host_take_dead
 -- Hosts that stopped heartbeating, removed; the same transaction rescues their attempts

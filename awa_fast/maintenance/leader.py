@@ -92,8 +92,9 @@ class Leader:
             params = {"holder": self.holder, "ttl_s": self.term_s}
             cur = await self._conn.execute(Q.leader_elect, params)
             row = await cur.fetchone()
-        except psycopg.errors.LockNotAvailable:  # the last term's transactions still run
-            row = None
+        except psycopg.errors.LockNotAvailable:
+            self._lose("the last term's transactions still run")
+            return False
         except psycopg.OperationalError as exc:
             self._lose(f"lost the leader connection ({exc})")
             await self._close()

@@ -1,5 +1,5 @@
--- Named queries of the maintenance services (run by the elected leader only, each in a
--- transaction that leader_fence opens).
+-- Named queries of the maintenance services, run by the elected leader only: each that
+-- changes rows in a transaction that leader_fence opens.
 
 -- name: leader_elect
 -- Renew the holder's term while it lasts, or begin the next term once the current one has

@@ -124,13 +124,14 @@ class Leader:
     async def close(self) -> None:
         """Stop leading: release the term, so the next host need not wait for it to
         expire, and close the connection."""
-        if self.term is not None and self._conn is not None and not self._conn.closed:
-            try:
+        try:
+            if self.term is not None and self._conn is not None and not self._conn.closed:
                 await self._conn.execute(Q.leader_release, {"holder": self.holder})
-            except psycopg.OperationalError as exc:
-                log.warning("could not release the leader's term (%s); it expires", exc)
-        self.term = None
-        await self._close()
+        except psycopg.Error as exc:
+            log.warning("could not release the leader's term (%s); it expires", exc)
+        finally:  # closed even when a cancel interrupts the release
+            self.term = None
+            await self._close()
 
     def _lose(self, why: str) -> None:
         if self.term is not None:

@@ -9,11 +9,12 @@ the next begins at another host's next attempt. Nothing ties the term to a sessi
 leader that lost its connection for a moment renews its term on a new one.
 
 A term that ended must not act: a leader paused mid-step and woken later would otherwise
-promote and rescue alongside the next. So each maintenance transaction begins by locking
-the row where the term is still its own and unexpired (:meth:`Leader.fenced`); without
-that row it does nothing (:class:`Deposed`), and while it holds the row no new term can
-begin. A paused leader's open transaction cannot hold the next term off for long: its
-connection ends the session once idle in a transaction for a term's length.
+promote and rescue alongside the next. So each maintenance transaction begins by taking
+the fence lock, shared, and checking that the term is still its own and unexpired
+(:meth:`Leader.fenced`); otherwise it does nothing (:class:`Deposed`). Beginning a term
+takes the fence lock exclusively, so no new term begins while a transaction of the last
+still runs. A paused leader's open transaction cannot hold the next term off for long:
+its connection ends the session once idle in a transaction for a term's length.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from awa_fast.db.queries import Q
 log = logging.getLogger("awa_fast.leader")
 
 TERM_INTERVALS = 3  # a term outlives a renewal or two late, not a leader gone
+FENCE_KEY = 0x617761_6661_7374 + 2  # the advisory lock key of the fence, one per database
 
 
 class Deposed(Exception):
@@ -47,7 +49,6 @@ class Leader:
 
     def __init__(self, dsn: str, *, interval: float) -> None:
         self.dsn = dsn
-        self.interval = interval
         self.term_s = TERM_INTERVALS * interval
         self.holder = f"{socket.gethostname()} pid {os.getpid()} {uuid.uuid4().hex[:12]}"
         self.term: int | None = None
@@ -58,24 +59,18 @@ class Leader:
         return self.term is not None
 
     async def connect(self, *, application_name: str) -> psycopg.AsyncConnection[Any]:
-        """A connection for fenced transactions, which the server ends once it has been
-        idle in a transaction for a term's length: a paused leader's open fence holds
-        off the next term no longer than its own term would have lasted."""
-        timeout = {"idle_in_transaction_session_timeout": self.term_s}
-        return await self._connect(application_name, timeout)
-
-    async def _connect(
-        self, application_name: str, timeouts: dict[str, float]
-    ) -> psycopg.AsyncConnection[Any]:
-        """A connection kept alive (TCP keepalives) with ``timeouts`` (setting -> s)."""
+        """A connection for this leader's statements, kept alive (TCP keepalives), which
+        the server ends once it has been idle in a transaction for a term's length: a
+        paused leader's open fence holds off the next term no longer than its own term
+        would have lasted."""
         conn = await psycopg.AsyncConnection.connect(
             self.dsn, autocommit=True, application_name=application_name, **keepalives(self.dsn)
         )
         try:
-            for name, seconds in timeouts.items():
-                await conn.execute(
-                    "SELECT set_config(%s, %s, false)", (name, f"{seconds * 1000:.0f}")
-                )
+            await conn.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                (f"{self.term_s * 1000:.0f}",),
+            )
         except BaseException:
             await conn.close()
             raise
@@ -86,21 +81,16 @@ class Leader:
         returns whether this leader holds a term now."""
         try:
             if self._conn is None or self._conn.closed:
-                # an election behind the last term's fences is tried again at the next
-                lock_wait = {"lock_timeout": self.interval}
-                self._conn = await self._connect("awa-fast leader", lock_wait)
-            params = {"holder": self.holder, "ttl_s": self.term_s}
+                self._conn = await self.connect(application_name="awa-fast leader")
+            params = {"holder": self.holder, "ttl_s": self.term_s, "key": FENCE_KEY}
             cur = await self._conn.execute(Q.leader_elect, params)
             row = await cur.fetchone()
-        except psycopg.errors.LockNotAvailable:
-            self._lose("the last term's transactions still run")
-            return False
         except psycopg.OperationalError as exc:
             self._lose(f"lost the leader connection ({exc})")
             await self._close()
             return False
         if row is None:
-            self._lose("another host's term began")
+            self._lose("the term is another's, or its last transactions still run")
         elif row[0] != self.term:
             self.term = row[0]
             log.info("this host is now the maintenance leader (term %d)", self.term)
@@ -114,6 +104,7 @@ class Leader:
         if term is None:
             raise Deposed("not the leader")
         async with conn.transaction():
+            await conn.execute(Q.leader_fence_lock, {"key": FENCE_KEY})
             cur = await conn.execute(Q.leader_fence, {"term": term})
             if await cur.fetchone() is None:
                 if self.term == term:  # not renewed into a new term meanwhile

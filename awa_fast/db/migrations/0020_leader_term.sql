@@ -5,17 +5,14 @@
 --
 -- One row. The leader renews its term every election interval, each renewal pushing
 -- expires_at (the database's clock) a few intervals ahead; a host finding the term expired
--- begins the next one. Every maintenance transaction first locks this row FOR KEY SHARE
--- where term is still its own and unexpired, so a leader woken after its term ended
--- changes nothing, and the next term cannot begin until the transactions of the last
--- have ended.
---
--- term is UNIQUE so that it is a key column: a renewal, which leaves it as it is, takes a
--- lock that coexists with those FOR KEY SHARE locks; a new term changes it, which must
--- wait for them.
+-- begins the next one. Every maintenance transaction first takes a lock shared by the
+-- term's transactions and checks that the term is still its own and unexpired, so a
+-- leader woken after its term ended changes nothing; beginning a term takes that lock
+-- exclusively, so the next term cannot begin until the transactions of the last have
+-- ended (awa_fast/db/sql/maintenance.sql, leader_elect and leader_fence).
 CREATE TABLE awa_fast.leader (
     one boolean PRIMARY KEY DEFAULT true CHECK (one),
-    term bigint NOT NULL UNIQUE,
+    term bigint NOT NULL,
     -- Who holds the term (host name, pid, and an id of that process's leader), for
     -- operators and for the holder's renewals.
     holder text,

@@ -10,6 +10,9 @@
 -- leader woken after its term ended changes nothing; beginning a term takes that lock
 -- exclusively, so the next term cannot begin until the transactions of the last have
 -- ended (awa_fast/db/sql/maintenance.sql, leader_elect and leader_fence).
+--
+-- Hosts of an earlier version elect by the advisory lock still: while both versions run
+-- (a rolling upgrade), one host of each may lead.
 CREATE TABLE awa_fast.leader (
     one boolean PRIMARY KEY DEFAULT true CHECK (one),
     term bigint NOT NULL,

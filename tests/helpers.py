@@ -7,13 +7,16 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 import uvloop
 
 from awa_fast.runtime.runner import CHANNELS
+
+if TYPE_CHECKING:
+    from awa_fast.maintenance.service import Maintenance
 
 T = TypeVar("T")
 
@@ -169,3 +172,14 @@ def blocked_call(dsn: str, call: Callable[[], object]) -> Iterator[list[object]]
     yield result
     caller.join(timeout=10)
     assert not caller.is_alive() and len(result) == 1
+
+
+@contextlib.asynccontextmanager
+async def leading(maintenance: Maintenance) -> AsyncIterator[Maintenance]:
+    """``maintenance`` elected for the block, its term released after: its steps act only
+    under a term of its own (awa_fast.maintenance.leader)."""
+    assert await maintenance.leader.check(), "another leader's term lasts"
+    try:
+        yield maintenance
+    finally:
+        await maintenance.leader.close()

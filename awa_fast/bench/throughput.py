@@ -245,10 +245,13 @@ async def promote(
     maintenance = Maintenance(url, RunnerConfig(), handlers, HookDispatcher(handlers.hooks))
     quiesce(url)
     before = Counters.read(url)
+    if not await maintenance.leader.check():
+        raise RuntimeError("another host leads this database's maintenance")
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         started, jiffies = time.perf_counter(), cpu_jiffies()
         moved = await maintenance.promote_once(conn)
         elapsed, busy = time.perf_counter() - started, busy_share(jiffies, cpu_jiffies())
+    await maintenance.leader.close()
     quiesce(url)
     commits, wal = before.delta(Counters.read(url), url)
     if moved != jobs:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import psycopg
+from psycopg import conninfo
 from psycopg.adapt import Dumper
 from psycopg.postgres import types as pg_types
 
@@ -129,10 +130,31 @@ psycopg.adapters.register_dumper(Int8Array, _Int8ArrayDumper)
 psycopg.adapters.register_dumper(IdMap, _IdMapDumper)
 
 
+# TCP keepalives and a send timeout for every connection the runtime holds open: without
+# them a connection whose server vanished (a partition, a paused VM, a failover) looks
+# alive to the client for as long as the kernel's defaults allow, two hours for an idle
+# one, and a statement sent into it waits about as long.
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 10,  # seconds idle before the first probe
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,  # ms a sent byte may stay unacknowledged
+}
+
+
+def keepalives(dsn: str) -> dict[str, Any]:
+    """The :data:`KEEPALIVES` connection parameters that ``dsn`` does not set itself, to
+    pass to every connect of a connection the runtime keeps open (an operator's own
+    values stand)."""
+    given = conninfo.conninfo_to_dict(dsn)
+    return {name: value for name, value in KEEPALIVES.items() if name not in given}
+
+
 def connect_hot(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
     """A hot connection; closed again if its settings cannot be applied (an interrupt, a
     server gone in between), not left open to the collector."""
-    conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=0, **kwargs)
+    conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=0, **keepalives(dsn), **kwargs)
     try:
         conn.execute(_APPLY)
     except BaseException:
@@ -145,7 +167,7 @@ async def connect_hot_async(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[
     """A hot connection; one whose task is cancelled while its settings are applied (a
     runner stopped just after it started) is closed, not left open to the collector."""
     conn = await psycopg.AsyncConnection.connect(
-        dsn, autocommit=True, prepare_threshold=0, **kwargs
+        dsn, autocommit=True, prepare_threshold=0, **keepalives(dsn), **kwargs
     )
     try:
         await conn.execute(_APPLY)

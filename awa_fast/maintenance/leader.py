@@ -1,55 +1,135 @@
-"""Leadership by Postgres advisory lock, held on a connection of its own.
+"""Leadership as a term that expires, kept in the one row of ``awa_fast.leader``
+(migration 0020), with every maintenance transaction fenced by the term.
 
-The lock lives exactly as long as that session: when the leader's process or connection
-dies, Postgres releases it and another host takes it at its next attempt (every
-``election_interval`` seconds), so re-election takes seconds and needs nothing but Postgres.
+The leader renews its term every ``interval`` seconds; each renewal pushes the term's end
+:data:`TERM_INTERVALS` intervals ahead by the database's clock. A leader that stops
+renewing (its process paused or cut off, its connection dead) loses the term within that
+time and another host begins the next; a leader that stops cleanly releases its term, so
+the next begins at another host's next attempt. Nothing ties the term to a session, so a
+leader that lost its connection for a moment renews its term on a new one.
+
+A term that ended must not act: a leader paused mid-step and woken later would otherwise
+promote and rescue alongside the next. So each maintenance transaction begins by taking
+the fence lock, shared, and checking that the term is still its own and unexpired
+(:meth:`Leader.fenced`); otherwise it does nothing (:class:`Deposed`). Beginning a term
+takes the fence lock exclusively, so no new term begins while a transaction of the last
+still runs. A paused leader's open transaction cannot hold the next term off for long:
+its connection ends the session once idle in a transaction for a term's length.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
 
+from awa_fast.db.connections import keepalives
 from awa_fast.db.queries import Q
 
 log = logging.getLogger("awa_fast.leader")
 
-LEADER_LOCK_KEY = 0x617761_6661_7374 + 1  # one leader per database
+TERM_INTERVALS = 3  # a term outlives a renewal or two late, not a leader gone
+FENCE_KEY = 0x617761_6661_7374 + 2  # the advisory lock key of the fence, one per database
+
+
+class Deposed(Exception):
+    """This leader's term is over (or it has none): what it was about to do is undone."""
 
 
 class Leader:
-    def __init__(self, dsn: str, *, key: int = LEADER_LOCK_KEY) -> None:
+    """One process's claim to lead: ``check()`` every ``interval`` seconds renews it or
+    begins a new term; ``is_leader`` says whether a term is held; statements that must
+    act only under that term run in :meth:`fenced`."""
+
+    def __init__(self, dsn: str, *, interval: float) -> None:
         self.dsn = dsn
-        self.key = key
-        self.is_leader = False
+        self.term_s = TERM_INTERVALS * interval
+        self.holder = f"{socket.gethostname()} pid {os.getpid()} {uuid.uuid4().hex[:12]}"
+        self.term: int | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
+    @property
+    def is_leader(self) -> bool:
+        return self.term is not None
+
+    async def connect(self, *, application_name: str) -> psycopg.AsyncConnection[Any]:
+        """A connection for this leader's statements, kept alive (TCP keepalives), which
+        the server ends once it has been idle in a transaction for a term's length: a
+        paused leader's open fence holds off the next term no longer than its own term
+        would have lasted."""
+        conn = await psycopg.AsyncConnection.connect(
+            self.dsn, autocommit=True, application_name=application_name, **keepalives(self.dsn)
+        )
+        try:
+            await conn.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                (f"{self.term_s * 1000:.0f}",),
+            )
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
     async def check(self) -> bool:
-        """Take the lock if free, or confirm the session holding it is alive."""
+        """Renew this leader's term, or begin the next if the current one has ended;
+        returns whether this leader holds a term now."""
         try:
             if self._conn is None or self._conn.closed:
-                self.is_leader = False
-                self._conn = await psycopg.AsyncConnection.connect(
-                    self.dsn, autocommit=True, application_name="awa-fast leader"
-                )
-            if self.is_leader:
-                await self._conn.execute("SELECT 1")
-            else:
-                cur = await self._conn.execute(Q.leader_try_acquire, {"key": self.key})
-                row = await cur.fetchone()
-                self.is_leader = bool(row and row[0])
-                if self.is_leader:
-                    log.info("this host is now the maintenance leader")
+                self._conn = await self.connect(application_name="awa-fast leader")
+            params = {"holder": self.holder, "ttl_s": self.term_s, "key": FENCE_KEY}
+            cur = await self._conn.execute(Q.leader_elect, params)
+            row = await cur.fetchone()
         except psycopg.OperationalError as exc:
-            if self.is_leader:
-                log.warning("lost the leader connection (%s); leadership released", exc)
-            self.is_leader = False
-            await self.close()
+            self._lose(f"lost the leader connection ({exc})")
+            await self._close()
+            return False
+        if row is None:
+            self._lose("the term is another's, or its last transactions still run")
+        elif row[0] != self.term:
+            self.term = row[0]
+            log.info("this host is now the maintenance leader (term %d)", self.term)
         return self.is_leader
 
+    @asynccontextmanager
+    async def fenced(self, conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+        """A transaction on ``conn`` that acts under this leader's term or not at all:
+        raises :class:`Deposed` (changing nothing) unless the term is still current."""
+        term = self.term
+        if term is None:
+            raise Deposed("not the leader")
+        async with conn.transaction():
+            await conn.execute(Q.leader_fence_lock, {"key": FENCE_KEY})
+            cur = await conn.execute(Q.leader_fence, {"term": term})
+            if await cur.fetchone() is None:
+                if self.term == term:  # not renewed into a new term meanwhile
+                    self._lose(f"term {term} is over")
+                raise Deposed(f"term {term} is over")
+            yield
+
     async def close(self) -> None:
+        """Stop leading: release the term, so the next host need not wait for it to
+        expire, and close the connection."""
+        try:
+            if self.term is not None and self._conn is not None and not self._conn.closed:
+                await self._conn.execute(Q.leader_release, {"holder": self.holder})
+        except psycopg.Error as exc:
+            log.warning("could not release the leader's term (%s); it expires", exc)
+        finally:  # closed even when a cancel interrupts the release
+            self.term = None
+            await self._close()
+
+    def _lose(self, why: str) -> None:
+        if self.term is not None:
+            log.warning("no longer the maintenance leader: %s", why)
+        self.term = None
+
+    async def _close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()

@@ -2,11 +2,15 @@
 (finished jobs and stale descriptors), enqueues periodic jobs and applies batch operations.
 
 Each step is a ``*_once`` method that returns what it did, so tests call them directly.
+Every transaction of a step that changes rows is fenced by the leader's term
+(:meth:`awa_fast.maintenance.leader.Leader.fenced`): a step of a leader whose term is
+over raises :class:`~awa_fast.maintenance.leader.Deposed` having changed nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -22,7 +26,7 @@ from awa_fast.db import transitions as tr
 from awa_fast.db.connections import APPLY_IN_TRANSACTION, rescue_params
 from awa_fast.db.queries import Q
 from awa_fast.maintenance import batch, periodic
-from awa_fast.maintenance.leader import Leader
+from awa_fast.maintenance.leader import Deposed, Leader
 from awa_fast.runtime.followups import OutcomeContext, insert_followups
 from awa_fast.runtime.hooks import EventType, HookDispatcher
 from awa_fast.types import JobRow
@@ -86,27 +90,28 @@ class Maintenance:
         self.config = config
         self.handlers = handlers
         self.hooks = hooks
-        self.leader = Leader(dsn)
+        self.leader = Leader(dsn, interval=config.election_interval)
         self.stats = MaintenanceStats()
         self.instance = uuid.uuid4()  # recorded as runner_instance by the batch steps
 
     async def run(self, stopping: Callable[[], bool]) -> None:
         conn: psycopg.AsyncConnection[Any] | None = None
         loop = asyncio.get_running_loop()
-        next_election = next_rescue = next_backstop = next_cleanup = next_vacuum = 0.0
+        next_rescue = next_backstop = next_cleanup = next_vacuum = 0.0
         next_cron = next_batch = 0.0
+        election: asyncio.Task[None] | None = None
         try:
+            await self.leader.check()
+            # renewals on a task of their own: a long step must not let the term lapse
+            election = asyncio.create_task(self._elect(), name="awa-fast election")
             while not stopping():
                 now = loop.time()
                 pause = self.config.promote_interval
                 try:
-                    if now >= next_election:
-                        next_election = now + self.config.election_interval
-                        await self.leader.check()
                     if self.leader.is_leader:
                         if conn is None or conn.closed:
-                            conn = await psycopg.AsyncConnection.connect(
-                                self.dsn, autocommit=True, application_name="awa-fast maintenance"
+                            conn = await self.leader.connect(
+                                application_name="awa-fast maintenance"
                             )
                         await self.promote_once(conn)
                         pause = await self.promote_pause(conn)
@@ -130,6 +135,8 @@ class Maintenance:
                             stepped = await self.batch_once(conn)
                             # an operation with work left goes on at the next iteration
                             next_batch = now + (0.0 if stepped else self.config.batch_interval)
+                except Deposed:
+                    pass  # the leader logged it; its next election decides what follows
                 except psycopg.OperationalError as exc:
                     log.warning("maintenance step failed (%s); retrying", exc)
                     if conn is not None:
@@ -137,31 +144,46 @@ class Maintenance:
                     conn = None
                 await asyncio.sleep(pause)
         finally:
+            if election is not None:
+                election.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await election
             if conn is not None:
                 await conn.close()
             await self.leader.close()
+
+    async def _elect(self) -> None:
+        """Renew the term (or try for one) every election interval."""
+        while True:
+            await asyncio.sleep(self.config.election_interval)
+            await self.leader.check()
 
     async def cron_once(
         self, conn: psycopg.AsyncConnection[Any], *, now: datetime | None = None
     ) -> int:
         """Enqueue the periodic jobs that fell due by ``now`` (the server's clock)."""
-        enqueued = await periodic.enqueue_due(conn, now=now)
+        async with self.leader.fenced(conn):
+            enqueued = await periodic.enqueue_due(conn, now=now)
         self.stats.periodic += enqueued
         return enqueued
 
     async def batch_once(self, conn: psycopg.AsyncConnection[Any]) -> batch.BatchStep | None:
         """One step of the oldest unfinished batch operation: start it, apply one chunk of
         ``batch_chunk`` jobs, or finalize it (:mod:`awa_fast.maintenance.batch`)."""
-        return await batch.step(conn, chunk=self.config.batch_chunk, runner_instance=self.instance)
+        async with self.leader.fenced(conn):
+            return await batch.step(
+                conn, chunk=self.config.batch_chunk, runner_instance=self.instance
+            )
 
     async def promote_once(self, conn: psycopg.AsyncConnection[Any]) -> int:
         """Move due scheduled/retryable jobs into the claimable table, in batches."""
         total = 0
         while True:
-            cur = await conn.execute(Q.job_promote_due, {"limit": self.config.promote_batch})
+            async with self.leader.fenced(conn):
+                cur = await conn.execute(Q.job_promote_due, {"limit": self.config.promote_batch})
             total += cur.rowcount
+            self.stats.promoted += cur.rowcount
             if cur.rowcount < self.config.promote_batch:
-                self.stats.promoted += total
                 return total
 
     async def promote_pause(self, conn: psycopg.AsyncConnection[Any]) -> float:
@@ -187,7 +209,7 @@ class Maintenance:
             "limit": self.config.rescue_batch,
         }
         counts: dict[str, int] = {}
-        async with conn.transaction():
+        async with self.leader.fenced(conn):
             cur = await conn.execute(Q.host_take_dead, limits)
             dead = [row[0] for row in await cur.fetchall()]
             await conn.execute(Q.standby_drop_orphans)
@@ -210,7 +232,8 @@ class Maintenance:
             found = await _sweep(conn, getattr(Q, select), limits, by_index=not is_backstop)
             if not found:
                 continue
-            rescued = await self._rescue(conn, found, from_state, reason)
+            async with self.leader.fenced(conn):
+                rescued = await self._rescue(conn, found, from_state, reason)
             counts[select] = len(rescued)
             if rescued:
                 log.warning(
@@ -285,7 +308,10 @@ class Maintenance:
         30,000-row sample every few seconds took the cores from the committer — completion
         statements slowed from milliseconds to half a second while one ran. The hot
         statements do not depend on fresh statistics (their plans are tested without any);
-        autovacuum still analyzes on its own schedule."""
+        autovacuum still analyzes on its own schedule.
+
+        Not fenced by the term: VACUUM runs outside any transaction, and one run by a
+        leader whose term is over changes no row."""
         cur = await conn.execute(Q.job_tables_dead_tuples)
         due = [
             name for name, dead in await cur.fetchall() if dead >= self.config.vacuum_dead_tuples
@@ -315,8 +341,9 @@ class Maintenance:
                 "excluded": list(overrides),
             }
             while True:
-                cur = await conn.execute(Q.job_delete_expired, params)
-                [(deleted,)] = await cur.fetchall()
+                async with self.leader.fenced(conn):
+                    cur = await conn.execute(Q.job_delete_expired, params)
+                    [(deleted,)] = await cur.fetchall()
                 total += deleted
                 if deleted < self.config.cleanup_batch:
                     break
@@ -330,7 +357,8 @@ class Maintenance:
         retention = self.config.descriptor_retention
         if not retention:
             return 0
-        deleted = await descriptors.delete_stale(conn, retention=retention)
+        async with self.leader.fenced(conn):
+            deleted = await descriptors.delete_stale(conn, retention=retention)
         if deleted:
             log.info("deleted %d descriptors unrefreshed for %g s", deleted, retention)
         self.stats.descriptors_deleted += deleted

@@ -20,7 +20,7 @@ from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.hooks import HookDispatcher
 from tests.factories import insert_job
-from tests.helpers import await_until, job, lock_waiters, run, wait_until
+from tests.helpers import await_until, job, leading, lock_waiters, run, wait_until
 
 LEADER = "awa-fast batch test leader"
 
@@ -43,10 +43,13 @@ class Leader:
 
     def step(self) -> BatchStep | None:
         async def once() -> BatchStep | None:
-            async with await psycopg.AsyncConnection.connect(
-                self.dsn, autocommit=True, application_name=LEADER
-            ) as conn:
-                return await self.maintenance.batch_once(conn)
+            async with (
+                leading(self.maintenance) as maintenance,
+                await psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, application_name=LEADER
+                ) as conn,
+            ):
+                return await maintenance.batch_once(conn)
 
         return run(once())
 

@@ -15,11 +15,10 @@ import pytest
 import awa_fast
 from awa_fast import descriptors
 from awa_fast.errors import ConfigError, ValidationError
-from awa_fast.maintenance.leader import LEADER_LOCK_KEY
 from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.hooks import HookDispatcher
-from tests.helpers import await_until, lock_waiters, run
+from tests.helpers import await_until, leading, lock_waiters, run
 
 
 @dataclass
@@ -252,17 +251,27 @@ def _maintenance(dsn: str, **config: Any) -> Maintenance:
     return Maintenance(dsn, RunnerConfig(**config), handlers, HookDispatcher(handlers.hooks))
 
 
+TESTS = "tests"  # the leader's holder the tests' steps run as
+
+
 async def _step(maintenance: Maintenance) -> int:
-    """The leader's step, which never waits on a lock: were it to, this fails."""
-    async with await psycopg.AsyncConnection.connect(maintenance.dsn, autocommit=True) as c:
+    """The leader's step, under the term _hold_leadership took (or a term of its own),
+    which never waits on a lock: were it to, this fails."""
+    maintenance.leader.holder = TESTS
+    async with (
+        leading(maintenance),
+        await psycopg.AsyncConnection.connect(maintenance.dsn, autocommit=True) as c,
+    ):
         await c.execute("SET lock_timeout = '5s'")
         return await maintenance.clean_descriptors_once(c)
 
 
 def _hold_leadership(conn: psycopg.Connection[Any]) -> None:
-    """Keep the hosts a test starts from leading: the test runs the leader's step."""
-    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK_KEY,)).fetchone()
-    assert row == (True,)
+    """Keep the hosts a test starts from leading: the term is the test's, for its _step."""
+    conn.execute(
+        "UPDATE awa_fast.leader SET term = term + 1, holder = %s, expires_at = 'infinity'",
+        (TESTS,),
+    )
 
 
 def test_the_leader_deletes_what_nobody_refreshed_within_retention(
@@ -332,7 +341,8 @@ def test_retention_0_deletes_nothing(dsn: str, conn: psycopg.Connection[Any]) ->
         runner = await worker.start({"email": 1}, descriptor_retention_days=0)
         try:
             await asyncio.to_thread(_age, conn, "10 years")
-            return runner.config.descriptor_retention, await _step(runner.maintenance)
+            retention = runner.config.descriptor_retention
+            return retention, await _step(_maintenance(dsn, descriptor_retention=retention))
         finally:
             await worker.close()
 
@@ -346,15 +356,16 @@ def test_start_takes_descriptor_retention_days_in_days(
 ) -> None:
     """descriptor_retention_days=1 at start: a day-and-a-bit-old descriptor goes, a
     day-less-a-bit-old one stays; None keeps the 30 days."""
-    _hold_leadership(conn)
     _describe(conn, "kind", "older", age="25 hours")
     _describe(conn, "kind", "newer", age="23 hours")
 
     async def main(**options: Any) -> tuple[float, int]:
+        _hold_leadership(conn)  # again: the last _step ended the term
         worker = _client(dsn)
         runner = await worker.start({"email": 1}, **options)
         try:
-            return runner.config.descriptor_retention, await _step(runner.maintenance)
+            retention = runner.config.descriptor_retention
+            return retention, await _step(_maintenance(dsn, descriptor_retention=retention))
         finally:
             await worker.close()
 
@@ -424,8 +435,12 @@ def test_a_refresh_skips_a_descriptor_the_leader_is_deleting(
     mine = [descriptors.descriptor("kind", "send_email")]
 
     async def main() -> tuple[int, int]:
-        async with await psycopg.AsyncConnection.connect(dsn) as leader:
-            deleted = await _maintenance(dsn).clean_descriptors_once(leader)
+        async with (
+            leading(_maintenance(dsn)) as maintenance,
+            await psycopg.AsyncConnection.connect(dsn) as leader,
+        ):
+            await leader.execute("SELECT 1")  # the transaction held open over the delete
+            deleted = await maintenance.clean_descriptors_once(leader)
             async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as host:
                 await host.execute("SET lock_timeout = '5s'")
                 refreshed = await descriptors.refresh(host, mine)
@@ -447,8 +462,12 @@ def test_a_host_starting_while_the_leader_deletes_its_stale_descriptors_keeps_th
 
     async def main() -> int:
         try:
-            async with await psycopg.AsyncConnection.connect(dsn) as leader:
-                deleted = await _maintenance(dsn).clean_descriptors_once(leader)
+            async with (
+                leading(_maintenance(dsn)) as maintenance,
+                await psycopg.AsyncConnection.connect(dsn) as leader,
+            ):
+                await leader.execute("SELECT 1")  # the transaction held open over the delete
+                deleted = await maintenance.clean_descriptors_once(leader)
                 start = asyncio.create_task(worker.start({"email": 1}))
                 await await_until(
                     lambda: lock_waiters(dsn) > 0,

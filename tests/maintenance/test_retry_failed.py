@@ -17,7 +17,7 @@ from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.hooks import HookDispatcher
 from tests.factories import finish_jobs
-from tests.helpers import blocked_call, job, run
+from tests.helpers import blocked_call, job, leading, run
 
 LONG_AGO = (datetime.now(UTC) - timedelta(days=30)).isoformat()
 
@@ -41,8 +41,11 @@ def _clean(dsn: str, **config: Any) -> int:
     """The leader's retention step (Maintenance.clean_once), on a connection of its own."""
 
     async def clean() -> int:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            return await _maintenance(dsn, **config).clean_once(conn)
+        async with (
+            leading(_maintenance(dsn, **config)) as maintenance,
+            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn,
+        ):
+            return await maintenance.clean_once(conn)
 
     return run(clean())
 
@@ -167,8 +170,12 @@ def test_a_failed_job_retention_deletes_while_a_retry_waits_is_matched_not_retri
     pruned = _failed(client, conn, "q", "k", finalized_at=LONG_AGO)
 
     async def clean_and_race() -> list[object]:
-        async with await psycopg.AsyncConnection.connect(dsn) as holder:
-            assert await _maintenance(dsn).clean_once(holder) == 1  # not committed yet
+        async with (
+            leading(_maintenance(dsn)) as maintenance,
+            await psycopg.AsyncConnection.connect(dsn) as holder,
+        ):
+            await holder.execute("SELECT 1")  # the transaction the delete waits in
+            assert await maintenance.clean_once(holder) == 1  # not committed yet
             with blocked_call(dsn, lambda: client.retry_failed(queue="q")) as outcome:
                 await holder.commit()
         return outcome

@@ -20,7 +20,7 @@ from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.hooks import HookDispatcher
 from tests.factories import insert_job
-from tests.helpers import await_until, lock_waiters, run
+from tests.helpers import await_until, leading, lock_waiters, run
 from tests.helpers import job as row_of
 
 PROCESSES = pytest.mark.parametrize("processes", [None, 2], ids=["in-process", "forked"])
@@ -361,7 +361,10 @@ def test_the_rescues_leave_a_waiting_handler_alone(dsn: str, conn: psycopg.Conne
     maintenance = _maintenance(dsn, heartbeat_staleness=1.0, deadline_grace=1.0)
 
     async def rescue() -> dict[str, int]:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+        async with (
+            leading(maintenance),
+            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn,
+        ):
             return await maintenance.rescue_once(aconn, backstop=True)
 
     assert run(rescue()) == {}
@@ -404,6 +407,7 @@ def test_resume_races_its_rivals_and_exactly_one_wins(
 
     async def race() -> dict[str, bool]:
         async with (
+            leading(maintenance),
             awa_fast.AsyncClient(dsn) as client,
             await psycopg.AsyncConnection.connect(dsn) as locker,
             await psycopg.AsyncConnection.connect(dsn, autocommit=True) as sweeper,

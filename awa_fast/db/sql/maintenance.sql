@@ -1,7 +1,36 @@
--- Named queries of the maintenance services (run by the elected leader only).
+-- Named queries of the maintenance services, run by the elected leader only: each that
+-- changes rows in a transaction that leader_fence_lock and leader_fence open.
 
--- name: leader_try_acquire
-SELECT pg_try_advisory_lock(%(key)s);
+-- name: leader_elect
+-- Renew the holder's term while it lasts, or begin the next term once the current one has
+-- expired (or was released) and no transaction of the last term still runs: beginning a
+-- term takes the fence lock (leader_fence_lock) exclusively, which it cannot while a
+-- fenced transaction holds it shared, and does not wait for it. Returns the term the
+-- holder now leads, or no row.
+UPDATE awa_fast.leader
+SET term = CASE WHEN holder = %(holder)s AND expires_at > now() THEN term ELSE term + 1 END,
+    holder = %(holder)s,
+    expires_at = now() + make_interval(secs => %(ttl_s)s)
+WHERE CASE WHEN holder = %(holder)s AND expires_at > now() THEN true
+           WHEN expires_at <= now() THEN pg_try_advisory_xact_lock(%(key)s)
+           ELSE false END
+RETURNING term;
+
+-- name: leader_release
+-- A leader stopping cleanly ends its term at once: the next host need not wait it out.
+UPDATE awa_fast.leader SET expires_at = now()
+WHERE holder = %(holder)s AND expires_at > now();
+
+-- name: leader_fence_lock
+-- The first statement of every maintenance transaction: the fence lock, held shared until
+-- the transaction ends, so that no new term begins while it runs (leader_elect). Taken
+-- before leader_fence reads the term, so that read sees any term begun before it. Neither
+-- writes: a maintenance transaction that finds nothing to do commits without a WAL flush.
+SELECT pg_advisory_xact_lock_shared(%(key)s);
+
+-- name: leader_fence
+-- No row unless `term` is still the current term, unexpired by the database's clock.
+SELECT term FROM awa_fast.leader WHERE term = %(term)s AND expires_at > now();
 
 -- name: host_take_dead
 -- Hosts that stopped heartbeating, removed; the same transaction rescues their attempts

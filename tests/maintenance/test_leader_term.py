@@ -1,0 +1,255 @@
+"""Leadership as a term that expires, and maintenance fenced by it (migration 0020): a
+leader that stops renewing is replaced within a bounded time, and once its term is over
+its steps change nothing, however late it wakes."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import awa_fast
+from awa_fast.db.queries import Q
+from awa_fast.maintenance.leader import Deposed, Leader
+from awa_fast.maintenance.periodic import periodic_job
+from awa_fast.maintenance.service import Maintenance
+from awa_fast.runtime.config import RunnerConfig
+from awa_fast.runtime.hooks import HookDispatcher
+from tests.factories import insert_job
+from tests.helpers import await_until, job, leading, run, wait_until
+from tests.pool.app import Step
+from tests.pool.conftest import Serve
+
+# Every table a maintenance step writes.
+TABLES = (
+    "jobs_hot",
+    "jobs_deferred",
+    "jobs_done",
+    "dlq",
+    "hosts",
+    "standby_claims",
+    "cron_jobs",
+    "batch_operations",
+)
+Step_ = Callable[[Maintenance, psycopg.AsyncConnection[Any], datetime], Awaitable[object]]
+# Each step of the leader, on a connection, with the cron step's clock.
+STEPS: dict[str, Step_] = {
+    "promote": lambda m, c, now: m.promote_once(c),
+    "rescue": lambda m, c, now: m.rescue_once(c),
+    "clean": lambda m, c, now: m.clean_once(c),
+    "cron": lambda m, c, now: m.cron_once(c, now=now),
+    "batch": lambda m, c, now: m.batch_once(c),
+}
+
+
+def _maintenance(dsn: str, **config: Any) -> Maintenance:
+    client = awa_fast.Client(dsn)
+    return Maintenance(
+        dsn, RunnerConfig(**config), client.handlers, HookDispatcher(client.handlers.hooks)
+    )
+
+
+def _rows(dsn: str) -> dict[str, list[str]]:
+    """Every row of every table a step writes, as text."""
+    with psycopg.connect(dsn) as conn:
+        return {
+            table: [row for (row,) in conn.execute(f"SELECT t::text FROM awa_fast.{table} t")]
+            for table in TABLES
+        }
+
+
+def _term_expired(dsn: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT expires_at <= now() FROM awa_fast.leader").fetchone()
+    return bool(row and row[0])
+
+
+def _work_for_every_step(dsn: str, conn: psycopg.Connection[Any]) -> datetime:
+    """Something due for each step: a scheduled job, a stale attempt and a dead host's,
+    a finished job past retention, a schedule (due at the time returned) and a batch
+    operation."""
+    insert_job(conn, state="scheduled")
+    stale = insert_job(conn, state="running", attempt=1, run_lease=1)
+    lost = insert_job(conn, state="running", attempt=1, run_lease=1)
+    old = insert_job(conn, state="completed")
+    conn.execute(
+        "WITH gone AS (INSERT INTO awa_fast.hosts (name, heartbeat_at)"
+        " VALUES ('gone', now() - interval '1 hour') RETURNING id)"
+        " UPDATE awa_fast.jobs_hot SET host_id = (SELECT id FROM gone) WHERE id = %s",
+        (lost,),
+    )
+    conn.execute(
+        "UPDATE awa_fast.jobs_hot SET heartbeat_at = now() - interval '1 hour' WHERE id = %s",
+        (stale,),
+    )
+    conn.execute(
+        "UPDATE awa_fast.jobs_done SET finalized_at = now() - interval '30 days' WHERE id = %s",
+        (old,),
+    )
+    conn.execute(Q.cron_register, periodic_job("minutely", "* * * * *", Step, Step("x")).params())
+    with awa_fast.Client(dsn) as client:
+        client.move_queue("elsewhere", filter={"queue": "default"})
+    row = conn.execute("SELECT created_at + interval '3 minutes' FROM awa_fast.cron_jobs")
+    [(due,)] = row.fetchall()
+    return due  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("ended", ["expired", "succeeded"])
+def test_no_step_of_a_term_that_ended_changes_a_row(
+    dsn: str, conn: psycopg.Connection[Any], ended: str
+) -> None:
+    """A leader that has not noticed its term ended (it expired unrenewed, and another
+    host may have begun the next) runs each step: each raises Deposed and changes
+    nothing. The next term's steps act on the same rows."""
+    cron_now = _work_for_every_step(dsn, conn)
+    before = _rows(dsn)
+    old, successor = _maintenance(dsn, election_interval=0.1), _maintenance(dsn)
+
+    async def main() -> list[object]:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
+            assert await old.leader.check()
+            term = old.leader.term
+            await await_until(lambda: _term_expired(dsn), what="the unrenewed term to end")
+            if ended == "succeeded":
+                assert await successor.leader.check()
+            for name, step in STEPS.items():
+                old.leader.term = term  # not noticed yet
+                with pytest.raises(Deposed):
+                    await step(old, c, cron_now)
+                assert not old.leader.is_leader, name
+            assert _rows(dsn) == before
+            await old.leader.close()
+            async with leading(successor):
+                return [await step(successor, c, cron_now) for step in STEPS.values()]
+
+    promoted, rescued, cleaned, fired, stepped = run(main())
+    assert (promoted, cleaned, fired) == (1, 1, 1)
+    assert rescued == {"host_take_dead": 1, "job_select_stale": 1}
+    assert stepped is not None and stepped.state == "running"  # type: ignore[attr-defined]
+
+
+def test_an_open_fenced_transaction_holds_off_the_next_term_not_a_renewal(dsn: str) -> None:
+    """While a leader's fenced transaction runs, it renews its term without waiting; once
+    the term has expired, the next cannot begin until that transaction ends."""
+    first, second = Leader(dsn, interval=0.2), Leader(dsn, interval=0.2)
+
+    async def main() -> tuple[int | None, list[bool], int | None]:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
+            assert await first.check()
+            term = first.term
+            async with first.fenced(c):
+                renewed = await first.check()
+                await await_until(lambda: _term_expired(dsn), what="the term to expire")
+                held_off = await second.check()
+            taken = await second.check()
+        next_term = second.term
+        await second.close()
+        await first.close()
+        return term, [renewed, held_off, taken], next_term
+
+    term, seen, next_term = run(main())
+    assert seen == [True, False, True]
+    assert term is not None and next_term == term + 1
+
+
+def test_a_term_nobody_renews_passes_to_another_host(dsn: str) -> None:
+    """A leader that stops renewing (a paused process) keeps its term no longer than
+    the term's length; another host's next election after that begins the next term."""
+    first, second = Leader(dsn, interval=0.2), Leader(dsn, interval=0.2)
+
+    async def main() -> float:
+        began = time.monotonic()  # before the term's start by the database's clock
+        assert await first.check()
+        assert not await second.check()
+        await await_until(second.check, timeout=10, what="the next term")
+        waited = time.monotonic() - began
+        await second.close()
+        await first.close()
+        return waited
+
+    assert run(main()) >= first.term_s
+
+
+FAST = (
+    "--processes", "1",
+    "--set", "election_interval=0.3", "--set", "heartbeat_interval=0.2",
+    "--set", "rescue_interval=0.2", "--set", "promote_interval=0.05",
+    "--set", "heartbeat_staleness=2",
+)  # fmt: skip
+
+
+def _leads(dsn: str, server: Serve) -> bool:
+    """Whether ``server``'s supervisor holds the current term."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT holder FROM awa_fast.leader WHERE expires_at > now()")
+        found = row.fetchone()
+    return found is not None and f" pid {server.proc.pid} " in found[0]
+
+
+def _notes(dsn: str, job_id: int) -> list[tuple[int, str]]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT attempt, note FROM calls WHERE job_id = %s ORDER BY at", (job_id,)
+        )
+        return rows.fetchall()
+
+
+def test_a_frozen_leader_is_replaced_and_acts_no_more_once_woken(
+    dsn: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """Two `serve` supervisors; the leader's is stopped (SIGSTOP) with an attempt running
+    on it. The other takes the term within its bound, promotes what falls due meanwhile
+    and rescues the frozen host's attempt. Woken (SIGCONT), the old leader learns its
+    term is over and promotes and rescues nothing: each job was moved once."""
+    conn.execute(
+        "CREATE TABLE calls (job_id bigint, pid int, attempt int, note text,"
+        " at timestamptz DEFAULT clock_timestamp())"
+    )
+    first = Serve(dsn, tmp_path, "--queue", "default=4", *FAST)
+    second: Serve | None = None
+    try:
+        wait_until(lambda: _leads(dsn, first), what="the first supervisor to lead")
+        with awa_fast.Client(dsn) as client:
+            hung = client.insert(Step("hang_once")).id
+        wait_until(lambda: _notes(dsn, hung) == [(1, "started")], what="the attempt to start")
+        # "later" runs on the second only: a job due there cannot start on the frozen host
+        second = Serve(dsn, tmp_path, "--queue", "default=4", "--queue", "later=4", *FAST)
+        wait_until(
+            lambda: conn.execute("SELECT count(*) FROM awa_fast.hosts").fetchone() == (2,),
+            what="the second supervisor to register",
+        )
+        first.signal(signal.SIGSTOP)
+        # the term's length, another election, and a term's length more should the
+        # frozen leader hold a fenced transaction open; the rest is the machine's slack
+        wait_until(lambda: _leads(dsn, second), timeout=10, what="the other to take over")
+        with awa_fast.Client(dsn) as client:
+            due = datetime.now().astimezone() + timedelta(seconds=0.5)
+            scheduled = client.insert(Step("record"), run_at=due, queue="later").id
+        wait_until(lambda: job(dsn, scheduled)["state"] == "completed", what="the promotion")
+        wait_until(lambda: job(dsn, hung)["state"] == "completed", what="the rescue")
+        first.signal(signal.SIGCONT)
+        wait_until(
+            lambda: "no longer the maintenance leader" in first.log(),
+            what="the woken leader to learn its term is over",
+        )
+        assert _leads(dsn, second)
+        promoted = job(dsn, scheduled)
+        assert (promoted["attempt"], promoted["errors"]) == (1, [])
+        assert _notes(dsn, scheduled) == [(1, "done")]
+        rescued = job(dsn, hung)
+        assert rescued["attempt"] == 2
+        assert [e["error"][:15] for e in rescued["errors"]] == ["heartbeat stale"]
+        assert _notes(dsn, hung) == [(1, "started"), (2, "done")]
+        assert "stopped heartbeating" in second.log()
+        assert "stopped heartbeating" not in first.log()
+    finally:
+        for server in (first, second):
+            if server is not None:
+                server.signal(signal.SIGCONT)
+                server.close()

@@ -12,16 +12,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
 log = logging.getLogger("awa_fast.runner")
+
+# A loop that ran this long before it failed starts its backoff afresh.
+STEADY_SECONDS = 60.0
 
 
 def retry_delay(failures: int) -> float:
     """Seconds before trying again after ``failures`` failures in a row (a loop's restart,
     a claim connection's reconnect)."""
     return min(0.05 * 2.0**failures, 2.0)
+
+
+def failures_in_a_row(failures: int, *, started: float) -> int:
+    """The count of failures in a row once a loop started at ``started`` has failed."""
+    return 1 if time.monotonic() - started >= STEADY_SECONDS else failures + 1
 
 
 class Supervisor:
@@ -43,11 +52,12 @@ class Supervisor:
         an exception, unless the runner is stopping."""
         failures = 0
         while True:
+            started = time.monotonic()
             try:
                 await loop()
                 return
             except Exception as exc:
-                failures += 1
+                failures = failures_in_a_row(failures, started=started)
                 delay = self._failed(name, exc, failures)
             if not self._stopping():
                 await asyncio.sleep(delay)
@@ -60,11 +70,12 @@ class Supervisor:
         between restarts."""
         failures = 0
         while True:
+            started = time.monotonic()
             try:
                 loop()
                 return
             except Exception as exc:
-                failures += 1
+                failures = failures_in_a_row(failures, started=started)
                 delay = self._failed(name, exc, failures)
             if stop.wait(delay):
                 return

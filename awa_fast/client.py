@@ -20,6 +20,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from awa_fast import admin, batch, producer
+from awa_fast.db.connections import keepalives
 from awa_fast.db.migrate import migrate as _migrate
 from awa_fast.db.transitions import Outcome
 from awa_fast.descriptors import DescriptorOptions, descriptor
@@ -172,7 +173,11 @@ class Client(_Handlers):
     def __init__(self, dsn: str, *, max_connections: int = 10) -> None:
         super().__init__(dsn)
         self._pool = ConnectionPool(
-            dsn, min_size=0, max_size=max_connections, open=False, kwargs=dict(_SESSION)
+            dsn,
+            min_size=0,
+            max_size=max_connections,
+            open=False,
+            kwargs={**_SESSION, **keepalives(dsn)},
         )
         self._opened = False
 
@@ -543,7 +548,11 @@ class AsyncClient(_Handlers):
     def __init__(self, dsn: str, *, max_connections: int = 10) -> None:
         super().__init__(dsn)
         self._pool = AsyncConnectionPool(
-            dsn, min_size=0, max_size=max_connections, open=False, kwargs=dict(_SESSION)
+            dsn,
+            min_size=0,
+            max_size=max_connections,
+            open=False,
+            kwargs={**_SESSION, **keepalives(dsn)},
         )
         self._opened = False
         self._runner: Runner | None = None

@@ -16,7 +16,9 @@ from awa_fast.db.connections import KEEPALIVES, keepalives
 from tests.helpers import await_until, run
 
 HELD_OPEN = {
+    "awa-fast attempt writes",
     "awa-fast claimer",
+    "awa-fast client",
     "awa-fast committer",
     "awa-fast heartbeat",
     "awa-fast leader",
@@ -55,7 +57,11 @@ def _socket_options(conn: psycopg.BaseConnection[Any]) -> dict[tuple[int, int], 
 
 def test_every_connection_a_running_client_holds_open_is_kept_alive(dsn: str) -> None:
     client = awa_fast.AsyncClient(dsn)
-    client.task(Ping)(lambda job: None)
+
+    @client.task(Ping)
+    async def ping(job: awa_fast.Job[Ping]) -> None:
+        job.set_progress(50)
+        await job.flush_progress()  # the attempt writer connects
 
     async def main() -> dict[str, list[dict[tuple[int, int], int]]]:
         async with client:

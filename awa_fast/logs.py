@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -56,3 +57,25 @@ def configure(*, fmt: LogFormat = "text", level: str = "INFO") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+
+
+class Throttled:
+    """Warnings that a party outside the application can provoke at will (a NOTIFY
+    anyone may send): the first is logged at once, and later ones at most once per
+    ``every`` seconds, with the count of those not logged between."""
+
+    def __init__(self, logger: logging.Logger, *, every: float = 60.0) -> None:
+        self._logger = logger
+        self._every = every
+        self._next = 0.0
+        self._unlogged = 0
+
+    def warning(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._unlogged += 1
+            return
+        if self._unlogged:
+            message += f" ({self._unlogged} more like it since, not logged)"
+        self._next, self._unlogged = now + self._every, 0
+        self._logger.warning(message, *args)

@@ -10,7 +10,6 @@ over raises :class:`~awa_fast.maintenance.leader.Deposed` having changed nothing
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -105,6 +104,8 @@ class Maintenance:
             # renewals on a task of their own: a long step must not let the term lapse
             election = asyncio.create_task(self._elect(), name="awa-fast election")
             while not stopping():
+                if election.done():
+                    election.result()  # its exception ends this loop, for its supervisor
                 now = loop.time()
                 pause = self.config.promote_interval
                 try:
@@ -146,8 +147,7 @@ class Maintenance:
         finally:
             if election is not None:
                 election.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await election
+                await asyncio.gather(election, return_exceptions=True)  # raised above already
             if conn is not None:
                 await conn.close()
             await self.leader.close()

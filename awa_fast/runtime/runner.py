@@ -33,6 +33,7 @@ from awa_fast.db.queries import Q
 from awa_fast.db.transitions import Target
 from awa_fast.descriptors import Descriptor
 from awa_fast.errors import ConfigError
+from awa_fast.logs import Throttled
 from awa_fast.maintenance import periodic
 from awa_fast.maintenance.periodic import PeriodicJob
 from awa_fast.maintenance.service import Maintenance
@@ -180,6 +181,7 @@ class Runner:
         self.handlers = handlers
         self.queues = dict(queues)
         self._queue_index = {queue: index for index, queue in enumerate(self.queues)}
+        self._not_understood = Throttled(log)
         descriptors.check_queues(handlers.queue_descriptors, self.queues)
         self.config = config
         count = 1 if processes is None else processes
@@ -792,9 +794,10 @@ class Runner:
         """Act on notes heard together, on the listener's connection ``cur``. Nothing is
         started or flagged on a note's word: a standby note has this host collect its spent
         claims, and a cancel note's attempt is flagged once read as cancelled. A note that
-        does not parse is logged and skipped."""
+        does not parse is logged and skipped. Claimers are woken last: a job started on a
+        standby claim of ours takes its unit before a claim round can take them all."""
         cancels: dict[int, int] = {}  # job id -> run lease
-        standby = False
+        standby = wake = False
         for note in notes:
             try:
                 if note.channel == "awa_fast_cancel":
@@ -805,11 +808,15 @@ class Runner:
                 elif note.payload in self._queue_index:
                     if note.channel == "awa_fast_packs":
                         self._packs.heard(self._queue_index[note.payload])
-                    self._wake.set()
+                    wake = True
             except ValueError:
-                log.warning("a NOTIFY on %s not understood: %.200r", note.channel, note.payload)
+                self._not_understood.warning(
+                    "a NOTIFY on %s not understood: %.200r", note.channel, note.payload
+                )
         if standby:
             await self._standby_heard(cur)
+        if wake:
+            self._wake.set()
         if cancels:
             await self._confirm_cancels(cur, cancels)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -14,6 +15,7 @@ from psycopg import sql
 
 from awa_fast.db.connections import PLANNER_SETTINGS
 from awa_fast.db.queries import Q
+from awa_fast.maintenance.service import RESCUES
 from tests.factories import insert_job, record_emptied_statistics
 
 _PARAM = re.compile(r"%\((\w+)\)s")
@@ -278,3 +280,29 @@ def test_retry_by_id_reads_one_finished_row(conn: psycopg.Connection[Any]) -> No
     assert scans, plan
     for scan in scans:
         assert (scan.get("Index Name"), scan["Actual Rows"]) == ("jobs_done_pkey", 1), scan
+
+
+_USE = re.compile(r"\bQ\.(\w+)\b")
+PACKAGE = Path(__file__).resolve().parents[2] / "awa_fast"
+_NAMED_DYNAMICALLY = {select for select, *_ in RESCUES}  # run by getattr(Q, select)
+
+
+def _used_names() -> dict[str, str]:
+    """Each ``Q.<name>`` the package spells, with the first file that spells it."""
+    used: dict[str, str] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for name in _USE.findall(path.read_text(encoding="utf-8")):
+            used.setdefault(name, str(path.relative_to(PACKAGE.parent)))
+    return used
+
+
+def test_every_query_name_the_package_spells_exists() -> None:
+    """A misspelled ``Q.name`` fails here, not only when its line runs."""
+    missing = {name: path for name, path in _used_names().items() if name not in Q.names()}
+    assert missing == {}
+
+
+def test_every_named_query_is_used() -> None:
+    """No statement in awa_fast/db/sql is left behind by code that no longer runs it."""
+    unused = set(Q.names()) - set(_used_names()) - _NAMED_DYNAMICALLY
+    assert unused == set()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
@@ -183,3 +185,13 @@ async def leading(maintenance: Maintenance) -> AsyncIterator[Maintenance]:
         yield maintenance
     finally:
         await maintenance.leader.close()
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of process ``pid``, from /proc; None once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return None
+    match = re.search(r"^PPid:\s+(\d+)", status, re.MULTILINE)
+    return int(match[1]) if match else None

@@ -7,13 +7,12 @@ import os
 import re
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
 import awa_fast
-from tests.helpers import states, wait_until
+from tests.helpers import parent_pid, states, wait_until
 from tests.pool.app import Step
 
 JOBS = 30_000
@@ -36,7 +35,7 @@ def _busy_worker(dsn: str, supervisor: int) -> int:
 
     def latest() -> int | None:
         for (pid,) in _query(dsn, "SELECT pid FROM calls ORDER BY at DESC LIMIT 8"):
-            if _parent(pid) == supervisor:
+            if parent_pid(pid) == supervisor:
                 return int(pid)
         return None
 
@@ -44,15 +43,6 @@ def _busy_worker(dsn: str, supervisor: int) -> int:
     pid = latest()
     assert pid is not None
     return pid
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return None
-    match = re.search(r"^PPid:\s+(\d+)", status, re.MULTILINE)
-    return int(match[1]) if match else None
 
 
 def _after_progress(dsn: str, jobs: int) -> None:

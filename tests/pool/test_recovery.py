@@ -4,7 +4,6 @@ restart in the middle of a run."""
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 
 import awa_fast
 from awa_fast.localpg import LocalCluster
-from tests.helpers import free_port, job, scrape, states, wait_until, worker_exits
+from tests.helpers import free_port, job, parent_pid, scrape, states, wait_until, worker_exits
 from tests.pool.app import Spin, Step
 from tests.pool.conftest import Serve
 
@@ -116,7 +115,7 @@ def test_killing_the_leader_host_hands_its_jobs_to_the_other(serve: Any, dsn: st
     on_leader = {
         job_id
         for job_id, pid in _query(dsn, "SELECT job_id, pid FROM calls")
-        if _parent(pid) == leader.proc.pid
+        if parent_pid(pid) == leader.proc.pid
     }
     assert on_leader, "the leader ran none of the jobs"
     leader.proc.kill()  # SIGKILL: its workers die with it (PDEATHSIG)
@@ -129,15 +128,6 @@ def test_killing_the_leader_host_hands_its_jobs_to_the_other(serve: Any, dsn: st
             assert final["errors"][0]["error"].startswith("heartbeat stale")
         else:
             assert (final["attempt"], final["errors"]) == (1, [])
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return None
-    match = re.search(r"^PPid:\s+(\d+)", status, re.MULTILINE)
-    return int(match[1]) if match else None
 
 
 @pytest.fixture

@@ -168,6 +168,9 @@ class InFlight:
         """Flag the slot(s) running ``job_id`` (and ``run_lease``); True if any matched."""
 
     def is_cancelled(self, slot: int) -> bool: ...
+    def mark_started(self, slot: int) -> None:
+        """Mark ``slot``'s attempt started, just before its handler runs."""
+
     def cancel_worker(self, worker: int) -> int:
         """Flag every slot of ``worker``; returns how many."""
 
@@ -177,8 +180,9 @@ class InFlight:
     def held_by(self, worker: int) -> list[tuple[int, int]]:
         """``(job_id, run_lease)`` of each slot of ``worker``."""
 
-    def release_worker(self, worker: int) -> list[tuple[int, int, int]]:
-        """Free a dead worker's slots: ``(job_id, run_lease, queue)`` each, units returned."""
+    def release_worker(self, worker: int) -> list[tuple[int, int, int, bool]]:
+        """Free a dead worker's slots: ``(job_id, run_lease, queue, started)`` each, units
+        returned."""
 
     @property
     def queue_count(self) -> int: ...

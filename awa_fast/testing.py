@@ -250,6 +250,9 @@ class _NeverCancelled:
     def is_cancelled(self, slot: int) -> bool:
         return False
 
+    def mark_started(self, slot: int) -> None:
+        """Nothing to mark: a work_one attempt has no worker process to lose."""
+
 
 class _Worker:
     """The runner's parts, for one job: a claim connection, an executor whose outcome

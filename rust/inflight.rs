@@ -38,6 +38,9 @@ const CLAIMING: u64 = 1;
 const OCCUPIED: u64 = 2;
 const RELEASING: u64 = 3;
 const CANCELLED: u64 = 0b100;
+const STARTED: u64 = 0b1000;
+// Bits a slot's owner may set while it stays occupied; they change no field.
+const FLAGS: u64 = CANCELLED | STARTED;
 const WORKER_SHIFT: u32 = 8;
 const GEN_SHIFT: u32 = 40;
 
@@ -115,6 +118,8 @@ pub struct SlotInfo {
     pub queue: u32,
     pub worker: u32,
     pub cancelled: bool,
+    /// Its handler has started: a worker that dies now has spent the attempt.
+    pub started: bool,
 }
 
 /// See the module docs.
@@ -436,16 +441,17 @@ impl InFlight {
                 queue: self.s_u32(slot, S_QUEUE).load(Ordering::Relaxed),
                 worker: worker_of(s),
                 cancelled: s & CANCELLED != 0,
+                started: s & STARTED != 0,
             };
             // Seqlock check: the fields belong to state `s` if the generation is unchanged
-            // (only the cancel bit may have been set meanwhile).
+            // (only a flag may have been set meanwhile).
             fence(Ordering::Acquire);
             let again = state.load(Ordering::Relaxed);
             if again == s {
                 return Some((s, info));
             }
-            if again & !CANCELLED == s & !CANCELLED {
-                continue; // cancel bit flipped: re-read for an exact state word
+            if again & !FLAGS == s & !FLAGS {
+                continue; // a flag flipped: re-read for an exact state word
             }
             if phase(again) != OCCUPIED {
                 return None;
@@ -460,6 +466,20 @@ impl InFlight {
     /// Hot path (a handler polling `job.is_cancelled()`): one atomic load.
     pub fn is_cancelled(&self, slot: usize) -> bool {
         self.state(slot).load(Ordering::Relaxed) & CANCELLED != 0
+    }
+
+    /// Marks `slot`'s attempt as started, just before its handler runs: the attempts of a
+    /// dead worker that never started go back unspent (`release_worker` tells which).
+    pub fn mark_started(&self, slot: usize) {
+        let state = self.state(slot);
+        let mut s = state.load(Ordering::Relaxed);
+        // A CAS on the exact word: a cancel bit set meanwhile is kept, a freed slot untouched.
+        while phase(s) == OCCUPIED && s & STARTED == 0 {
+            match state.compare_exchange(s, s | STARTED, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(now) => s = now,
+            }
+        }
     }
 
     /// Flags every occupied slot running `job_id` (and `run_lease`, when given).
@@ -688,7 +708,8 @@ mod tests {
                 run_lease: 5,
                 queue: 1,
                 worker: 8,
-                cancelled: false
+                cancelled: false,
+                started: false
             })
         );
         assert_eq!(t.cancel(102, Some(4)), 0);
@@ -823,5 +844,32 @@ mod tests {
         reader.join().unwrap();
         assert_eq!(t.in_flight(0), 0);
         assert!(t.occupied().is_empty());
+    }
+
+    #[test]
+    fn a_dead_workers_attempts_say_whether_they_started() {
+        let t = InFlight::new(&[4], 8).unwrap();
+        assert_eq!(t.reserve(0, 3), 3);
+        let running = t.acquire_slot(1, 1, 0, 2).unwrap();
+        let queued = t.acquire_slot(2, 1, 0, 2).unwrap();
+        let cancelled = t.acquire_slot(3, 1, 0, 2).unwrap();
+        t.mark_started(running);
+        assert_eq!(t.cancel(3, None), 1);
+        t.mark_started(cancelled); // the cancel bit is kept
+        t.mark_started(cancelled); // and marking twice changes nothing
+        assert!(t.is_cancelled(cancelled));
+        let mut freed: Vec<(i64, bool, bool)> = t
+            .release_worker(2)
+            .into_iter()
+            .map(|i| (i.job_id, i.started, i.cancelled))
+            .collect();
+        freed.sort();
+        assert_eq!(
+            freed,
+            vec![(1, true, false), (2, false, false), (3, true, true)]
+        );
+        assert_eq!(t.in_flight(0), 0);
+        t.mark_started(queued); // a freed slot stays free
+        assert_eq!(t.slot_info(queued), None);
     }
 }

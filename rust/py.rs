@@ -614,6 +614,12 @@ impl PyInFlight {
         Ok(self.table.is_cancelled(self.s(slot)?))
     }
 
+    /// Marks ``slot``'s attempt started, just before its handler runs.
+    fn mark_started(&self, slot: i64) -> PyResult<()> {
+        self.table.mark_started(self.s(slot)?);
+        Ok(())
+    }
+
     /// Flags every slot of ``worker``; returns how many.
     fn cancel_worker(&self, worker: u32) -> usize {
         self.table.cancel_worker(worker)
@@ -638,13 +644,13 @@ impl PyInFlight {
             .collect()
     }
 
-    /// Frees every slot of a dead ``worker`` and returns ``(job_id, run_lease, queue)`` of
-    /// each, giving their queue units back.
-    fn release_worker(&self, worker: u32) -> Vec<(i64, i64, u32)> {
+    /// Frees every slot of a dead ``worker`` and returns ``(job_id, run_lease, queue,
+    /// started)`` of each, giving their queue units back.
+    fn release_worker(&self, worker: u32) -> Vec<(i64, i64, u32, bool)> {
         self.table
             .release_worker(worker)
             .into_iter()
-            .map(|i: SlotInfo| (i.job_id, i.run_lease, i.queue))
+            .map(|i: SlotInfo| (i.job_id, i.run_lease, i.queue, i.started))
             .collect()
     }
 

@@ -72,6 +72,8 @@ class OutcomeSink(Protocol):
 class CancelFlags(Protocol):
     def is_cancelled(self, slot: int) -> bool: ...
 
+    def mark_started(self, slot: int) -> None: ...
+
 
 @dataclass(slots=True)
 class Executor:
@@ -100,6 +102,7 @@ class Executor:
                 )
             else:
                 job = self._job(row, args, slot)
+                self.flags.mark_started(slot)  # from here, a worker that dies spent it
                 try:
                     transition = await self._perform(handler, job, attempt)
                 except PROCESS_EXITS as exc:

@@ -288,10 +288,14 @@ class ForkedWorkers:
         self.runner.wake()
 
     def _lose_attempts(self, worker: int, reason: str) -> None:
-        runner = self.runner
-        payload = orjson.dumps({"reason": reason})
-        for job_id, lease, _cap in runner.inflight.release_worker(worker):
-            runner.ring.push(job_id, lease, int(Target.LOST), 0xFFFF_FFFF, 0.0, payload)
+        """The attempts of a dead worker: those whose handler started are lost (retried,
+        the attempt spent); those queued behind them go back to available unspent."""
+        ring = self.runner.ring
+        lost = orjson.dumps({"reason": reason})
+        unstarted = orjson.dumps({"reason": f"{reason} before the job started"})
+        for job_id, lease, _cap, started in self.runner.inflight.release_worker(worker):
+            code, payload = (Target.LOST, lost) if started else (Target.RELEASED, unstarted)
+            ring.push(job_id, lease, int(code), 0xFFFF_FFFF, 0.0, payload)
 
     def _replace(self, worker: int, ended: Proc) -> None:
         runner = self.runner

@@ -58,9 +58,9 @@ def test_release_worker_returns_a_killed_workers_jobs_and_capacity() -> None:
     def worker() -> None:
         assert table.reserve(0, 2) == 2
         assert table.reserve(1, 1) == 1
-        table.acquire_slot(1, 11, 0, 5)
-        table.acquire_slot(2, 12, 0, 5)
-        table.acquire_slot(3, 13, 1, 5)
+        table.mark_started(table.acquire_slot(1, 11, 0, 5))
+        table.acquire_slot(2, 12, 0, 5)  # queued behind the first, never started
+        table.mark_started(table.acquire_slot(3, 13, 1, 5))
         held.send(b"h")
         os.kill(os.getpid(), signal.SIGKILL)  # dies holding its slots
 
@@ -70,7 +70,11 @@ def test_release_worker_returns_a_killed_workers_jobs_and_capacity() -> None:
     held.recv(1)
     assert os.WTERMSIG(reap(pid)) == signal.SIGKILL
     assert (table.in_flight(0), table.in_flight(1)) == (3, 1)
-    assert sorted(table.release_worker(5)) == [(1, 11, 0), (2, 12, 0), (3, 13, 1)]
+    assert sorted(table.release_worker(5)) == [
+        (1, 11, 0, True),
+        (2, 12, 0, False),
+        (3, 13, 1, True),
+    ]
     assert (table.in_flight(0), table.in_flight(1)) == (1, 0)
     assert table.release_worker(5) == []
     assert table.running() == ([9], [1])

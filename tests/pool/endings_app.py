@@ -29,7 +29,7 @@ RAISES: dict[str, type[BaseException]] = {
 
 @dataclass
 class End:
-    how: str  # a key of RAISES, raised on the first attempt; "record": just record
+    how: str  # a key of RAISES raised, or "abort", on the first attempt; "record": just record
 
 
 @dataclass
@@ -38,6 +38,9 @@ class SyncEnd:
 
 
 def _end(job: awa_fast.Job[Any]) -> None:
+    if job.args.how == "abort" and job.attempt == 1:
+        record(job, "raising")
+        os._exit(70)  # the worker dies with no outcome reported: as a segfault would
     if job.args.how in RAISES and job.attempt == 1:
         record(job, "raising")
         raise RAISES[job.args.how](f"{job.args.how} from job {job.id}")

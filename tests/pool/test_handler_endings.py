@@ -75,3 +75,15 @@ def test_in_process_a_base_exception_fails_the_attempt_and_the_runner_carries_on
     ran = _run_ending(serve, dsn, args_type(how), in_process=True)
     _assert_failed_attempt(ran["ending"], how)
     assert {pid for (pid,) in ran["others"]} == {ran["raised_on"]}
+
+
+def test_a_worker_that_dies_abruptly_gives_back_the_jobs_it_never_started(
+    serve: Any, dsn: str
+) -> None:
+    """``os._exit`` in a sync handler: its own attempt is lost (and spent), the sync jobs
+    queued behind it in the same worker go back unspent and run on the replacement."""
+    ran = _run_ending(serve, dsn, SyncEnd("abort"), "--processes", "1", "--queue", "default=8")
+    first = ran["ending"]["errors"][0]
+    assert first["attempt"] == 1
+    assert "exit" in first["error"] or "70" in first["error"], first
+    assert ran["raised_on"] not in {pid for (pid,) in ran["others"]}

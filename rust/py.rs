@@ -725,7 +725,7 @@ mod tests {
 
     #[test]
     fn a_flush_that_never_waits_still_gets_past_a_dead_producer() {
-        // Issue #33, 2: a stopping committer drains with timeout 0, again and again.
+        // A stopping committer drains with timeout 0, again and again.
         let ring = OutcomeRing::new(8, 64, Duration::from_millis(30)).unwrap();
         ring.die_mid_push(10, true);
         let lost = Outcome {

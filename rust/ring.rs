@@ -1236,7 +1236,7 @@ mod tests {
 
     #[test]
     fn a_paused_claimant_keeps_its_slot_and_overwrites_nothing() {
-        // Issue #33, 1: a producer paused between taking its slot and writing it, for longer
+        // A producer paused between taking its slot and writing it, for longer
         // than the stall timeout, while the ring laps.
         let ring = Arc::new(OutcomeRing::new(2, 64, Duration::from_millis(20)).unwrap());
         let (arrived, resume) = hold(&ring, 111, Pause::Claimed);

@@ -31,16 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import psycopg
 from psycopg import conninfo
 from psycopg.adapt import Dumper
 from psycopg.postgres import types as pg_types
-
-if TYPE_CHECKING:
-    from awa_fast.db.transitions import Backoff
 
 PLANNER_SETTINGS = {
     "plan_cache_mode": "force_generic_plan",
@@ -102,27 +99,6 @@ def attempts_params(lease_of: Mapping[int, int]) -> dict[str, Any]:
     """The batch of attempts (job id -> run_lease) every statement on attempts takes: its
     ids, in the order ``id = ANY`` reaches them, and the lease of each."""
     return {"ids": Int8Array(list(lease_of)), "leases": IdMap(lease_of)}
-
-
-def rescue_params(
-    lease_of: Mapping[int, int],
-    reason_of: Mapping[int, str],
-    *,
-    from_state: str,
-    backoff: Backoff,
-    dlq: Mapping[str, Any],
-) -> dict[str, Any]:
-    """job_rescue_many's parameters: the attempts, the error each records, the state they
-    leave, the retry backoff and the DLQ policy (RunnerConfig.dlq_params)."""
-    return {
-        **attempts_params(lease_of),
-        "messages": IdMap(reason_of),
-        "base": backoff.base,
-        "max": backoff.max,
-        "jitter": backoff.jitter,
-        "from_state": from_state,
-        **dlq,
-    }
 
 
 # Process-wide: the leader's connections pass these parameters too.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum, StrEnum
@@ -17,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from awa_fast.db.connections import IdMap, attempts_params
 from awa_fast.errors import TerminalError
 from awa_fast.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_fast.types import DEFAULT_CALLBACK_TIMEOUT
@@ -216,3 +218,24 @@ def encode(
         extra["metadata"] = metadata
     payload = orjson.dumps(extra) if extra else b""
     return int(transition.target), transition.delay, payload
+
+
+def rescue_params(
+    lease_of: Mapping[int, int],
+    reason_of: Mapping[int, str],
+    *,
+    from_state: str,
+    backoff: Backoff,
+    dlq: Mapping[str, Any],
+) -> dict[str, Any]:
+    """job_rescue_many's parameters: the attempts, the error each records, the state they
+    leave, the retry backoff and the DLQ policy (RunnerConfig.dlq_params)."""
+    return {
+        **attempts_params(lease_of),
+        "messages": IdMap(reason_of),
+        "base": backoff.base,
+        "max": backoff.max,
+        "jitter": backoff.jitter,
+        "from_state": from_state,
+        **dlq,
+    }

@@ -22,8 +22,9 @@ from psycopg.rows import dict_row
 
 from awa_fast import descriptors
 from awa_fast.db import transitions as tr
-from awa_fast.db.connections import APPLY_IN_TRANSACTION, rescue_params
+from awa_fast.db.connections import APPLY_IN_TRANSACTION
 from awa_fast.db.queries import Q
+from awa_fast.db.transitions import rescue_params
 from awa_fast.maintenance import batch, periodic
 from awa_fast.maintenance.leader import Deposed, Leader
 from awa_fast.runtime.followups import OutcomeContext, insert_followups

@@ -29,8 +29,9 @@ from psycopg.rows import dict_row
 
 from awa_fast._core import Batch, Batcher, InFlight, OutcomeRing
 from awa_fast.db import transitions as tr
-from awa_fast.db.connections import IdMap, attempts_params, rescue_params
+from awa_fast.db.connections import IdMap, attempts_params
 from awa_fast.db.queries import Q
+from awa_fast.db.transitions import rescue_params
 from awa_fast.runtime.followups import FollowupRegistry, OutcomeContext, insert_followups
 from awa_fast.runtime.hooks import EventType, HookDispatcher
 from awa_fast.types import JobRow

@@ -646,7 +646,7 @@ class Runner:
             self._rounds -= 1
             deferred, self._deferred = self._deferred, []
             for queue_index, row in deferred:
-                self._start_on_standby(queue_index, row, wait_for_rounds=False)
+                self._start_on_standby(queue_index, row)
 
     async def _claim_queues(self, cur: psycopg.AsyncCursor[Any]) -> bool:
         full = starved = False
@@ -709,21 +709,18 @@ class Runner:
         """Jobs started on our standby claims after the drain: back to available."""
         self.give_back(rows, reason="its host stopped before the job started")
 
-    def _start_on_standby(
-        self, queue_index: int, *rows: tuple[Any, ...], wait_for_rounds: bool = True
-    ) -> None:
+    def _start_on_standby(self, queue_index: int, *rows: tuple[Any, ...]) -> None:
         """Start jobs started on our standby claims, as claimed rows are started. One
-        that finds no capacity free waits once for the claim rounds in flight, which may
-        hold it only as a reservation, and goes back to available unstarted (its attempt
-        given back) if the queue is still full after them: a queue's concurrency holds,
-        and another host may run it meanwhile."""
+        that finds no capacity free waits for the claim rounds in flight, which may hold
+        it only as a reservation, and goes back to available unstarted (its attempt given
+        back) if the queue is still full after them: a queue's concurrency holds."""
         assert self.standby is not None
         reserved = self._reserve_units(self._free_units(queue_index), len(rows))
         taken = sum(n for _, n in reserved)
         self._dispatch(list(rows[:taken]), queue_index, reserved)
         self.claimed_by_queue[queue_index] += taken
         self.standby.started_by_queue[queue_index] += taken
-        if self._rounds and wait_for_rounds:
+        if self._rounds:
             self._deferred += [(queue_index, row) for row in rows[taken:]]
         else:
             self.give_back(rows[taken:], reason="its queue had no capacity left for it")

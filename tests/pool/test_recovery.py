@@ -99,7 +99,7 @@ def test_killing_the_leader_host_hands_its_jobs_to_the_other(serve: Any, dsn: st
         "--processes",
         "2",
         "--queue",
-        "default=10",
+        "default=20",  # room for all 20 on either host: a standby start never waits for a unit
         "--set",
         "heartbeat_staleness=2",
         *FAST,

@@ -29,9 +29,10 @@ from awa_fast.maintenance.periodic import PeriodicOptions, periodic_job
 from awa_fast.runtime import health
 from awa_fast.runtime.config import DEFAULT_CONCURRENCY, QueueSpec, parse_queues
 from awa_fast.runtime.followups import FollowupRegistry, Make
+from awa_fast.runtime.handlers import Handlers
 from awa_fast.runtime.hooks import Hook, HookRegistry
 from awa_fast.runtime.options import runner_config
-from awa_fast.runtime.runner import Handlers, Runner
+from awa_fast.runtime.runner import Runner
 from awa_fast.runtime.serve import serve
 from awa_fast.transaction import SyncTransaction, Transaction
 from awa_fast.types import DEFAULT_CALLBACK_TIMEOUT, InsertOptions, JobRow

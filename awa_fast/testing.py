@@ -37,22 +37,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar, Unpack, cast
 
-import orjson
 import psycopg
 import pytest
 
 from awa_fast._core import OutcomeRing
 from awa_fast.client import AsyncClient, Client
-from awa_fast.db import transitions as tr
 from awa_fast.db.connections import connect_hot
 from awa_fast.db.migrate import migrate
 from awa_fast.db.queries import Q
 from awa_fast.runtime.attempt_writer import AttemptWriter
+from awa_fast.runtime.claimed import Claimed
+from awa_fast.runtime.claimer import connect_claimer, started_row
 from awa_fast.runtime.committer import Committer, Records
 from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.executor import ID, KIND, LEASE, Executor
+from awa_fast.runtime.context import push_unstarted
+from awa_fast.runtime.executor import Executor
 from awa_fast.runtime.hooks import EventType, HookDispatcher
-from awa_fast.runtime.runner import connect_claimer, started_row
 from awa_fast.types import InsertOptions, JobRow, JobState
 from awa_fast.worker import HandlerFunc, Job, Registry
 
@@ -194,7 +194,7 @@ class AwaTestClient:
             if row is None:
                 return WorkResult(NoJob, "no_job")
             record = await worker.run(row)
-        job = await self._get_job(row[ID])
+        job = await self._get_job(row.id)
         outcome = "snoozed" if job.state is JobState.Scheduled else str(job.state)
         return WorkResult(job, outcome, _error(raised.exc, record))
 
@@ -295,7 +295,7 @@ class _Worker:
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
 
-    async def claim(self, kind: str, queue: str) -> tuple[Any, ...] | None:
+    async def claim(self, kind: str, queue: str) -> Claimed | None:
         """The first available job of ``kind`` in ``queue``, claimed by job_claim_batch
         while the jobs of other kinds ahead of it are held (awa_fast/db/sql/testing.sql).
         A job of another kind the claim took all the same (inserted or promoted between
@@ -324,25 +324,26 @@ class _Worker:
                     return None
                 await cur.execute(Q.job_claim_batch, params)
                 row = await cur.fetchone()
-                if row is None or row[KIND] == kind:
-                    return row
-                await self._give_back(row)
+                job = None if row is None else Claimed._make(row)
+                if job is None or job.kind == kind:
+                    return job
+                await self._give_back(job)
 
     async def _claim_connection(self) -> psycopg.AsyncConnection[Any]:
         return await connect_claimer(self.dsn, application_name=_APPLICATION)
 
-    async def _give_back(self, row: tuple[Any, ...]) -> None:
-        payload = orjson.dumps({"reason": "claimed by work_one for another kind"})
-        kind = self.registry.index_of(row[KIND])
-        self.ring.push(row[ID], row[LEASE], int(tr.Target.RELEASED), kind, 0.0, payload)
+    async def _give_back(self, job: Claimed) -> None:
+        push_unstarted(
+            self.ring, self.registry, [job], reason="claimed by work_one for another kind"
+        )
         await self._commit()
 
-    async def run(self, row: tuple[Any, ...]) -> dict[str, Any]:
-        """Run the handler on the claimed ``row`` and commit its outcome; returns the
-        outcome record's variable part (error, reason, callback id, ...)."""
-        if self.hooks.registry.wants(row[KIND]):
-            self.hooks.submit(EventType.STARTED, started_row(row))
-        await self.executor.run(row, 0)
+    async def run(self, job: Claimed) -> dict[str, Any]:
+        """Run the handler on the claimed ``job`` and commit its outcome; returns the
+        outcome object its record carried (error, reason, callback id, ...)."""
+        if self.hooks.registry.wants(job.kind):
+            self.hooks.submit(EventType.STARTED, started_row(job))
+        await self.executor.run(job, 0)
         return await self._commit()
 
     async def _commit(self) -> dict[str, Any]:

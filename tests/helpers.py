@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 import uvloop
 
-from awa_fast.runtime.runner import CHANNELS
+from awa_fast.runtime.listener import CHANNELS
 
 if TYPE_CHECKING:
     from awa_fast.maintenance.service import Maintenance

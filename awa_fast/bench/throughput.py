@@ -42,8 +42,8 @@ from awa_fast.db.transitions import Backoff
 from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.followups import FollowupRegistry
+from awa_fast.runtime.handlers import Handlers
 from awa_fast.runtime.hooks import HookDispatcher, HookRegistry
-from awa_fast.runtime.runner import Handlers
 from awa_fast.worker import Job, Registry
 
 

@@ -1,9 +1,10 @@
-"""THE outcome table (DESIGN.md §3), as data.
+"""The outcome table (docs/architecture.md, "The outcome table"), as data.
 
 A handler's result becomes a :class:`Transition`: a target state plus the few numbers and
 strings the SQL needs. The worker computes it (it knows the attempt and max_attempts), encodes
-it as one ring record, and the committer applies whole batches of them with
-``job_complete_many`` / ``job_transition_many``. Nothing else decides what an outcome does.
+it as one ring record (:func:`record`), and the committer applies whole batches of them
+with ``job_complete_many`` / ``job_transition_many``. Nothing else decides what an outcome
+does: jobs given back unstarted and attempts lost with their worker are records too.
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ class Attempt:
 
 COMPLETED = Transition(Target.COMPLETED)
 _PLAIN_COMPLETION = (int(Target.COMPLETED), 0.0, b"")
+# One ring record: (job id, run lease, code, kind index, number, payload).
+Record = tuple[int, int, int, int, float, bytes]
 
 
 def error_entry(
@@ -199,25 +202,56 @@ def to_dlq(transition: Transition) -> Transition:
     return transition
 
 
+def record(
+    job_id: int,
+    run_lease: int,
+    kind: int,
+    transition: Transition,
+    *,
+    progress: object = None,
+    metadata: dict[str, Any] | None = None,
+) -> Record:
+    """The ring record of one attempt's outcome: every record is made here."""
+    code, number, payload = encode(transition, progress=progress, metadata=metadata)
+    return job_id, run_lease, code, kind, number, payload
+
+
+def released(reason: str) -> Transition:
+    """A claimed job whose handler never started: back to available, attempt unspent."""
+    return Transition(Target.RELEASED, reason=reason)
+
+
+def lost(reason: str) -> Transition:
+    """An attempt whose process died or was cut short: retried or failed, in SQL."""
+    return Transition(Target.LOST, reason=reason)
+
+
 def encode(
     transition: Transition, *, progress: object = None, metadata: dict[str, Any] | None = None
 ) -> tuple[int, float, bytes]:
-    """(code, number, payload) for one ring record; payload is empty for a plain result."""
+    """(code, number, payload) for one ring record. The payload is empty for a plain
+    completion; otherwise it is the outcome object job_transition_many reads, whole:
+    target state, whether it goes to the dlq, its delay, and the error, reason, callback
+    id, progress and metadata it carries (keys absent when unset)."""
     if transition is COMPLETED and progress is None and not metadata:
         return _PLAIN_COMPLETION  # most records: built once
-    extra: dict[str, Any] = {}
+    target = transition.target
+    outcome: dict[str, Any] = {
+        "state": RULES[target].state,
+        "dead": target is Target.DEAD,
+        "delay": transition.delay,
+    }
     if transition.error is not None:
-        extra["error"] = transition.error
+        outcome["error"] = transition.error
     if transition.callback_id is not None:
-        extra["callback_id"] = transition.callback_id
+        outcome["callback_id"] = transition.callback_id
     if transition.reason is not None:
-        extra["reason"] = transition.reason
+        outcome["reason"] = transition.reason
     if progress is not None:
-        extra["progress"] = progress
+        outcome["progress"] = progress
     if metadata:
-        extra["metadata"] = metadata
-    payload = orjson.dumps(extra) if extra else b""
-    return int(transition.target), transition.delay, payload
+        outcome["metadata"] = metadata
+    return int(target), transition.delay, orjson.dumps(outcome)
 
 
 def rescue_params(

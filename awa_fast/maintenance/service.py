@@ -33,7 +33,7 @@ from awa_fast.types import JobRow
 
 if TYPE_CHECKING:
     from awa_fast.runtime.config import RunnerConfig
-    from awa_fast.runtime.runner import Handlers
+    from awa_fast.runtime.handlers import Handlers
 
 log = logging.getLogger("awa_fast.maintenance")
 

@@ -48,7 +48,6 @@ EVENT_OF_OUTCOME = {
 }
 _COMPLETED = int(tr.Target.COMPLETED)
 _LOST = int(tr.Target.LOST)
-_DEAD = int(tr.Target.DEAD)
 # Longest a stopping committer keeps flushing: room for the ring to take back a dead
 # producer's slots (its stall timeout per slot) and for the last batches to commit.
 FLUSH_TIMEOUT = 30.0
@@ -478,14 +477,9 @@ def _outcome(code: int, result: tuple[Any, ...]) -> tr.Outcome | None:
     return tr.OUTCOME_OF_CODE[code]
 
 
-def _outcome_object(r: Records, i: int) -> dict[str, Any]:
-    """Record ``i`` as job_transition_many's outcome object: its target state, whether it
-    goes to the dlq, its delay, and the error, progress, metadata and callback id it
-    carries (keys absent when unset)."""
-    code = r.codes[i]
-    return {
-        **r.extra(i),
-        "state": tr.STATE_OF_CODE[code],
-        "dead": code == _DEAD,
-        "delay": r.numbers[i],
-    }
+def _outcome_object(r: Records, i: int) -> orjson.Fragment:
+    """Record ``i``'s payload, the outcome object job_transition_many reads, passed on as
+    the worker encoded it (awa_fast.db.transitions.encode)."""
+    payload = r.payloads[i]
+    assert payload is not None  # only a plain completion has none, and it goes elsewhere
+    return orjson.Fragment(payload)

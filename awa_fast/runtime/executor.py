@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from concurrent.futures import Executor as ThreadPool
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,32 +17,10 @@ from typing import Any, Protocol
 from awa_fast.codec import ENCODE_ERRORS, check_storable, decode_json
 from awa_fast.db import transitions as tr
 from awa_fast.runtime.attempt_writer import AttemptWriter
+from awa_fast.runtime.claimed import Claimed, json_text
 from awa_fast.worker import Handler, Job, Registry
 
 log = logging.getLogger("awa_fast.executor")
-
-# Column order of a claimed row (job_claim_batch RETURNING; METADATA and ERRORS are NULL
-# when empty). Its jsonb columns hold jsonb's binary payload, a version byte and then the
-# JSON text, and its timestamps microseconds since 2000-01-01 UTC (claim connections load
-# both as Postgres sends them, see awa_fast.runtime.runner).
-(
-    ID,
-    LEASE,
-    KIND,
-    QUEUE,
-    ARGS,
-    ATTEMPT,
-    MAX_ATTEMPTS,
-    PRIORITY,
-    TAGS,
-    METADATA,
-    ERRORS,
-    PROGRESS,
-    RUN_AT,
-    CREATED_AT,
-    DEADLINE_AT,
-) = range(15)
-
 
 # What a handler raises to end the process running it: reported as a failed attempt, then
 # raised on, for the worker to decide whether it exits (awa_fast.runtime.pool, .local).
@@ -85,20 +62,19 @@ class Executor:
     threads: ThreadPool | None = None
     dlq_queues: frozenset[str] = frozenset()
 
-    async def run(self, row: Sequence[Any], slot: int) -> None:
-        """Run the handler for ``row`` (a claimed row; columns after the claimed ones, such
-        as a delivered row's slot, are ignored) and push its outcome."""
-        handler = self.registry.get(row[KIND])
-        attempt = tr.Attempt(row[ATTEMPT], row[MAX_ATTEMPTS])
+    async def run(self, row: Claimed, slot: int) -> None:
+        """Run the handler for ``row``, which holds in-flight ``slot``, and push its outcome."""
+        handler = self.registry.get(row.kind)
+        attempt = tr.Attempt(row.attempt, row.max_attempts)
         job: Job[Any] | None = None
         if handler is None:
-            transition = tr.failed_terminal(f"unknown job kind: {row[KIND]!r}", attempt)
+            transition = tr.failed_terminal(f"unknown job kind: {row.kind!r}", attempt)
         else:
             try:
-                args = handler.decode(json_text(row[ARGS]))
+                args = handler.decode(json_text(row.args))
             except Exception as exc:
                 transition = tr.failed_terminal(
-                    f"undecodable args for kind {row[KIND]!r}: {type(exc).__name__}: {exc}", attempt
+                    f"undecodable args for kind {row.kind!r}: {type(exc).__name__}: {exc}", attempt
                 )
             else:
                 job = self._job(row, args, slot)
@@ -113,35 +89,36 @@ class Executor:
 
     def _report(
         self,
-        row: Sequence[Any],
+        row: Claimed,
         handler: Handler | None,
         job: Job[Any] | None,
         transition: tr.Transition,
     ) -> None:
         """Push the attempt's outcome into the ring: with the progress and metadata the
         handler left, or, if those cannot be stored, as a failed attempt that says why."""
+        kind = handler.index if handler is not None else self.registry.index_of(row.kind)
         try:
-            code, number, payload = self._encode(row, job, transition)
+            record = self._record(row, kind, job, transition)
         except ENCODE_ERRORS as exc:
-            attempt = tr.Attempt(row[ATTEMPT], row[MAX_ATTEMPTS])
+            attempt = tr.Attempt(row.attempt, row.max_attempts)
             unstorable = UnstorableOutcome(f"progress or metadata not storable: {exc}")
-            code, number, payload = self._encode(
-                row, None, tr.from_exception(unstorable, attempt, self.backoff)
-            )
-        kind_index = handler.index if handler is not None else self.registry.index_of(row[KIND])
-        self.sink.push(row[ID], row[LEASE], code, kind_index, number, payload)
+            failed = tr.from_exception(unstorable, attempt, self.backoff)
+            record = self._record(row, kind, None, failed)
+        self.sink.push(*record)
 
-    def _encode(
-        self, row: Sequence[Any], job: Job[Any] | None, transition: tr.Transition
-    ) -> tuple[int, float, bytes]:
-        if row[QUEUE] in self.dlq_queues:
+    def _record(
+        self, row: Claimed, kind: int, job: Job[Any] | None, transition: tr.Transition
+    ) -> tr.Record:
+        if row.queue in self.dlq_queues:
             transition = tr.to_dlq(transition)
         progress = job.progress if job is not None and job.progress_changed else None
         metadata = job.metadata_updates if job is not None else None
-        code, number, payload = tr.encode(transition, progress=progress, metadata=metadata)
+        record = tr.record(
+            row.id, row.run_lease, kind, transition, progress=progress, metadata=metadata
+        )
         if progress is not None or metadata:
-            check_storable("job", payload, {"progress": progress, "metadata": metadata})
-        return code, number, payload
+            check_storable("job", record[-1], {"progress": progress, "metadata": metadata})
+        return record
 
     async def _perform(self, handler: Handler, job: Job[Any], attempt: tr.Attempt) -> tr.Transition:
         try:
@@ -164,36 +141,27 @@ class Executor:
             attempt = tr.Attempt(attempt.attempt, attempt.max_attempts, job.callback.id)
         return tr.from_result(result, attempt)
 
-    def _job(self, row: Sequence[Any], args: object, slot: int) -> Job[Any]:
+    def _job(self, row: Claimed, args: object, slot: int) -> Job[Any]:
         flags = self.flags
         return Job(
-            id=row[ID],
-            run_lease=row[LEASE],
-            kind=row[KIND],
-            queue=row[QUEUE],
+            id=row.id,
+            run_lease=row.run_lease,
+            kind=row.kind,
+            queue=row.queue,
             args=args,
-            attempt=row[ATTEMPT],
-            max_attempts=row[MAX_ATTEMPTS],
-            priority=row[PRIORITY],
-            tags=row[TAGS],
-            metadata=_json(row[METADATA]) or {},
-            errors=_json(row[ERRORS]) or [],
-            progress=_json(row[PROGRESS]),
-            run_at_us=row[RUN_AT],
-            created_at_us=row[CREATED_AT],
-            deadline_at_us=row[DEADLINE_AT],
+            attempt=row.attempt,
+            max_attempts=row.max_attempts,
+            priority=row.priority,
+            tags=row.tags,
+            metadata=_json(row.metadata) or {},
+            errors=_json(row.errors) or [],
+            progress=_json(row.progress),
+            run_at_us=row.run_at,
+            created_at_us=row.created_at,
+            deadline_at_us=row.deadline_at,
             cancelled=lambda: flags.is_cancelled(slot),
             writer=self.writer,
         )
-
-
-JSONB_BINARY_VERSION = 1
-
-
-def json_text(payload: bytes) -> bytes:
-    """The JSON text of a claimed jsonb column: its binary payload but the version byte,
-    which claim connections check once (awa_fast.runtime.runner)."""
-    return payload[1:]
 
 
 def _json(payload: bytes | None) -> Any:

@@ -9,17 +9,13 @@ while the client runs handlers (a producer, or a client shut down, reads
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import psycopg
 
 from awa_fast.db.queries import Q
-
-if TYPE_CHECKING:
-    from awa_fast.runtime.runner import Runner
+from awa_fast.runtime.snapshot import Observed, Snapshot
 
 # A probe answers within this, reachable or not: a pool would wait its whole timeout for a
 # connection to a server that is down.
@@ -94,29 +90,30 @@ def available(dsn: str, queues: Sequence[str]) -> dict[str, int] | None:
     return counts
 
 
-def health_of(runner: Runner | None, counts: Mapping[str, int] | None) -> HealthCheck:
-    """The health of a client whose runner is ``runner`` (None: it runs no handlers), with
-    ``counts`` from :func:`available`."""
-    if runner is None:
+def health_of(runtime: Snapshot | None, counts: Mapping[str, int] | None) -> HealthCheck:
+    """The health of a client whose runner reads ``runtime`` (None: it runs no handlers),
+    with ``counts`` from :func:`available`."""
+    if runtime is None:
         return HealthCheck(counts is not None, False, False, False, False, False, {})
-    in_flight = runner.in_flight_by_queue()
     return HealthCheck(
         postgres_connected=counts is not None,
         running=True,
-        poll_loop_alive=runner.claiming(),
-        heartbeat_alive=runner.heartbeat_alive(time.monotonic()),
-        shutting_down=runner.stopping,
-        leader=runner.maintenance.leader.is_leader,
-        loops_down=runner.loops_down(),
+        poll_loop_alive=runtime.claiming,
+        heartbeat_alive=runtime.heartbeat_alive,
+        shutting_down=runtime.stopping,
+        leader=runtime.leader,
+        loops_down=runtime.loops_down,
         queues={
-            queue: QueueHealth(in_flight[queue], (counts or {}).get(queue, 0), concurrency)
-            for queue, concurrency in runner.queues.items()
+            queue: QueueHealth(runtime.in_flight[queue], (counts or {}).get(queue, 0), concurrency)
+            for queue, concurrency in runtime.queues.items()
         },
     )
 
 
-async def probe(dsn: str, runner: Runner | None) -> HealthCheck:
-    """The health of a client on ``dsn`` whose runner is ``runner``, from an event loop
-    (:func:`available` blocks, so it runs in a thread)."""
-    queues = list(runner.queues) if runner is not None else []
-    return health_of(runner, await asyncio.to_thread(available, dsn, queues))
+async def probe(dsn: str, runner: Observed | None) -> HealthCheck:
+    """The health of a client on ``dsn`` whose runner is ``runner`` (None: it runs no
+    handlers), from an event loop (:func:`available` blocks, so it runs in a thread). The
+    snapshot is taken after the database answers: the runner's state as the probe returns."""
+    queues = list(runner.snapshot().queues) if runner is not None else []
+    counts = await asyncio.to_thread(available, dsn, queues)
+    return health_of(runner.snapshot() if runner is not None else None, counts)

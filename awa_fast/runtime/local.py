@@ -10,41 +10,35 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from awa_fast.db.transitions import Target
-from awa_fast.runtime.executor import ID, KIND, LEASE, PROCESS_EXITS
+from awa_fast._core import InFlight
+from awa_fast.db import transitions as tr
+from awa_fast.runtime.claimed import Delivered
+from awa_fast.runtime.context import WorkerContext
+from awa_fast.runtime.executor import PROCESS_EXITS, Executor
 
 log = logging.getLogger("awa_fast.local")
-
-if TYPE_CHECKING:
-    from awa_fast._core import InFlight
-    from awa_fast.runtime.executor import Executor
-    from awa_fast.runtime.runner import Runner
 
 
 async def run_claimed(
     executor: Executor,
     inflight: InFlight,
-    row: Sequence[Any],
+    delivered: Delivered,
     *,
     cut_short: Mapping[tuple[int, int], str] | None = None,
 ) -> None:
-    """Run one delivered row ``(*claimed columns, slot, capacity index)``; free its slot and
-    capacity unit when the handler returns. An attempt cut short by cancellation is
-    reported lost (with its reason in ``cut_short``, by (id, run_lease), where one was
-    given: a map read only then, not a closure made for every job), so the committer
-    retries it, or fails it on its last attempt."""
-    slot = row[-2]
+    """Run one delivered job; free its slot and capacity unit when the handler returns.
+    An attempt cut short by cancellation is reported lost (with its reason in
+    ``cut_short``, by (id, run_lease), where one was given), so the committer retries it,
+    or fails it on its last attempt."""
+    job, slot = delivered.job, delivered.slot
     try:
-        await executor.run(row, slot)
+        await executor.run(job, slot)
     except asyncio.CancelledError:
-        why = cut_short.get((row[ID], row[LEASE])) if cut_short else None
-        reason = orjson.dumps({"reason": why or "shut down before the handler finished"})
-        kind = executor.registry.index_of(row[KIND])
-        executor.sink.push(row[ID], row[LEASE], int(Target.LOST), kind, 0.0, reason)
+        why = cut_short.get((job.id, job.run_lease)) if cut_short else None
+        lost = tr.lost(why or "shut down before the handler finished")
+        kind = executor.registry.index_of(job.kind)
+        executor.sink.push(*tr.record(job.id, job.run_lease, kind, lost))
         raise
     finally:
         inflight.release_slot(slot)  # frees its capacity unit too
@@ -53,15 +47,14 @@ async def run_claimed(
 class LocalWorkers:
     count = 1
 
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
+    def __init__(self, context: WorkerContext) -> None:
+        self.context = context
         self.threads = ThreadPoolExecutor(
-            runner.config.sync_threads, thread_name_prefix="awa-fast-sync"
+            context.config.sync_threads, thread_name_prefix="awa-fast-sync"
         )
-        self.executor = runner.make_executor(self.threads)
-        # Running handlers' tasks by attempt (the loop holds tasks only weakly). Each task
-        # drops its own entry as it ends: a done-callback per task, with a closure and a set
-        # beside the dict, cost each job 1.3 us more (benches/RESULTS.md).
+        self.executor = context.make_executor(self.threads)
+        # Running handlers' tasks by attempt (the loop holds tasks only weakly); each task
+        # drops its own entry as it ends, which costs less than a done-callback.
         self.running: dict[tuple[int, int], asyncio.Task[None]] = {}
         self.evicted: dict[tuple[int, int], str] = {}
         self.exits: Mapping[str, int] = {}  # no worker processes to end
@@ -79,10 +72,10 @@ class LocalWorkers:
         """This process runs the handlers."""
         return 1
 
-    def deliver(self, worker: int, rows: list[tuple[Any, ...]]) -> None:
-        for row in rows:
-            attempt = (row[ID], row[LEASE])
-            self.running[attempt] = asyncio.create_task(self._run(row, attempt))
+    def deliver(self, worker: int, jobs: list[Delivered]) -> None:
+        for delivered in jobs:
+            attempt = (delivered.job.id, delivered.job.run_lease)
+            self.running[attempt] = asyncio.create_task(self._run(delivered, attempt))
 
     def evict(self, job_id: int, run_lease: int, *, reason: str) -> None:
         """Cancel the attempt's task. (A sync handler on the thread pool cannot be stopped
@@ -98,9 +91,11 @@ class LocalWorkers:
             self.evicted[(job_id, run_lease)] = reason
             task.cancel()
 
-    async def _run(self, row: tuple[Any, ...], attempt: tuple[int, int]) -> None:
+    async def _run(self, delivered: Delivered, attempt: tuple[int, int]) -> None:
         try:
-            await run_claimed(self.executor, self.runner.inflight, row, cut_short=self.evicted)
+            await run_claimed(
+                self.executor, self.context.inflight, delivered, cut_short=self.evicted
+            )
         except asyncio.CancelledError:
             if self.evicted.pop(attempt, None) is None:
                 raise  # shutdown: propagate; an evicted attempt's task just ends
@@ -109,13 +104,13 @@ class LocalWorkers:
             # a job does not get to end (nor could it from a sync handler's thread).
             log.error(
                 "job %s raised %r: its attempt failed; the runner carries on",
-                row[ID],
+                attempt[0],
                 exc,
-                extra={"job_id": row[ID], "run_lease": row[LEASE]},
+                extra={"job_id": attempt[0], "run_lease": attempt[1]},
             )
         finally:
             del self.running[attempt]
-            self.runner.capacity_freed()
+            self.context.capacity_freed()
 
     async def drain(self, timeout: float) -> None:
         """Wait for running handlers; past ``timeout`` set their cancel flags, give them a
@@ -123,7 +118,7 @@ class LocalWorkers:
         if self.running:
             _, pending = await asyncio.wait(list(self.running.values()), timeout=timeout)
             if pending:
-                self.runner.inflight.cancel_worker(0)
+                self.context.inflight.cancel_worker(0)
                 _, pending = await asyncio.wait(pending, timeout=min(timeout, 2.0))
                 for task in pending:
                     task.cancel()

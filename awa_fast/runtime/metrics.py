@@ -17,20 +17,15 @@ import contextlib
 import dataclasses
 import functools
 import operator
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import orjson
 
-from awa_fast.db.transitions import Target
 from awa_fast.runtime import health
-from awa_fast.runtime.pool import EXIT_CAUSES
-
-if TYPE_CHECKING:
-    from awa_fast.runtime.runner import Runner
+from awa_fast.runtime.snapshot import Snapshot
 
 LOOPBACK = "127.0.0.1"
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -39,6 +34,15 @@ READ_TIMEOUT = 2.0
 # Connections served at once; one more is closed as soon as it is accepted.
 MAX_CONNECTIONS = 16
 MAX_HEADERS = 100
+
+
+class Reader(Protocol):
+    """Where the server reads its numbers: a runner."""
+
+    dsn: str
+
+    def snapshot(self) -> Snapshot: ...
+
 
 # A metric's value: one number, or one per value of its label; None: none yet.
 Value = float | Mapping[str, float] | None
@@ -49,146 +53,135 @@ class Metric:
     name: str
     type: str  # "counter" or "gauge"
     help: str
-    read: Callable[[Runner], Value]
+    read: Callable[[Snapshot], Value]
     label: str | None = None  # the label ``read`` keys its numbers by
     # How two runners' readings make their process's (awa_fast.telemetry exports a
     # process): counters and capacities add up.
     combine: Callable[[float, float], float] = operator.add
 
 
-def _by_queue(numbers: Callable[[Runner], list[int]]) -> Callable[[Runner], Value]:
-    """A reading per queue from a list in the runner's queue order."""
-    return lambda runner: dict(zip(runner.queues, numbers(runner), strict=True))
+METRICS = (
+    Metric(
+        "awa_fast_jobs_claimed_total",
+        "counter",
+        "Jobs this runner claimed.",
+        lambda s: s.claimed,
+        "queue",
+    ),
+    Metric(
+        "awa_fast_claims_total",
+        "counter",
+        "Claim statements this runner ran: one per claim batch while jobs keep coming, "
+        "one per poll interval (or NOTIFY) while the queue is idle.",
+        lambda s: s.claims,
+        "queue",
+    ),
+    Metric(
+        "awa_fast_jobs_started_on_standby_total",
+        "counter",
+        "Jobs started in their inserting transaction on this runner's standby claims "
+        "(counted among the jobs claimed too), each with no claim statement of its own.",
+        lambda s: s.started_on_standby,
+        "queue",
+    ),
+    Metric(
+        "awa_fast_outcomes_committed_total",
+        "counter",
+        "Handler outcomes the committer settled, by the state each asked for "
+        "(lost: cut short, retried or failed as attempts allow; stale ones included).",
+        lambda s: s.committed,
+        "outcome",
+    ),
+    Metric(
+        "awa_fast_outcomes_stale_total",
+        "counter",
+        "Outcomes dropped because their attempt no longer owned its job.",
+        lambda s: s.stale,
+    ),
+    Metric(
+        "awa_fast_commit_batches_total",
+        "counter",
+        "Batches of outcomes committed.",
+        lambda s: s.batches,
+    ),
+    Metric(
+        "awa_fast_commit_failed_batches_total",
+        "counter",
+        "Batches that could not be committed (their jobs stay running until rescued).",
+        lambda s: s.failed_batches,
+    ),
+    Metric(
+        "awa_fast_jobs_in_flight",
+        "gauge",
+        "Attempts running on this runner (and capacity a claim under way holds).",
+        lambda s: s.in_flight,
+        "queue",
+    ),
+    Metric(
+        "awa_fast_queue_concurrency",
+        "gauge",
+        "Attempts this runner may run at once.",
+        lambda s: s.queues,
+        "queue",
+    ),
+    Metric(
+        "awa_fast_worker_processes",
+        "gauge",
+        "Processes running handlers: forked workers alive, or 1 when they run in-process.",
+        lambda s: s.worker_processes,
+    ),
+    Metric(
+        "awa_fast_worker_exits_total",
+        "counter",
+        "Worker processes that ended, by cause (evicted: killed for a handler past its "
+        "deadline; recycled: job or memory limit; retired: drained; crashed: anything "
+        "else). Each is replaced unless the pool is stopping: at once, or after a delay "
+        "that grows while workers crash soon after their start.",
+        lambda s: s.worker_exits,
+        "cause",
+    ),
+    Metric(
+        "awa_fast_leader",
+        "gauge",
+        "1 while this runner is its database's maintenance leader.",
+        lambda s: int(s.leader),
+        combine=max,
+    ),
+    Metric(
+        "awa_fast_heartbeat_age_seconds",
+        "gauge",
+        "Seconds since this runner's last heartbeat landed.",
+        lambda s: s.heartbeat_age,
+        combine=max,  # the stalest
+    ),
+    Metric(
+        "awa_fast_jobs_promoted_total",
+        "counter",
+        "Scheduled and retryable jobs made available while this runner led.",
+        lambda s: s.promoted,
+    ),
+    Metric(
+        "awa_fast_jobs_rescued_total",
+        "counter",
+        "Attempts rescued while this runner led, by the sweep that found them.",
+        lambda s: s.rescued,
+        "sweep",
+    ),
+    Metric(
+        "awa_fast_jobs_deleted_total",
+        "counter",
+        "Finished jobs deleted past their retention while this runner led.",
+        lambda s: s.deleted,
+    ),
+)
 
 
-def _catalogue() -> tuple[Metric, ...]:
-    """Every metric, in the order served. (Built in a function: the type checker reads
-    its lambdas after Runner, a module that imports this one.)"""
-    return (
-        Metric(
-            "awa_fast_jobs_claimed_total",
-            "counter",
-            "Jobs this runner claimed.",
-            _by_queue(lambda r: r.claimed_by_queue),
-            "queue",
-        ),
-        Metric(
-            "awa_fast_claims_total",
-            "counter",
-            "Claim statements this runner ran: one per claim batch while jobs keep coming, "
-            "one per poll interval (or NOTIFY) while the queue is idle.",
-            _by_queue(lambda r: r.claims_by_queue),
-            "queue",
-        ),
-        Metric(
-            "awa_fast_jobs_started_on_standby_total",
-            "counter",
-            "Jobs started in their inserting transaction on this runner's standby claims "
-            "(counted among the jobs claimed too), each with no claim statement of its own.",
-            _by_queue(lambda r: r.standby.started_by_queue if r.standby else [0] * len(r.queues)),
-            "queue",
-        ),
-        Metric(
-            "awa_fast_outcomes_committed_total",
-            "counter",
-            "Handler outcomes the committer settled, by the state each asked for "
-            "(lost: cut short, retried or failed as attempts allow; stale ones included).",
-            lambda r: {t.name.lower(): r.committer.committed_by_code[t] for t in Target},
-            "outcome",
-        ),
-        Metric(
-            "awa_fast_outcomes_stale_total",
-            "counter",
-            "Outcomes dropped because their attempt no longer owned its job.",
-            lambda r: r.committer.stats.stale,
-        ),
-        Metric(
-            "awa_fast_commit_batches_total",
-            "counter",
-            "Batches of outcomes committed.",
-            lambda r: r.committer.stats.batches,
-        ),
-        Metric(
-            "awa_fast_commit_failed_batches_total",
-            "counter",
-            "Batches that could not be committed (their jobs stay running until rescued).",
-            lambda r: r.committer.stats.failed_batches,
-        ),
-        Metric(
-            "awa_fast_jobs_in_flight",
-            "gauge",
-            "Attempts running on this runner (and capacity a claim under way holds).",
-            lambda r: r.in_flight_by_queue(),
-            "queue",
-        ),
-        Metric(
-            "awa_fast_queue_concurrency",
-            "gauge",
-            "Attempts this runner may run at once.",
-            lambda r: r.queues,
-            "queue",
-        ),
-        Metric(
-            "awa_fast_worker_processes",
-            "gauge",
-            "Processes running handlers: forked workers alive, or 1 when they run in-process.",
-            lambda r: r.workers.alive(),
-        ),
-        Metric(
-            "awa_fast_worker_exits_total",
-            "counter",
-            "Worker processes that ended, by cause (evicted: killed for a handler past its "
-            "deadline; recycled: job or memory limit; retired: drained; crashed: anything "
-            "else). Each is replaced unless the pool is stopping: at once, or after a delay "
-            "that grows while workers crash soon after their start.",
-            lambda r: {cause: r.workers.exits.get(cause, 0) for cause in EXIT_CAUSES},
-            "cause",
-        ),
-        Metric(
-            "awa_fast_leader",
-            "gauge",
-            "1 while this runner is its database's maintenance leader.",
-            lambda r: int(r.maintenance.leader.is_leader),
-            combine=max,
-        ),
-        Metric(
-            "awa_fast_heartbeat_age_seconds",
-            "gauge",
-            "Seconds since this runner's last heartbeat landed.",
-            lambda r: r.heartbeat_age(time.monotonic()),
-            combine=max,  # the stalest
-        ),
-        Metric(
-            "awa_fast_jobs_promoted_total",
-            "counter",
-            "Scheduled and retryable jobs made available while this runner led.",
-            lambda r: r.maintenance.stats.promoted,
-        ),
-        Metric(
-            "awa_fast_jobs_rescued_total",
-            "counter",
-            "Attempts rescued while this runner led, by the sweep that found them.",
-            lambda r: r.maintenance.stats.rescued,
-            "sweep",
-        ),
-        Metric(
-            "awa_fast_jobs_deleted_total",
-            "counter",
-            "Finished jobs deleted past their retention while this runner led.",
-            lambda r: r.maintenance.stats.deleted,
-        ),
-    )
-
-
-METRICS = _catalogue()
-
-
-def render(runner: Runner) -> str:
-    """Every metric of ``runner`` in the Prometheus text exposition format."""
+def render(snapshot: Snapshot) -> str:
+    """Every metric of ``snapshot`` in the Prometheus text exposition format."""
     lines: list[str] = []
     for metric in METRICS:
         lines += (f"# HELP {metric.name} {metric.help}", f"# TYPE {metric.name} {metric.type}")
-        value = metric.read(runner)
+        value = metric.read(snapshot)
         if isinstance(value, Mapping):
             lines += (
                 f'{metric.name}{{{metric.label}="{_escape(key)}"}} {number}'
@@ -213,19 +206,20 @@ class _Connections:
 
 
 async def serve_metrics(
-    runner: Runner,
+    read: Reader,
     port: int,
     *,
     read_timeout: float = READ_TIMEOUT,
     max_connections: int = MAX_CONNECTIONS,
 ) -> asyncio.Server:
-    """Serve ``runner``'s /metrics and /health on 127.0.0.1:``port`` from this loop."""
-    answer = functools.partial(_connection, runner, _Connections(max_connections, read_timeout))
+    """Serve /metrics and /health on 127.0.0.1:``port`` from this loop, from the
+    snapshots ``read`` takes."""
+    answer = functools.partial(_connection, read, _Connections(max_connections, read_timeout))
     return await asyncio.start_server(answer, LOOPBACK, port)
 
 
 async def _connection(
-    runner: Runner,
+    read: Reader,
     connections: _Connections,
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
@@ -237,13 +231,13 @@ async def _connection(
         return
     connections.open += 1
     try:
-        await _answer_one(runner, connections.read_timeout, reader, writer)
+        await _answer_one(read, connections.read_timeout, reader, writer)
     finally:
         connections.open -= 1
 
 
 async def _answer_one(
-    runner: Runner, read_timeout: float, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    read: Reader, read_timeout: float, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
     """Answer one request and close. A client silent for ``read_timeout`` is dropped
     unanswered."""
@@ -253,7 +247,7 @@ async def _answer_one(
         except ValueError:
             response = _response(HTTPStatus.BAD_REQUEST, "text/plain", b"bad request\n")
         else:
-            response = await _answer(runner, method, path)
+            response = await _answer(read, method, path)
         writer.write(response)
         await writer.drain()
         # Sends the end of the stream even if a worker forked meanwhile holds a copy of
@@ -283,13 +277,13 @@ async def _request(reader: asyncio.StreamReader) -> tuple[str, str]:
     raise ValueError("too many headers")
 
 
-async def _answer(runner: Runner, method: str, path: str) -> bytes:
+async def _answer(read: Reader, method: str, path: str) -> bytes:
     if method != "GET":
         return _response(HTTPStatus.METHOD_NOT_ALLOWED, "text/plain", b"only GET\n")
     if path == "/metrics":
-        return _response(HTTPStatus.OK, PROMETHEUS_TEXT, render(runner).encode())
+        return _response(HTTPStatus.OK, PROMETHEUS_TEXT, render(read.snapshot()).encode())
     if path == "/health":
-        check = await health.probe(runner.dsn, runner)
+        check = await health.probe(read.dsn, read)
         body = orjson.dumps({"healthy": check.healthy, **dataclasses.asdict(check)})
         status = HTTPStatus.OK if check.healthy else HTTPStatus.SERVICE_UNAVAILABLE
         return _response(status, "application/json", body)

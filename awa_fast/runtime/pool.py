@@ -1,61 +1,49 @@
-"""Forked worker processes: the multiprocess half of the pool (DESIGN.md §1).
+"""Forked worker processes, from the supervisor's side: fork, deliver, reap, replace.
 
-The supervisor forks N workers before it opens a connection, starts a thread or creates an
-event loop (replacements are forked later from the running supervisor, with the hygiene in
-:func:`_become_worker`). Each worker runs its own uvloop loop and gets claimed rows from
-the supervisor over a pipe, as length-prefixed msgpack frames whose args are the raw JSON
-bytes Postgres returned. Outcomes go back through the shared-memory ring; capacity and
-cancel flags live in the shared in-flight table.
-
-Async handlers run concurrently up to the worker's share of the queue's concurrency. Sync
-handlers run inline on the worker's loop, one at a time per process (as a prefork pool
-does): a CPU-bound handler gets its core without contending for the GIL with a thread pool,
-and the supervisor — not the worker — sends heartbeats and reads its memory, so a long
-computation is safe. Blocking I/O belongs in async handlers.
+The supervisor forks its workers before it opens a connection, starts a thread or creates
+an event loop; replacements are forked later from the running supervisor, with the
+hygiene in :func:`awa_fast.runtime.worker_process.become_worker`. Each worker gets its
+jobs over a pipe (awa_fast.runtime.worker_process); outcomes come back through the shared
+outcome ring, and capacity and cancel flags live in the shared in-flight table. The
+supervisor, not the worker, sends heartbeats and reads a worker's memory, so a long sync
+handler is safe.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import ctypes
 import fcntl
 import logging
 import os
 import signal
-import struct
-import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 import msgspec
-import orjson
-import uvloop
 
-from awa_fast.db.transitions import Target
-from awa_fast.runtime import collector
-from awa_fast.runtime.executor import ID, KIND, PROCESS_EXITS
-from awa_fast.runtime.local import run_claimed
-
-if TYPE_CHECKING:
-    from awa_fast.runtime.runner import Runner
+from awa_fast.db import transitions as tr
+from awa_fast.runtime.claimed import Delivered
+from awa_fast.runtime.context import WorkerContext
+from awa_fast.runtime.worker_process import (
+    FRAME,
+    RECYCLED_EXIT,
+    WorkerProcess,
+    become_worker,
+    close_sibling_pipes,
+    file_id,
+)
+from awa_fast.worker import UNKNOWN_KIND
 
 log = logging.getLogger("awa_fast.pool")
 
-RECYCLED_EXIT = 75  # a worker that retired after its job or memory limit
-HANDLER_EXIT = 1  # a worker that retired because a handler raised SystemExit or the like
 # evicted: killed for a handler past its deadline; recycled: its job or memory limit;
 # retired: asked to drain; crashed: any other end (a signal, os._exit, a fault, a
 # handler's SystemExit).
 EXIT_CAUSES = ("evicted", "recycled", "retired", "crashed")
-_FRAME = struct.Struct("<I")
 _PIPE_BYTES = 1 << 20
 _F_SETPIPE_SZ = 1031
-_PR_SET_PDEATHSIG = 1
 # A worker that crashes within this many seconds of its start, before it was handed a job,
 # is respawned after a delay doubling from RESPAWN_DELAY up to RESPAWN_DELAY_MAX, so one
 # that cannot start (a descriptor limit, a broken import) is not forked in a tight loop;
@@ -64,7 +52,6 @@ STARTUP_SECONDS = 5.0
 RESPAWN_DELAY = 0.5
 RESPAWN_DELAY_MAX = 30.0
 MEMORY_CHECK_INTERVAL = 0.5
-RETIRE_RECHECK_INTERVAL = 0.05
 
 
 def _grow_pipe(fd: int) -> None:
@@ -134,8 +121,8 @@ class Proc:
 class ForkedWorkers:
     """The supervisor's view of its worker processes."""
 
-    def __init__(self, runner: Runner, count: int) -> None:
-        self.runner = runner
+    def __init__(self, context: WorkerContext, count: int) -> None:
+        self.context = context
         self.count = count
         self.procs: list[Proc | None] = [None] * count
         self.exits = dict.fromkeys(EXIT_CAUSES, 0)  # workers ended, by exit_cause
@@ -171,14 +158,14 @@ class ForkedWorkers:
             try:
                 os.close(write_fd)
                 close_sibling_pipes(siblings)
-                _become_worker(parent)
-                code = WorkerProcess(self.runner, worker, read_fd).run()
+                become_worker(parent)
+                code = WorkerProcess(self.context, worker, read_fd).run()
             except BaseException:
                 log.exception("worker process %d failed", os.getpid())
             finally:
                 os._exit(code)
         os.close(read_fd)
-        self.procs[worker] = Proc(pid, write_fd, _file_id(write_fd))
+        self.procs[worker] = Proc(pid, write_fd, file_id(write_fd))
 
     async def start(self) -> None:
         self._changed = asyncio.Event()
@@ -188,7 +175,7 @@ class ForkedWorkers:
             if proc is not None:
                 await self._connect(proc)
         self._reap()  # a worker that died before it was watched
-        limit = self.runner.config.max_worker_memory_mb
+        limit = self.context.config.max_worker_memory_mb
         if limit:
             self._memory_watch = asyncio.get_running_loop().create_task(self._watch_memory(limit))
 
@@ -209,8 +196,8 @@ class ForkedWorkers:
 
     def accepting(self) -> Sequence[int]:
         """Workers connected, not killed and not yet reaped, and not running a flagged
-        attempt (Runner.flagged_workers): a job sent to any other would be lost with it."""
-        flagged = self.runner.flagged_workers()
+        attempt (awa_fast.runtime.flags): a job sent to any other would be lost with it."""
+        flagged = self.context.flagged_workers()
         return [
             w
             for w, p in enumerate(self.procs)
@@ -230,20 +217,20 @@ class ForkedWorkers:
         RSS)."""
         return [proc.pid for proc in self.procs if proc is not None]
 
-    def deliver(self, worker: int, rows: list[tuple[Any, ...]]) -> None:
+    def deliver(self, worker: int, jobs: list[Delivered]) -> None:
         proc = self.procs[worker]
         if proc is None or proc.transport is None or proc.transport.is_closing():
-            release_unstarted(
-                self.runner, rows, reason="its worker process ended before the job was delivered"
+            self.context.release_unstarted(
+                jobs, reason="its worker process ended before the job was delivered"
             )
             return
         proc.worked = True
-        self._send(proc, ("jobs", rows))
+        self._send(proc, ("jobs", jobs))
 
     def _send(self, proc: Proc, message: object) -> None:
         assert proc.transport is not None
         payload = self._encoder.encode(message)
-        proc.transport.write(_FRAME.pack(len(payload)) + payload)
+        proc.transport.write(FRAME.pack(len(payload)) + payload)
 
     # -- deaths ---------------------------------------------------------------------------
 
@@ -285,25 +272,23 @@ class ForkedWorkers:
                 self._replace(worker, proc)
         if self._changed is not None:
             self._changed.set()
-        self.runner.wake()
+        self.context.wake()
 
     def _lose_attempts(self, worker: int, reason: str) -> None:
         """The attempts of a dead worker: those whose handler started are lost (retried,
         the attempt spent); those queued behind them go back to available unspent."""
-        ring = self.runner.ring
-        lost = orjson.dumps({"reason": reason})
-        unstarted = orjson.dumps({"reason": f"{reason} before the job started"})
-        for job_id, lease, _cap, started in self.runner.inflight.release_worker(worker):
-            code, payload = (Target.LOST, lost) if started else (Target.RELEASED, unstarted)
-            ring.push(job_id, lease, int(code), 0xFFFF_FFFF, 0.0, payload)
+        ring = self.context.ring
+        lost = tr.lost(reason)
+        unstarted = tr.released(f"{reason} before the job started")
+        for job_id, lease, _cap, started in self.context.inflight.release_worker(worker):
+            transition = lost if started else unstarted
+            ring.push(*tr.record(job_id, lease, UNKNOWN_KIND, transition))
 
     def _replace(self, worker: int, ended: Proc) -> None:
-        runner = self.runner
-        from awa_fast.runtime.runner import shares
-
-        for queue_index, concurrency in enumerate(runner.queues.values()):
-            share = shares(concurrency, self.count)[worker]
-            runner.inflight.set_capacity(runner.capacity_index(queue_index, worker), share)
+        capacity = self.context.capacity
+        for queue_index in range(len(capacity.queues)):
+            share = capacity.share(queue_index, worker)
+            self.context.inflight.set_capacity(capacity.index(queue_index, worker), share)
         delay = respawn_delay(self._quick_deaths[worker])
         if delay:
             log.warning(
@@ -316,7 +301,7 @@ class ForkedWorkers:
         task = asyncio.get_running_loop().create_task(self._respawn(worker, ended, delay))
         self._connecting.add(task)
         task.add_done_callback(self._connecting.discard)
-        task.add_done_callback(lambda _: self.runner.wake())
+        task.add_done_callback(lambda _: self.context.wake())
 
     async def _respawn(self, worker: int, ended: Proc, delay: float) -> None:
         """Fork and connect the replacement once the loop has let go of the ended worker's
@@ -347,7 +332,7 @@ class ForkedWorkers:
         that ignores its cancel flag (for example a CPU loop). Its other attempts are lost
         and retried; a replacement is forked."""
         for worker, proc in enumerate(self.procs):
-            if proc is not None and (job_id, run_lease) in self.runner.inflight.held_by(worker):
+            if proc is not None and (job_id, run_lease) in self.context.inflight.held_by(worker):
                 log.warning(
                     "job %s: killing worker %d: %s",
                     job_id,
@@ -404,7 +389,7 @@ class ForkedWorkers:
                 self._send(proc, ("drain",))
         if not await self._wait_all_exited(timeout):
             for worker in range(self.count):
-                self.runner.inflight.cancel_worker(worker)
+                self.context.inflight.cancel_worker(worker)
             if not await self._wait_all_exited(min(timeout, 2.0)):
                 for proc in self.procs:
                     if proc is not None:
@@ -429,14 +414,6 @@ class ForkedWorkers:
         return True
 
 
-def release_unstarted(runner: Runner, rows: Sequence[Sequence[Any]], *, reason: str) -> None:
-    """Delivered rows whose handler never started: back to available, unstarted (the
-    attempt is not counted), each freeing its slot and capacity unit."""
-    runner.give_back([row[:-2] for row in rows], reason=reason)
-    for row in rows:
-        runner.inflight.release_slot(row[-2])  # frees its capacity unit too
-
-
 def _close_handles(proc: Proc) -> None:
     """Stop watching an exited worker and close its pipe. The pipe's transport may have
     closed itself already (asyncio notices the reader's end closing, in the same loop
@@ -452,222 +429,3 @@ def _close_handles(proc: Proc) -> None:
         proc.pidfd = None
     if proc.transport is not None and proc.pipe is not None and not proc.pipe.closed.done():
         proc.transport.abort()
-
-
-def _file_id(fd: int) -> tuple[int, int]:
-    stat = os.fstat(fd)
-    return stat.st_dev, stat.st_ino
-
-
-def close_sibling_pipes(siblings: Sequence[tuple[int, tuple[int, int]]]) -> None:
-    """In a new worker, close the write ends of the other workers' job pipes, given as
-    (descriptor, file id). A sibling whose worker has ended may have had its pipe closed
-    already and its descriptor number handed to another file since (this worker's own job
-    pipe, say, which closed here would leave the worker deaf, and its loop's epoll
-    descriptor free to take the number and then be asked to watch itself): only a
-    descriptor that still is that sibling's pipe is closed."""
-    for fd, pipe_id in siblings:
-        with contextlib.suppress(OSError):
-            if _file_id(fd) == pipe_id:
-                os.close(fd)
-
-
-def _become_worker(parent: int) -> None:
-    """Make a freshly forked child safe to run its own loop: forget the parent's loop,
-    signal handling and import locks, die with the parent, and never let the collector
-    finalize the parent's objects (its connections) from here, nor collect as often as a
-    short script would."""
-    _forget_import_locks()
-    asyncio.events._set_running_loop(None)
-    with contextlib.suppress(ValueError):
-        signal.set_wakeup_fd(-1)
-    for sig in (signal.SIGCHLD, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-    # Ctrl-C, and service managers' SIGTERM, reach the whole process group: the supervisor
-    # alone decides how its workers stop (a drain message, or SIGKILL past the grace).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:
-        os._exit(1)
-    collector.settle()  # for good: a worker only ever runs jobs
-
-
-def _forget_import_locks() -> None:
-    """Drop the import locks, and the half-imported modules, of threads that did not
-    survive the fork.
-
-    Replacement workers are forked from the running supervisor, whose other threads (the
-    committer, hook dispatch running user code) may be importing a module at that moment.
-    CPython 3.11 resets only its global import lock in the child: the module's own lock
-    stays held by a thread that no longer exists, and the first import of that module
-    here would wait for it forever, with the job this worker was given. Forking 15 times
-    while another thread imported stdlib modules hung 10 children; with this, 0 of 337.
-    Imports of this thread (the one that forked) are left as they are.
-    """
-    bootstrap = sys.modules.get("importlib._bootstrap")
-    locks = getattr(bootstrap, "_module_locks", None)
-    if not isinstance(locks, dict):
-        return
-    me = threading.get_ident()
-    for name, ref in list(locks.items()):
-        lock = ref() if callable(ref) else ref
-        owner = getattr(lock, "owner", None)
-        if owner is None or owner == me:
-            continue
-        del locks[name]
-        module = sys.modules.get(name)
-        if getattr(getattr(module, "__spec__", None), "_initializing", False):
-            del sys.modules[name]  # imported again, whole, when next asked for
-
-
-class _FrameReader(asyncio.Protocol):
-    def __init__(self, worker: WorkerProcess) -> None:
-        self.worker = worker
-        self.buffer = bytearray()
-        self.decoder = msgspec.msgpack.Decoder()
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while len(self.buffer) >= _FRAME.size:
-            (size,) = _FRAME.unpack_from(self.buffer)
-            end = _FRAME.size + size
-            if len(self.buffer) < end:
-                return
-            message = self.decoder.decode(self.buffer[_FRAME.size : end])
-            del self.buffer[:end]
-            self.worker.on_message(message)
-
-    def eof_received(self) -> bool:
-        self.worker.retire(0)
-        return False
-
-
-class WorkerProcess:
-    """The child side: run delivered rows, report outcomes, retire on request or limits."""
-
-    def __init__(self, runner: Runner, index: int, read_fd: int) -> None:
-        self.runner = runner
-        self.index = index
-        self.read_fd = read_fd
-        self.inflight = runner.inflight
-        self.caps = [runner.capacity_index(q, index) for q in range(len(runner.queues))]
-        self.registry = runner.handlers.registry
-        self.config = runner.config
-        self.executor = runner.make_executor()
-        self.inline: collections.deque[list[Any]] = collections.deque()
-        # Running async handlers by slot (a delivered row is ``(*claimed, slot, capacity)``):
-        # the loop holds tasks only weakly. Keyed by slot, _run drops its own entry without
-        # asking asyncio which task it is (a Python-level call on 3.11, about 0.4 us).
-        self.tasks: dict[int, asyncio.Task[None]] = {}
-        self.jobs_done = 0
-        self.retiring = False
-        self.exit_code = 0
-        self.done: asyncio.Event | None = None
-        self.pump_wakeup: asyncio.Event | None = None
-        self.recheck: asyncio.Task[None] | None = None
-
-    def run(self) -> int:
-        return uvloop.run(self._main())
-
-    async def _main(self) -> int:
-        loop = asyncio.get_running_loop()
-        self.done = asyncio.Event()
-        self.pump_wakeup = asyncio.Event()
-        pipe = os.fdopen(self.read_fd, "rb", buffering=0)
-        transport, _ = await loop.connect_read_pipe(lambda: _FrameReader(self), pipe)
-        pump = asyncio.create_task(self._pump())
-        await self.done.wait()
-        pump.cancel()
-        if self.recheck is not None:
-            self.recheck.cancel()
-        transport.close()
-        await self.executor.writer.close()
-        return self.exit_code
-
-    def on_message(self, message: list[Any]) -> None:
-        if message[0] == "jobs":
-            for row in message[1]:
-                handler = self.registry.get(row[KIND])
-                if handler is not None and not handler.is_async:
-                    self.inline.append(row)
-                else:
-                    self._start(row)
-            assert self.pump_wakeup is not None
-            self.pump_wakeup.set()
-        elif message[0] == "drain":
-            self.retire(0, give_back=True)
-        elif message[0] == "retire":  # past its memory limit
-            self.retire(RECYCLED_EXIT, give_back=True)
-
-    def _start(self, row: list[Any]) -> None:
-        # Held here until _run's last step drops it (a worker never cancels these, so that
-        # step always runs): a done-callback would cost each job one more loop callback.
-        # A slot is reused only after run_claimed frees it, and _run drops the entry right
-        # then, with no await between.
-        self.tasks[row[-2]] = asyncio.get_running_loop().create_task(self._run(row))
-
-    async def _run(self, row: list[Any]) -> None:
-        try:
-            await run_claimed(self.executor, self.inflight, row)
-        except PROCESS_EXITS as exc:
-            log.warning(
-                "worker %d: job %s raised %r: its attempt failed; the worker exits after its"
-                " running jobs, and gives back those it has not started",
-                os.getpid(),
-                row[ID],
-                exc,
-                extra={"worker_pid": os.getpid(), "job_id": row[ID]},
-            )
-            self.retire(HANDLER_EXIT, give_back=True)
-        finally:
-            self.tasks.pop(row[-2], None)  # absent for rows the pump runs inline
-            self.jobs_done += 1
-            limit = self.config.max_jobs_per_worker
-            if limit and self.jobs_done >= limit:
-                self.retire(RECYCLED_EXIT)
-            self._maybe_exit()
-
-    async def _pump(self) -> None:
-        """Run sync handlers one at a time, inline (their rows wait here, unstarted)."""
-        assert self.pump_wakeup is not None
-        while True:
-            await self.pump_wakeup.wait()
-            self.pump_wakeup.clear()
-            while self.inline:
-                await self._run(self.inline.popleft())
-                await asyncio.sleep(0)  # let the pipe, async handlers and signals in
-
-    def retire(self, code: int, *, give_back: bool = False) -> None:
-        """Take no more jobs (capacity 0), finish what runs, then exit with ``code``. With
-        ``give_back``, rows not started yet return to available at once."""
-        if not self.retiring:
-            self.retiring = True
-            self.exit_code = code
-            for cap in self.caps:
-                self.inflight.set_capacity(cap, 0)
-            self.recheck = asyncio.get_running_loop().create_task(self._recheck_exit())
-        if give_back:
-            reason = "shutting down before the job started"
-            release_unstarted(self.runner, self.inline, reason=reason)
-            self.inline.clear()
-        self._maybe_exit()
-
-    async def _recheck_exit(self) -> None:
-        """Look again now and then whether this retiring worker may exit: a claim under way
-        holds capacity units here, and one that comes back empty frees them without a word
-        to this worker."""
-        while True:
-            await asyncio.sleep(RETIRE_RECHECK_INTERVAL)
-            self._maybe_exit()
-
-    def _maybe_exit(self) -> None:
-        if (
-            self.retiring
-            and not self.tasks
-            and not self.inline
-            and all(self.inflight.in_flight(cap) == 0 for cap in self.caps)
-            and self.done is not None
-        ):
-            self.done.set()

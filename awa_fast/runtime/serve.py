@@ -12,25 +12,30 @@ import asyncio
 import logging
 import os
 import signal
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import uvloop
 
 from awa_fast.runtime import collector
 from awa_fast.runtime.config import QueueSpec, parse_queues
+from awa_fast.runtime.handlers import Handlers
 from awa_fast.runtime.options import runner_config
 from awa_fast.runtime.runner import Runner
-
-if TYPE_CHECKING:
-    from awa_fast.client import _Handlers
 
 log = logging.getLogger("awa_fast.serve")
 FORCED_EXIT = 1
 
 
-def serve(
-    client: _Handlers, queues: QueueSpec | None, *, processes: int | None, **config: Any
-) -> int:
+class Served(Protocol):
+    """What serving needs of a client: its database and its handlers."""
+
+    dsn: str
+    handlers: Handlers
+
+    def default_queues(self) -> dict[str, int]: ...
+
+
+def serve(client: Served, queues: QueueSpec | None, *, processes: int | None, **config: Any) -> int:
     """Run ``client``'s handlers until signalled; ``processes=None`` runs them in-process."""
     parsed = parse_queues(queues if queues is not None else client.default_queues())
     settings = runner_config(config, queues=queues)

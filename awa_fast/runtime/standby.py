@@ -27,8 +27,7 @@ from typing import Any
 import psycopg
 
 from awa_fast.db.queries import Q
-
-Row = tuple[Any, ...]
+from awa_fast.runtime.claimed import Claimed
 
 
 class Standby:
@@ -64,10 +63,10 @@ class Standby:
         *,
         host_id: int,
         now: float,
-        start: Callable[[int, list[Row]], None],
+        start: Callable[[int, list[Claimed]], None],
     ) -> None:
         """Read our claims: hand the jobs started on them to ``start`` (a queue index, and
-        its rows as claimed rows), note which queues still have a claim of ours waiting,
+        its claimed jobs), note which queues still have a claim of ours waiting,
         then delete the spent claims. Under the lock, no other collect reads a claim
         between; one whose delete failed is remembered, its job not started again."""
         async with self._lock:
@@ -76,7 +75,7 @@ class Standby:
             await cur.execute(Q.standby_collect, {"host_id": host_id})
             rows = await cur.fetchall()
             waiting = [False] * len(self.queues)
-            started: dict[int, list[Row]] = defaultdict(list)
+            started: dict[int, list[Claimed]] = defaultdict(list)
             for queue, is_waiting, claim, *job in rows:
                 index = self._index[queue]
                 if is_waiting:
@@ -84,7 +83,7 @@ class Standby:
                 elif claim not in self._spent:
                     self._spent.add(claim)
                     if job[0] is not None:  # None: cancelled or rescued before this read
-                        started[index].append(tuple(job))
+                        started[index].append(Claimed._make(job))
             self.waiting = waiting
             for index, jobs in started.items():
                 start(index, jobs)

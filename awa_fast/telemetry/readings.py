@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from awa_fast.runtime.metrics import METRICS, Metric, Value
-from awa_fast.runtime.runner import LIVE
-
-if TYPE_CHECKING:
-    from awa_fast.runtime.runner import Runner
+from awa_fast.runtime.snapshot import LIVE, Snapshot
 
 # A metric's numbers by label value (None: a metric without a label).
 Numbers = dict[str | None, float]
@@ -54,11 +50,11 @@ class Readings:
             return numbers
 
 
-def combined(metric: Metric, runners: Iterable[Runner]) -> Numbers:
-    """``metric``'s readings of ``runners``, combined."""
+def combined(metric: Metric, snapshots: Iterable[Snapshot]) -> Numbers:
+    """``metric``'s readings of runners' ``snapshots``, combined."""
     numbers: Numbers = {}
-    for runner in runners:
-        add(metric, numbers, _numbers(metric.read(runner)))
+    for snapshot in snapshots:
+        add(metric, numbers, _numbers(metric.read(snapshot)))
     return numbers
 
 

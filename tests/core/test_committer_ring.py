@@ -146,6 +146,9 @@ def test_a_lost_report_in_the_batch_of_the_real_outcome_loses(
 def test_a_payload_that_does_not_decode_holds_back_only_itself(
     client: awa_fast.Client, conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A record whose outcome object is not JSON fails its batch's statement; the batch
+    is finalized job by job, the good one settles, and the bad one is left running for
+    the rescue, which retries or fails it."""
     bad, good = running_job(conn), running_job(conn)
     committer = committer_for(client, OutcomeRing(64))
     batcher = Batcher(10, 10.0)
@@ -158,8 +161,8 @@ def test_a_payload_that_does_not_decode_holds_back_only_itself(
     with caplog.at_level(logging.ERROR, logger="awa_fast.committer"):
         committer.commit(batch)
     committer.close()
-    assert f"job {bad}: outcome payload does not decode" in caplog.text
+    assert f"job {bad}: direct finalize failed" in caplog.text
     assert (job(client.dsn, bad)["state"], job(client.dsn, good)["state"]) == (
-        "retryable",
+        "running",
         "retryable",
     )

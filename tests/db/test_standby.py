@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from awa_fast.db.queries import Q
-from awa_fast.runtime.runner import connect_claimer
+from awa_fast.runtime.claimer import connect_claimer
 from awa_fast.runtime.standby import Standby
 from tests.factories import insert_job
 from tests.helpers import run

@@ -167,7 +167,7 @@ def test_a_job_decided_while_its_handler_waits_stays_decided(
                 await decide(client, callback_id, row.id)
                 assert row_of(dsn, row.id)["state"] == final_state
                 await await_until(
-                    lambda: runner.in_flight_by_queue() == {"default": 0},
+                    lambda: runner.snapshot().in_flight == {"default": 0},
                     what="the handler to return",
                 )
             finally:
@@ -206,7 +206,7 @@ def test_a_wait_that_times_out_ends_with_the_rescue(dsn: str, processes: int | N
             )
             try:
                 await await_until(lambda: row_of(dsn, row.id)["state"] == "failed")
-                await await_until(lambda: runner.in_flight_by_queue() == {"default": 0})
+                await await_until(lambda: runner.snapshot().in_flight == {"default": 0})
             finally:
                 await client.shutdown()
             return row.id

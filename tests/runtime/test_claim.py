@@ -85,7 +85,7 @@ def test_a_claim_waits_for_half_a_batch_and_takes_up_to_a_batch(
     runner = Runner(dsn, client.handlers, {"default": 1000}, RunnerConfig(claim_batch=500))
     if running:
         assert runner.inflight.reserve(0, running) == running
-    assert sum(n for _, n in runner._reserve(0)) == reserved
+    assert sum(n for _, n in runner.claimer.reserve(0)) == reserved
 
 
 def test_paused_queue_is_not_claimed(dsn: str) -> None:
@@ -244,14 +244,14 @@ def test_an_idle_runner_claims_on_news_not_in_a_loop(dsn: str) -> None:
             runner = await client.start({"default": 5}, poll_interval=3600.0)
             ran = await client.insert(Mark("one"))
             await await_until(lambda: job(dsn, ran.id)["state"] == "completed", what="the job")
-            await await_until(lambda: runner.in_flight_by_queue() == {"default": 0})
-            before = runner.claims_by_queue[0]
+            await await_until(lambda: runner.snapshot().in_flight == {"default": 0})
+            before = runner.claimer.claims_by_queue[0]
             await asyncio.sleep(1.0)
-            quiet = runner.claims_by_queue[0] - before
+            quiet = runner.claimer.claims_by_queue[0] - before
             news = await client.insert(Mark("two"))
             await await_until(lambda: job(dsn, news.id)["state"] == "completed", what="news")
             await client.shutdown()
-            return quiet, runner.claims_by_queue[0] - before
+            return quiet, runner.claimer.claims_by_queue[0] - before
 
     quiet, after_news = run(main())
     assert quiet == 0

@@ -82,7 +82,7 @@ def test_a_running_client_reports_its_loops_and_queues_until_it_shuts_down(dsn: 
             assert check.queues == {"q": QueueHealth(in_flight=3, available=2, max_workers=3)}
             # A heartbeat that has not landed for two intervals is not alive.
             later = time.monotonic() + 2.5 * runner.config.heartbeat_interval
-            assert not runner.heartbeat_alive(later)
+            assert not runner.heartbeat.alive(later)
 
             stopping = asyncio.ensure_future(client.shutdown(timeout=30))
             await await_until(lambda: runner.stopping, what="shutdown under way")

@@ -3,7 +3,6 @@ attempt it no longer owns or that is past its deadline."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,10 +47,9 @@ def test_heartbeat_keeps_owned_attempts_and_flags_the_rest(
         runner = Runner(dsn, client.handlers, {"default": 8}, RunnerConfig())
 
     async def beat() -> dict[tuple[int, int], bool]:
-        runner._loop = asyncio.get_running_loop()
         slots = {a: runner.inflight.acquire_slot(*a, 0, 0) for a in attempts}
         async with await connect_hot_async(dsn) as hot:
-            await runner._heartbeat_once(hot)
+            await runner.heartbeat.beat_once(hot)
         return {a: runner.inflight.is_cancelled(slot) for a, slot in slots.items()}
 
     flagged = run(beat())
@@ -109,14 +107,13 @@ def test_a_host_taken_for_dead_registers_again_and_restamps_its_attempts(
         runner = Runner(dsn, client.handlers, {"default": 8}, RunnerConfig())
 
     async def beat_twice() -> tuple[int | None, int | None]:
-        runner._loop = asyncio.get_running_loop()
         runner.inflight.acquire_slot(job_id, 1, 0, 0)
         async with await connect_hot_async(dsn) as hot:
-            await runner._register_host(hot)
-            first = runner.host_id
+            await runner.host.register(hot)
+            first = runner.host.id
             await hot.execute("DELETE FROM awa_fast.hosts WHERE id = %s", (first,))
-            await runner._heartbeat_once(hot)
-        return first, runner.host_id
+            await runner.heartbeat.beat_once(hot)
+        return first, runner.host.id
 
     first, second = run(beat_twice())
     assert first is not None and second is not None and second != first

@@ -82,7 +82,7 @@ def test_metrics_count_the_jobs_run_and_health_answers_until_shutdown(
             await await_until(lambda: states(dsn) == {"completed": N}, what="N completions")
             assert await asyncio.to_thread(runner.committer.wait_committed, N, 30)
             await await_until(lambda: runner.maintenance.leader.is_leader, what="leadership")
-            await await_until(lambda: runner.in_flight_by_queue() == {"q": 0}, what="idle")
+            await await_until(lambda: runner.snapshot().in_flight == {"q": 0}, what="idle")
 
             metrics = await get(port, "/metrics")
             assert metrics.status == 200
@@ -139,7 +139,8 @@ def test_health_says_503_while_draining_and_gauges_show_what_runs(dsn: str) -> N
                 # it returns: wait for both.
                 await await_until(
                     lambda: (
-                        runner.in_flight_by_queue() == {"q": 3} and runner.claimed_by_queue == [3]
+                        runner.snapshot().in_flight == {"q": 3}
+                        and runner.claimer.claimed_by_queue == [3]
                     ),
                     what="3 jobs claimed and held",
                 )

@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 import awa_fast
-from awa_fast.runtime.runner import CHANNELS, Runner
+from awa_fast.runtime.listener import CHANNELS
+from awa_fast.runtime.runner import Runner
 from tests.helpers import await_until, job, listening, run
 from tests.runtime.test_standby import Mark, run_one, start_with_claim, waiting_claims
 
@@ -46,7 +47,7 @@ def test_a_forged_standby_note_starts_nothing(dsn: str, outsider_dsn: str) -> No
     async def main() -> None:
         async with client:
             runner = await start_with_claim(client, dsn, {"default": 2}, poll_interval=3600.0)
-            host = runner.host_id
+            host = runner.host.id
             assert host is not None
             done = job(dsn, await run_one(client, dsn, "real"))
             await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a claim again")
@@ -57,7 +58,10 @@ def test_a_forged_standby_note_starts_nothing(dsn: str, outsider_dsn: str) -> No
             ]
             notify(outsider_dsn, *[("awa_fast_standby", note) for note in [*notes, str(host)]])
             await run_one(client, dsn, "after")  # its note comes after the forged ones
-            assert runner.standby is not None and runner.standby.started_by_queue == [2]
+            assert (
+                runner.claimer.standby is not None
+                and runner.claimer.standby.started_by_queue == [2]
+            )
             await client.shutdown()
 
     run(main())
@@ -66,7 +70,7 @@ def test_a_forged_standby_note_starts_nothing(dsn: str, outsider_dsn: str) -> No
 
 def cancel_reasons(runner: Runner) -> dict[tuple[int, int], str]:
     """The attempts whose cancel flag the runner set, and why."""
-    return {attempt: why for attempt, (_, why) in runner._flagged.items()}
+    return runner.flags.reasons()
 
 
 def test_a_forged_cancel_flags_nothing_and_an_admin_cancel_still_does(
@@ -92,13 +96,13 @@ def test_a_forged_cancel_flags_nothing_and_an_admin_cancel_still_does(
             await await_until(lambda: listening(dsn), what="the listener")
             target = (await client.insert(Mark("target"))).id
             victim = (await client.insert(Mark("victim"))).id
-            await await_until(lambda: runner.in_flight_by_queue() == {"default": 2})
+            await await_until(lambda: runner.snapshot().in_flight == {"default": 2})
             lease = job(dsn, target)["run_lease"]
             forged = [f"{j}:{n}" for j in range(1, target + 3) for n in range(1, lease + 2)]
             notify(outsider_dsn, *[("awa_fast_cancel", note) for note in forged])
             await client.cancel(victim)
             flagged = (victim, job(dsn, victim)["run_lease"])
-            await await_until(lambda: flagged in runner._flagged, what="the admin's cancel")
+            await await_until(lambda: flagged in runner.flags, what="the admin's cancel")
             assert cancel_reasons(runner) == {flagged: "cancelled by admin"}
             release.set()
             await await_until(lambda: job(dsn, target)["state"] == "completed")
@@ -130,7 +134,7 @@ def test_notes_that_do_not_parse_are_skipped_and_the_listener_goes_on(
                 ("awa_fast_cancel", "x"),
                 ("awa_fast_cancel", "1:"),
                 ("awa_fast_standby", "[1]"),
-                ("awa_fast_standby", f"{runner.host_id} [1]"),
+                ("awa_fast_standby", f"{runner.host.id} [1]"),
                 *[("awa_fast_cancel", f"flood {n}") for n in range(200)],
             ]
             notify(outsider_dsn, *garbage)
@@ -161,10 +165,13 @@ def test_a_role_without_grants_hears_no_job_data(dsn: str, outsider_dsn: str) ->
                 Mark("secret-args"), metadata={"m": "secret-meta"}, tags=["secret-tag"]
             )
             await await_until(lambda: job(dsn, inserted.id)["state"] == "completed")
-            assert runner.standby is not None and runner.standby.started_by_queue == [1]
+            assert (
+                runner.claimer.standby is not None
+                and runner.claimer.standby.started_by_queue == [1]
+            )
             await client.shutdown()
-            assert runner.host_id is not None
-            return runner.host_id
+            assert runner.host.id is not None
+            return runner.host.id
 
     with psycopg.connect(outsider_dsn, autocommit=True) as outsider:
         for channel in CHANNELS:

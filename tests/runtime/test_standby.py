@@ -26,7 +26,7 @@ def waiting_claims(dsn: str, runner: Runner) -> int:
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
             "SELECT count(*) FROM awa_fast.standby_claims WHERE host_id = %s AND job_id IS NULL",
-            (runner.host_id,),
+            (runner.host.id,),
         ).fetchone()
         assert row is not None
         return int(row[0])
@@ -80,7 +80,10 @@ def test_a_job_inserted_into_an_idle_queue_starts_on_a_standby_claim(
             )
             job_id = await run_one(client, dsn, "one")
             assert job(dsn, job_id)["attempt"] == 1
-            assert runner.standby is not None and runner.standby.started_by_queue == [1]
+            assert (
+                runner.claimer.standby is not None
+                and runner.claimer.standby.started_by_queue == [1]
+            )
             await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a claim again")
             await client.shutdown()
 
@@ -95,7 +98,7 @@ def test_no_standby_claims_when_turned_off(dsn: str) -> None:
     async def main() -> None:
         async with client:
             runner = await client.start({"default": 4}, standby=False)
-            assert runner.standby is None
+            assert runner.claimer.standby is None
             await run_one(client, dsn, "one")
             assert all_claims(dsn) == 0
             await client.shutdown()
@@ -117,7 +120,10 @@ def test_a_claim_gone_from_the_table_is_offered_again(dsn: str) -> None:
             await asyncio.to_thread(truncate_claims, dsn)
             await await_until(lambda: waiting_claims(dsn, runner) == 1, what="an offer again")
             await run_one(client, dsn, "one")
-            assert runner.standby is not None and runner.standby.started_by_queue == [1]
+            assert (
+                runner.claimer.standby is not None
+                and runner.claimer.standby.started_by_queue == [1]
+            )
             await client.shutdown()
 
     run(main())
@@ -146,7 +152,7 @@ def test_a_job_started_on_standby_with_its_queue_full_goes_back_unstarted(dsn: s
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(
                     Q.standby_offer,
-                    {"host_id": runner.host_id, "queues": ["default"], "deadlines": [60.0]},
+                    {"host_id": runner.host.id, "queues": ["default"], "deadlines": [60.0]},
                 )
             second = await client.insert(Mark("second"))
             await await_until(
@@ -184,7 +190,7 @@ def test_a_job_whose_insert_held_a_claim_through_the_stop_goes_back_unstarted(
         async with client:
             runner = await client.start({"default": 2}, poll_interval=3600.0)
             await client.insert(Mark("held"))
-            await await_until(lambda: runner.in_flight_by_queue() == {"default": 1})
+            await await_until(lambda: runner.snapshot().in_flight == {"default": 1})
             await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a standby claim")
             with psycopg.connect(dsn) as producer:
                 row = producer.execute(
@@ -193,14 +199,14 @@ def test_a_job_whose_insert_held_a_claim_through_the_stop_goes_back_unstarted(
                 ).fetchone()
                 assert row is not None
                 withdrawn = asyncio.Event()
-                withdraw = runner._withdraw_standby
+                withdraw = runner.claimer.withdraw_standby
 
                 async def watched(*, start: bool) -> None:
                     await withdraw(start=start)
                     if start:
                         withdrawn.set()
 
-                runner._withdraw_standby = watched  # type: ignore[method-assign]
+                runner.claimer.withdraw_standby = watched  # type: ignore[method-assign]
                 stopping = asyncio.create_task(client.shutdown())
                 await withdrawn.wait()
                 producer.commit()
@@ -226,14 +232,14 @@ def test_each_job_starts_once_though_the_listener_and_claim_rounds_both_collect(
     async def main() -> None:
         async with client:
             runner = await client.start({"default": 4}, processes=processes, poll_interval=3600.0)
-            standby = runner.standby
+            standby = runner.claimer.standby
             assert standby is not None
             for n in range(20):
                 await await_until(lambda: waiting_claims(dsn, runner) == 1, what="a claim")
                 await run_one(client, dsn, str(n))
                 assert standby.started_by_queue == [n + 1]
             await client.shutdown()
-            assert runner.claimed_by_queue == [20]
+            assert runner.claimer.claimed_by_queue == [20]
 
     run(main())
     with psycopg.connect(dsn) as conn:

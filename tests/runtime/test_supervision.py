@@ -52,10 +52,10 @@ class Fault:
 
 
 LOOPS: dict[str, Callable[[Runner], list[tuple[Any, str]]]] = {
-    "heartbeat": lambda runner: [(runner, "_refresh_descriptors")],
-    "claimer": lambda runner: [(runner, "_claim_round")],
+    "heartbeat": lambda runner: [(runner.heartbeat, "refresh_descriptors")],
+    "claimer": lambda runner: [(runner.claimer, "claim_round")],
     # a note fails it first; its restart then fails at once, as it listens again
-    "listener": lambda runner: [(runner, "_heard"), (runner._packs, "heard")],
+    "listener": lambda runner: [(runner.listener, "heard"), (runner.claimer.packs, "heard")],
     "maintenance": lambda runner: [(runner.maintenance.leader, "check")],
     # called once outcomes are drained: a failed batch is logged inside the loop instead
     "committer": lambda runner: [(runner.committer, "_on_drain")],

@@ -94,8 +94,7 @@ def test_args_must_be_an_object() -> None:
 def test_claimed_jsonb_is_decoded_from_its_payload_and_a_new_format_is_refused() -> None:
     """Claims load jsonb as its binary payload, a version byte and then the JSON text; a
     server whose payload has another version is refused before anything is claimed."""
-    from awa_fast.runtime.executor import json_text
-    from awa_fast.runtime.runner import check_jsonb_payload
+    from awa_fast.runtime.claimed import check_jsonb_payload, json_text
 
     assert json_text(b'\x01{"to": "a"}') == b'{"to": "a"}'
     check_jsonb_payload(b"\x01{}")

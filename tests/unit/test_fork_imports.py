@@ -1,5 +1,5 @@
 """A worker forked while another thread of the supervisor is importing a module can still
-import that module (pool._forget_import_locks)."""
+import that module (worker_process._forget_import_locks)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from awa_fast.runtime.pool import _forget_import_locks
+from awa_fast.runtime.worker_process import _forget_import_locks
 
 ENTERED = threading.Event()
 RELEASE = threading.Event()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import pytest
 
 from awa_fast import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
@@ -137,4 +138,32 @@ def test_a_failure_in_a_dead_letter_queue_goes_there_instead() -> None:
 def test_a_plain_completion_is_encoded_without_a_payload() -> None:
     assert tr.encode(tr.COMPLETED) == (int(Target.COMPLETED), 0.0, b"")
     code, _, payload = tr.encode(tr.COMPLETED, progress={"percent": 50})
-    assert (code, payload) == (int(Target.COMPLETED), b'{"progress":{"percent":50}}')
+    assert code == int(Target.COMPLETED)
+    assert orjson.loads(payload) == {
+        "state": "completed",
+        "dead": False,
+        "delay": 0.0,
+        "progress": {"percent": 50},
+    }
+
+
+@pytest.mark.parametrize("target", [t for t in Target if t is not Target.COMPLETED])
+def test_a_record_carries_the_whole_outcome_object(target: Target) -> None:
+    """The committer passes a record's payload to job_transition_many as it is: the state,
+    the dlq flag and the delay are in it, from the table."""
+    transition = tr.Transition(target, delay=7.5, reason="why")
+    record = tr.record(41, 3, 2, transition, metadata={"k": 1})
+    job_id, lease, code, kind, number, payload = record
+    assert (job_id, lease, code, kind, number) == (41, 3, int(target), 2, 7.5)
+    assert orjson.loads(payload) == {
+        "state": tr.RULES[target].state,
+        "dead": target is Target.DEAD,
+        "delay": 7.5,
+        "reason": "why",
+        "metadata": {"k": 1},
+    }
+
+
+def test_given_back_and_lost_are_records_of_their_own_targets() -> None:
+    assert tr.released("r") == tr.Transition(Target.RELEASED, reason="r")
+    assert tr.lost("l") == tr.Transition(Target.LOST, reason="l")

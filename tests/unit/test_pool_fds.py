@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 
-from awa_fast.runtime.pool import _file_id, close_sibling_pipes
+from awa_fast.runtime.worker_process import close_sibling_pipes, file_id
 
 
 def test_a_sibling_pipe_still_open_is_closed() -> None:
     read_fd, write_fd = os.pipe()
     try:
-        close_sibling_pipes([(write_fd, _file_id(write_fd))])
+        close_sibling_pipes([(write_fd, file_id(write_fd))])
         assert not _is_open(write_fd)
     finally:
         os.close(read_fd)
@@ -20,7 +20,7 @@ def test_a_descriptor_number_reused_since_is_left_alone() -> None:
     """A sibling's pipe the supervisor closed already: its number now belongs to another
     pipe (a new worker's own job pipe), which must stay open."""
     old_read, old_write = os.pipe()
-    stale = (old_write, _file_id(old_write))
+    stale = (old_write, file_id(old_write))
     os.close(old_read)
     os.close(old_write)
     new_read, new_write = os.pipe()

@@ -1,0 +1,124 @@
+"""What the workers and the runtime's services share: capacity, the ring, the executor.
+
+The runner builds one :class:`WorkerContext` and hands it to its workers (this process or
+forked processes) instead of itself: a worker sees the capacity layout, the shared
+in-flight table and outcome ring, and the few calls back it needs, and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
+
+from awa_fast._core import InFlight, OutcomeRing
+from awa_fast.db import transitions as tr
+from awa_fast.runtime.attempt_writer import AttemptWriter
+from awa_fast.runtime.claimed import Claimed, Delivered
+from awa_fast.runtime.config import RunnerConfig
+from awa_fast.runtime.executor import Executor
+from awa_fast.worker import Registry
+
+
+def shares(concurrency: int, workers: int) -> list[int]:
+    """Split a queue's concurrency over workers as evenly as possible (sum is exact)."""
+    base, extra = divmod(concurrency, workers)
+    return [base + (1 if w < extra else 0) for w in range(workers)]
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """How the queues' concurrency is laid out in the in-flight table: one counter per
+    (queue, worker), at index ``queue * workers + worker``."""
+
+    queues: Mapping[str, int]  # queue -> concurrency, in the runner's queue order
+    workers: int
+
+    def index(self, queue_index: int, worker: int) -> int:
+        return queue_index * self.workers + worker
+
+    def share(self, queue_index: int, worker: int) -> int:
+        """The units of a queue's concurrency that ``worker`` holds."""
+        concurrency = list(self.queues.values())[queue_index]
+        return shares(concurrency, self.workers)[worker]
+
+    def counters(self) -> list[int]:
+        """Every counter's capacity, in table order."""
+        return [c for q in self.queues.values() for c in shares(q, self.workers)]
+
+
+class Workers(Protocol):
+    """Where claimed jobs run: this process, or forked worker processes."""
+
+    count: int
+
+    def prefork(self) -> None: ...
+
+    async def start(self) -> None: ...
+
+    def accepting(self) -> Sequence[int]: ...
+
+    def deliver(self, worker: int, jobs: list[Delivered]) -> None: ...
+
+    async def drain(self, timeout: float) -> None: ...
+
+    def evict(self, job_id: int, run_lease: int, *, reason: str) -> None: ...
+
+    def alive(self) -> int:
+        """Processes running handlers now (for awa_fast_worker_processes)."""
+        ...
+
+    @property
+    def exits(self) -> Mapping[str, int]:
+        """Worker processes ended, by cause (awa_fast.runtime.pool.EXIT_CAUSES): none
+        when handlers run in-process."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerContext:
+    """The narrow view of the runtime a worker gets."""
+
+    dsn: str
+    config: RunnerConfig
+    capacity: Capacity
+    registry: Registry
+    inflight: InFlight
+    ring: OutcomeRing
+    wake: Callable[[], None]  # claim again: a worker came or went
+    capacity_freed: Callable[[], None]  # handlers returned (safe from any thread)
+    flagged_workers: Callable[[], set[int]]  # workers running an attempt flagged to stop
+
+    def make_executor(self, threads: ThreadPoolExecutor | None = None) -> Executor:
+        """The executor a worker (local or forked) runs handlers with."""
+        return Executor(
+            self.registry,
+            self.ring,
+            self.inflight,
+            self.config.backoff,
+            AttemptWriter(self.dsn),
+            threads,
+            dlq_queues=self.config.dlq_for(list(self.capacity.queues)),
+        )
+
+    def give_back(self, jobs: Sequence[Claimed], *, reason: str) -> None:
+        """Claimed jobs whose handler never started: back to available through the
+        committer, their attempt not counted."""
+        push_unstarted(self.ring, self.registry, jobs, reason=reason)
+
+    def release_unstarted(self, delivered: Sequence[Delivered], *, reason: str) -> None:
+        """Delivered jobs whose handler never started: given back, each freeing its slot
+        and capacity unit."""
+        self.give_back([d.job for d in delivered], reason=reason)
+        for d in delivered:
+            self.inflight.release_slot(d.slot)  # frees its capacity unit too
+
+
+def push_unstarted(
+    ring: OutcomeRing, registry: Registry, jobs: Sequence[Claimed], *, reason: str
+) -> None:
+    """Push a RELEASED record for each of ``jobs``."""
+    released = tr.Transition(tr.Target.RELEASED, reason=reason)
+    for job in jobs:
+        ring.push(*tr.record(job.id, job.run_lease, registry.index_of(job.kind), released))

@@ -1,0 +1,158 @@
+"""The heartbeat: this host's row, its running attempts, their cancel flags, eviction.
+
+Every interval, one statement renews the host's row and one renews every attempt running
+here. An attempt the host no longer owns (cancelled, rescued, resolved) or past its
+deadline gets its cancel flag; a handler still running ``deadline_grace`` after that has
+its worker recycled. The host's descriptors are marked seen on the same connection when a
+refresh is due, so that retention keeps them while the host runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from awa_fast import descriptors
+from awa_fast._core import InFlight
+from awa_fast.db.connections import attempts_params, connect_hot_async
+from awa_fast.db.queries import Q
+from awa_fast.descriptors import Descriptor
+from awa_fast.runtime.config import RunnerConfig
+from awa_fast.runtime.context import Workers
+from awa_fast.runtime.flags import Attempt, CancelFlags
+from awa_fast.runtime.host import Host
+
+log = logging.getLogger("awa_fast.heartbeat")
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatConfig:
+    interval: float = 5.0  # seconds between beats
+    deadline_grace: float = 5.0  # a flagged handler's time to stop before its worker goes
+    descriptor_refresh_every: float = 3600.0  # seconds between descriptor refreshes
+
+    @classmethod
+    def of(cls, config: RunnerConfig) -> HeartbeatConfig:
+        return cls(
+            config.heartbeat_interval,
+            config.deadline_grace,
+            config.descriptor_refresh_every(),
+        )
+
+
+@dataclass(slots=True)
+class Beat:
+    """What one beat did."""
+
+    registered_again: bool = False  # the host's row was gone (taken for dead)
+    flagged: list[tuple[Attempt, str]] = field(default_factory=list)  # set this beat, why
+    evicted: list[Attempt] = field(default_factory=list)  # handlers past their grace
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        dsn: str,
+        config: HeartbeatConfig,
+        *,
+        host: Host,
+        inflight: InFlight,
+        flags: CancelFlags,
+        workers: Workers,
+        descriptors: Sequence[Descriptor],
+    ) -> None:
+        self.dsn = dsn
+        self.config = config
+        self._host = host
+        self._inflight = inflight
+        self._flags = flags
+        self._workers = workers
+        self._descriptors = list(descriptors)
+        self._descriptors_due = time.monotonic() + config.descriptor_refresh_every
+        self._task: asyncio.Task[None] | None = None
+
+    def alive(self, now: float) -> bool:
+        """The loop runs and its last beat landed within two intervals."""
+        age = self._host.age(now)
+        running = self._task is not None and not self._task.done()
+        return running and age is not None and age <= 2 * self.config.interval
+
+    async def run(self, stopping: Callable[[], bool]) -> None:
+        """Beat every interval on a connection of its own until ``stopping()``."""
+        self._task = asyncio.current_task()
+        conn: psycopg.AsyncConnection[Any] | None = None
+        try:
+            while not stopping():
+                try:
+                    if conn is None or conn.closed:
+                        conn = await connect_hot_async(
+                            self.dsn, application_name="awa-fast heartbeat"
+                        )
+                    await self.beat_once(conn)
+                except psycopg.OperationalError as exc:
+                    log.warning("heartbeat failed (%s); retrying", exc)
+                    if conn is not None:
+                        await conn.close()
+                    conn = None
+                await asyncio.sleep(self.config.interval)
+        finally:
+            if conn is not None:
+                await conn.close()
+
+    async def beat_once(self, conn: psycopg.AsyncConnection[Any]) -> Beat:
+        beat = Beat()
+        if not await self._host.beat(conn):
+            log.warning(
+                "host %s was taken for dead and its attempts rescued; registering again",
+                self._host.id,
+            )
+            await self._host.register(conn)
+            beat.registered_again = True
+        await self.refresh_descriptors(conn)
+        ids, leases = self._inflight.running()
+        running = set(zip(ids, leases, strict=True))
+        if running:
+            beat.flagged = await self._beat_attempts(conn, running)
+        for attempt, why in beat.flagged:
+            self._flags.flag(*attempt, why=why)
+        self._flags.forget_ended(running)
+        grace = self.config.deadline_grace
+        for attempt, why in self._flags.ignored(grace=grace):
+            beat.evicted.append(attempt)
+            self._workers.evict(
+                *attempt, reason=f"{why}; its handler ignored cancellation for {grace:g}s"
+            )
+        return beat
+
+    async def _beat_attempts(
+        self, conn: psycopg.AsyncConnection[Any], running: set[Attempt]
+    ) -> list[tuple[Attempt, str]]:
+        """Renew the attempts running here; those to flag, and why."""
+        newest: dict[int, int] = {}  # an older attempt of a job cannot own its row
+        for job_id, lease in running:
+            newest[job_id] = max(lease, newest.get(job_id, lease))
+        params = {**attempts_params(newest), "host_id": self._host.id}
+        cur = await conn.execute(Q.job_heartbeat_many, params)
+        owned = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
+        flagged = []
+        for attempt in running:
+            overdue = owned.get(attempt)
+            if overdue is None:
+                flagged.append((attempt, "no longer owned (cancelled, rescued or resolved)"))
+            elif overdue:
+                flagged.append((attempt, "deadline exceeded"))
+        return flagged
+
+    async def refresh_descriptors(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Mark this host's descriptors seen, when a refresh is due."""
+        now = time.monotonic()
+        if now < self._descriptors_due:
+            return
+        await descriptors.refresh(conn, self._descriptors)
+        self._descriptors_due = now + self.config.descriptor_refresh_every

@@ -28,7 +28,7 @@ from awa_fast.bench import latency as scenario
 from awa_fast.bench.handlers import Board
 from awa_fast.bench.measure import fresh_database, percentiles
 from awa_fast.bench.run import run_as_served
-from awa_fast.runtime import local, pool, runner
+from awa_fast.runtime import claimer, local, pool, worker_process
 
 JOBS = 500
 STAGES = ("round", "rows", "sent", "read", "task")
@@ -44,25 +44,26 @@ class Stamps:
 
     def put(self, stage: str, rows: Any, at: float) -> None:
         for row in rows:
-            if 0 < row[0] <= JOBS:
-                self.boards[stage].put(row[0] - 1, at)
+            job_id = row[0] if isinstance(row[0], int) else row[0][0]  # claimed or delivered
+            if 0 < job_id <= JOBS:
+                self.boards[stage].put(job_id - 1, at)
 
     def wrap(self) -> None:
         """Stamp each stage from the methods the pickup passes through."""
-        claim_round = runner.Runner._claim_round
-        dispatch = runner.Runner._dispatch
+        claim_round = claimer.Claimer.claim_round
+        dispatch = claimer.Claimer._dispatch
         deliver = pool.ForkedWorkers.deliver
-        on_message = pool.WorkerProcess.on_message
+        on_message = worker_process.WorkerProcess.on_message
         run_claimed = local.run_claimed
 
-        async def stamped_round(self_: runner.Runner, cur: Any) -> bool:
+        async def stamped_round(self_: claimer.Claimer, cur: Any) -> claimer.Round:
             self.round_started = time.time()
             try:
                 return await claim_round(self_, cur)
             finally:
                 self.round_started = None
 
-        def stamped_dispatch(self_: runner.Runner, rows: Any, *args: Any) -> None:
+        def stamped_dispatch(self_: claimer.Claimer, rows: Any, *args: Any) -> None:
             now = time.time()
             self.put("round", rows, now if self.round_started is None else self.round_started)
             self.put("rows", rows, now)
@@ -72,7 +73,7 @@ class Stamps:
             deliver(self_, worker, rows)
             self.put("sent", rows, time.time())
 
-        def stamped_message(self_: pool.WorkerProcess, message: Any) -> None:
+        def stamped_message(self_: worker_process.WorkerProcess, message: Any) -> None:
             if message[0] == "jobs":
                 self.put("read", message[1], time.time())
             on_message(self_, message)
@@ -81,11 +82,11 @@ class Stamps:
             self.put("task", [row], time.time())
             await run_claimed(executor, inflight, row, **options)
 
-        runner.Runner._claim_round = stamped_round  # type: ignore[method-assign]
-        runner.Runner._dispatch = stamped_dispatch  # type: ignore[method-assign]
+        claimer.Claimer.claim_round = stamped_round  # type: ignore[method-assign]
+        claimer.Claimer._dispatch = stamped_dispatch  # type: ignore[method-assign]
         pool.ForkedWorkers.deliver = stamped_deliver  # type: ignore[method-assign]
-        pool.WorkerProcess.on_message = stamped_message  # type: ignore[method-assign]
-        pool.run_claimed = local.run_claimed = stamped_run
+        worker_process.WorkerProcess.on_message = stamped_message  # type: ignore[method-assign]
+        worker_process.run_claimed = local.run_claimed = stamped_run
 
 
 def _capture(into: dict[str, list[float]]) -> None:

@@ -16,8 +16,6 @@ import contextlib
 import statistics
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
 
 import uvloop
 
@@ -25,6 +23,7 @@ from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db.transitions import Backoff, Target
 from awa_fast.runtime import collector
 from awa_fast.runtime.attempt_writer import AttemptWriter
+from awa_fast.runtime.claimed import Claimed, Delivered
 from awa_fast.runtime.executor import Executor
 from awa_fast.runtime.local import run_claimed
 from awa_fast.worker import Job, Registry
@@ -39,19 +38,21 @@ async def noop(job: Job[Noop]) -> None:
     return None
 
 
-def delivered_rows(rows: int, inflight: InFlight) -> list[list[Any]]:
-    """Rows as a worker receives them: the claimed columns, then slot and capacity index."""
-    now = datetime.now(UTC)
+def delivered_rows(rows: int, inflight: InFlight) -> list[Delivered]:
+    """Jobs as a worker runs them: claimed, with their slot and capacity index."""
     out = []
     for n in range(rows):
         slot = inflight.acquire_slot(n, 1, 0, 0)
         # args as a claim connection loads jsonb: the version byte, then the JSON text
-        claimed = [n, 1, "Noop", "default", b'\x01{"n":%d}' % n, 1, 25, 2, [], None, None, None]
-        out.append([*claimed, now, now, slot, 0])
+        args = b'\x01{"n":%d}' % n
+        claimed = Claimed(n, 1, "Noop", "default", args, 1, 25, 2, [], None, None, None, 0, 0, 0)
+        out.append(Delivered(claimed, slot, 0))
     return out
 
 
-async def run_batches(executor: Executor, inflight: InFlight, rows: list[Any], size: int) -> None:
+async def run_batches(
+    executor: Executor, inflight: InFlight, rows: list[Delivered], size: int
+) -> None:
     loop = asyncio.get_running_loop()
     running: set[asyncio.Task[None]] = set()
     for start in range(0, len(rows), size):

@@ -1,0 +1,160 @@
+"""The runtime's services driven one pass at a time, with their collaborators named: a
+claim round, and a batch of notes heard."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import pytest
+
+import awa_fast
+from awa_fast._core import InFlight
+from awa_fast.runtime.claimed import Claimed, Delivered
+from awa_fast.runtime.claimer import Claimer, ClaimerConfig, connect_claimer
+from awa_fast.runtime.context import Capacity
+from awa_fast.runtime.flags import CancelFlags
+from awa_fast.runtime.hooks import HookDispatcher, HookRegistry
+from awa_fast.runtime.host import Host
+from awa_fast.runtime.listener import Listener, ListenerConfig
+from awa_fast.runtime.packwatch import PackWatch
+from tests.helpers import job, run
+
+
+@dataclass
+class Mark:
+    n: int
+
+
+@dataclass
+class Delivery:
+    """Workers that keep what they are given (one worker, always accepting)."""
+
+    count: int = 1
+    delivered: list[Delivered] = field(default_factory=list)
+    exits: dict[str, int] = field(default_factory=dict)
+
+    def prefork(self) -> None: ...
+
+    async def start(self) -> None: ...
+
+    def accepting(self) -> Sequence[int]:
+        return (0,)
+
+    def deliver(self, worker: int, jobs: list[Delivered]) -> None:
+        self.delivered += jobs
+
+    async def drain(self, timeout: float) -> None: ...
+
+    def evict(self, job_id: int, run_lease: int, *, reason: str) -> None: ...
+
+    def alive(self) -> int:
+        return 1
+
+
+@dataclass
+class Parts:
+    claimer: Claimer
+    workers: Delivery
+    inflight: InFlight
+    host: Host
+    given_back: list[tuple[Claimed, str]]
+
+
+def parts(dsn: str, *, concurrency: int) -> Parts:
+    capacity = Capacity({"default": concurrency}, 1)
+    inflight = InFlight(capacity.counters(), concurrency + 16)
+    workers = Delivery()
+    host = Host(dsn)
+    given_back: list[tuple[Claimed, str]] = []
+    claimer = Claimer(
+        dsn,
+        ClaimerConfig(claim_batch=10, deadlines=(60.0,), rate_limits=(None,)),
+        capacity=capacity,
+        inflight=inflight,
+        workers=workers,
+        host=host,
+        hooks=HookDispatcher(HookRegistry()),
+        give_back=lambda jobs, reason: given_back.extend((j, reason) for j in jobs),
+        standby=None,
+        packs=PackWatch(1, every=1.0),
+    )
+    return Parts(claimer, workers, inflight, host, given_back)
+
+
+def insert(dsn: str, count: int) -> list[int]:
+    with awa_fast.Client(dsn) as client:
+        return [client.insert(Mark(n)).id for n in range(count)]
+
+
+def test_a_claim_round_claims_what_capacity_allows_and_says_so(dsn: str) -> None:
+    ids = insert(dsn, 5)
+    p = parts(dsn, concurrency=3)
+
+    async def rounds() -> tuple[Any, Any]:
+        async with await connect_claimer(dsn, application_name="test") as conn:
+            await p.host.register(conn)
+            cur = conn.cursor(binary=True)
+            return await p.claimer.claim_round(cur), await p.claimer.claim_round(cur)
+
+    first, second = run(rounds())
+    assert (first.claimed, first.full, first.starved) == ([3], True, False)
+    assert (second.claimed, second.starved) == ([0], True)
+    delivered = p.workers.delivered
+    assert [d.job.id for d in delivered] == ids[:3]
+    for d in delivered:
+        row = job(dsn, d.job.id)
+        assert isinstance(d.job, Claimed)
+        assert (d.job.kind, d.job.run_lease) == (row["kind"], row["run_lease"])
+        assert row["state"] == "running"
+    running = set(zip(*p.inflight.running(), strict=True))
+    assert running == {(d.job.id, d.job.run_lease) for d in delivered}
+    assert p.claimer.claims_by_queue == [1]  # the second round ran no statement
+
+
+def note(channel: str, payload: str) -> psycopg.Notify:
+    return psycopg.Notify(channel, payload, 0)
+
+
+@pytest.mark.parametrize("cancelled", [True, False])
+def test_notes_heard_together_wake_once_and_flag_only_a_confirmed_cancel(
+    dsn: str, cancelled: bool
+) -> None:
+    """A batch of notes: news of the queue wakes claiming; garbage is counted and skipped;
+    a cancel note flags its attempt only when the row says an admin cancelled it."""
+    [job_id] = insert(dsn, 1)
+    p = parts(dsn, concurrency=1)
+    flags = CancelFlags(p.inflight, workers=1, on_ended=lambda: None)
+    listener = Listener(
+        dsn,
+        ListenerConfig(),
+        host=p.host,
+        claimer=p.claimer,
+        inflight=p.inflight,
+        flags=flags,
+    )
+
+    async def claim_then_hear() -> Any:
+        async with await connect_claimer(dsn, application_name="test") as conn:
+            await p.host.register(conn)
+            cur = conn.cursor(binary=True)
+            await p.claimer.claim_round(cur)
+            if cancelled:
+                with awa_fast.Client(dsn) as client:
+                    assert client.cancel(job_id)
+            lease = p.workers.delivered[0].job.run_lease
+            notes = [
+                note("awa_fast_jobs", "default"),
+                note("awa_fast_jobs", "default"),
+                note("awa_fast_cancel", "not an attempt"),
+                note("awa_fast_cancel", f"{job_id}:{lease}"),
+                note("awa_fast_cancel", f"{job_id + 1}:{lease}"),
+            ]
+            return await listener.heard(cur, notes, stopping=False), lease
+
+    heard, lease = run(claim_then_hear())
+    assert (heard.woke, heard.collected, heard.not_understood) == (True, False, 1)
+    assert heard.flagged == ([(job_id, lease)] if cancelled else [])
+    assert flags.reasons() == ({(job_id, lease): "cancelled by admin"} if cancelled else {})

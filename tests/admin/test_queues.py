@@ -1,12 +1,11 @@
-"""The Awa SDK's queue and job admin calls: drain_queue, pause_queue(paused_by), queue_stats'
-totals, discard_failed, cancel_by_unique_key and dump_job, on both clients."""
+"""The calls on whole queues (admin/queues.py): drain_queue, pause_queue(paused_by) and
+resume_queue, queue_stats' totals and plan; and the Awa SDK's admin calls on the async
+client."""
 
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -15,7 +14,9 @@ import pytest
 import awa_fast
 from awa_fast.db.queries import Q
 from tests.factories import finish_jobs, insert_job
-from tests.helpers import job, run
+from tests.helpers import await_until, job, run
+
+FAST = {"heartbeat_interval": 0.1, "rescue_interval": 0.1, "promote_interval": 0.05}
 
 
 @dataclass
@@ -62,6 +63,26 @@ def test_pause_records_who_paused_until_resumed(client: awa_fast.Client) -> None
     assert {s.queue: s.paused_by for s in client.queue_stats()}["q"] is None
     with pytest.raises(awa_fast.ValidationError, match="paused_by"):
         client.pause_queue("q", paused_by=7)  # type: ignore[arg-type]
+
+
+def test_pause_stops_claiming_and_resume_restarts_it(dsn: str) -> None:
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Note)(lambda job: None)
+
+    async def main() -> None:
+        async with client:
+            await client.pause_queue("held")
+            held = await client.insert(Note("held"), queue="held")
+            marker = await client.insert(Note("marker"), queue="open")
+            await client.start({"held": 2, "open": 2}, **FAST)
+            await await_until(lambda: job(dsn, marker.id)["state"] == "completed")
+            assert job(dsn, held.id)["state"] == "available"
+            assert {s.queue: s.paused for s in await client.queue_stats()}["held"] is True
+            await client.resume_queue("held")
+            await await_until(lambda: job(dsn, held.id)["state"] == "completed", timeout=10)
+            await client.shutdown()
+
+    run(main())
 
 
 def test_queue_stats_totals(client: awa_fast.Client, conn: psycopg.Connection[Any]) -> None:
@@ -116,115 +137,6 @@ def test_queue_stats_reads_the_history_through_indexes(conn: psycopg.Connection[
     assert {"jobs_done_failed", "jobs_done_finalized"} <= indexes, nodes
     history = [node for node in nodes if node.get("Relation Name") == "jobs_done"]
     assert len(history) == 2 and all(n["Node Type"] != "Seq Scan" for n in history), nodes
-
-
-def test_discard_failed_deletes_failed_jobs_of_a_kind(
-    client: awa_fast.Client, conn: psycopg.Connection[Any]
-) -> None:
-    failed = [client.insert({"n": i}, kind="a").id for i in range(2)]
-    other_kind = client.insert({}, kind="b").id
-    completed = client.insert({}, kind="a").id
-    finish_jobs(conn, "failed", [*failed, other_kind])
-    finish_jobs(conn, "completed", [completed])
-    assert client.discard_failed("a") == 2
-    with pytest.raises(awa_fast.JobNotFound):
-        client.get_job(failed[0])
-    assert _state(conn, other_kind) == "failed" and _state(conn, completed) == "completed"
-    assert client.discard_failed("a") == 0
-    with pytest.raises(awa_fast.ValidationError, match="kind"):
-        client.discard_failed("")
-
-
-def test_cancel_by_unique_key_matches_the_components_the_insert_hashed(
-    client: awa_fast.Client,
-) -> None:
-    by_args = client.insert(Note("hi"), unique_opts={"by_args": True})
-    assert client.cancel_by_unique_key("note", args={"text": "other"}) is None
-    assert client.cancel_by_unique_key("note", args=Note("hi"), queue="default") is None
-    cancelled = client.cancel_by_unique_key("note", args=Note("hi"))
-    assert cancelled is not None and (cancelled.id, cancelled.state) == (by_args.id, "cancelled")
-    assert client.cancel_by_unique_key("note", args=Note("hi")) is None  # already finished
-
-    by_queue = client.insert(Note("x"), queue="mail", unique={"by_args": False, "by_queue": True})
-    assert client.cancel_by_unique_key("note") is None
-    assert client.cancel_by_unique_key("note", queue="mail").id == by_queue.id  # type: ignore[union-attr]
-
-    period = 3600
-    by_period = client.insert(Note("p"), unique={"by_args": False, "by_period": period})
-    bucket = int(time.time()) // period
-    assert client.cancel_by_unique_key("note", period_bucket=bucket).id == by_period.id  # type: ignore[union-attr]
-    with pytest.raises(awa_fast.ValidationError, match="period_bucket"):
-        client.cancel_by_unique_key("note", period_bucket=-1)
-
-
-def test_cancel_by_unique_key_takes_the_oldest_of_two_holders(
-    client: awa_fast.Client, conn: psycopg.Connection[Any], dsn: str
-) -> None:
-    """A key enforced in `available` only lets a second job in once the first runs; the
-    SDK cancels the oldest unfinished one, the running attempt, first."""
-    first = client.insert(Note("k"), unique={"states": ["available"]})
-    conn.execute(
-        "UPDATE awa_fast.jobs_hot SET state = 'running', attempt = 1, run_lease = 1,"
-        " heartbeat_at = now() WHERE id = %s",
-        (first.id,),
-    )
-    second = client.insert(Note("k"), unique={"states": ["available"]})
-    assert client.cancel_by_unique_key("note", args=Note("k")).id == first.id  # type: ignore[union-attr]
-    assert client.cancel_by_unique_key("note", args=Note("k")).id == second.id  # type: ignore[union-attr]
-    assert {job(dsn, first.id)["state"], job(dsn, second.id)["state"]} == {"cancelled"}
-
-
-def test_dump_job_shows_the_job_and_its_lifecycle(
-    client: awa_fast.Client, conn: psycopg.Connection[Any]
-) -> None:
-    row = client.insert(Note("dump"), tags=["t"], unique={"by_args": True})
-    start = datetime.now(UTC)
-    error = {"error": "boom", "attempt": 1, "at": (start + timedelta(seconds=1)).isoformat()}
-    finish_jobs(
-        conn,
-        "failed",
-        [row.id],
-        attempt=1,
-        attempted_at=start.isoformat(),
-        finalized_at=(start + timedelta(seconds=2)).isoformat(),
-        errors=[error],
-    )
-    dump = json.loads(client.dump_job(row.id))
-    assert (dump["job"]["id"], dump["job"]["state"], dump["job"]["tags"]) == (
-        row.id,
-        "failed",
-        ["t"],
-    )
-    assert dump["job"]["args"] == {"text": "dump"} and dump["job"]["created_at"].endswith("Z")
-    assert isinstance(dump["job"]["unique_key"], str)
-    assert dump["summary"] == {
-        "original_priority": 2,
-        "can_retry": True,
-        "can_cancel": False,
-        "error_count": 1,
-        "latest_error": error,
-    }
-    assert [e["label"] for e in dump["timeline"]] == [
-        "Created",
-        "Attempt 1 started",
-        "Attempt 1 failed",
-        "Failed after 1 attempt",
-    ]
-    assert dump["timeline"][2] | {"timestamp": None} == {
-        "timestamp": None,
-        "label": "Attempt 1 failed",
-        "state": "failed",
-        "detail": "boom",
-        "is_error": True,
-    }
-    assert "dlq" not in dump
-
-    client.move_failed_to_dlq(row.id, "bad data")
-    dead = json.loads(client.dump_job(row.id))
-    assert dead["dlq"]["reason"] == "bad data" and dead["dlq"]["original_run_lease"] == 0
-    assert dead["summary"]["can_retry"] is False and dead["job"]["id"] == row.id
-    with pytest.raises(awa_fast.JobNotFound, match=r"^job not found: 999999$"):
-        client.dump_job(999999)
 
 
 def test_async_client_runs_the_same_admin_calls(dsn: str, conn: psycopg.Connection[Any]) -> None:

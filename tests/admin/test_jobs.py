@@ -1,18 +1,20 @@
-"""Admin operations and recovery in one process: cancel, retry, pause/resume, stats,
-deadlines, and scheduled jobs running on time."""
+"""The calls on single jobs (admin/jobs.py): cancel, also of a running attempt, retry,
+get, list, retry_failed, discard_failed and cancel_by_unique_key."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 import awa_fast
 from tests.factories import finish_jobs, insert_job
-from tests.helpers import await_until, job, run, run_until, settled, states
+from tests.helpers import await_until, job, run
 
 FAST = {"heartbeat_interval": 0.1, "rescue_interval": 0.1, "promote_interval": 0.05}
 
@@ -20,6 +22,11 @@ FAST = {"heartbeat_interval": 0.1, "rescue_interval": 0.1, "promote_interval": 0
 @dataclass
 class Task:
     do: str
+
+
+@dataclass
+class Note:
+    text: str
 
 
 def test_admin_cancel_reaches_the_running_handler(dsn: str) -> None:
@@ -105,69 +112,57 @@ def test_retry_failed_requeues_failed_jobs(client: awa_fast.Client, dsn: str, co
     assert {job(dsn, i)["attempt"] for i in ids} == {0}
 
 
-def test_pause_stops_claiming_and_resume_restarts_it(dsn: str) -> None:
-    client = awa_fast.AsyncClient(dsn)
-    client.task(Task)(lambda job: None)
-
-    async def main() -> None:
-        async with client:
-            await client.pause_queue("held")
-            held = await client.insert(Task("held"), queue="held")
-            marker = await client.insert(Task("marker"), queue="open")
-            await client.start({"held": 2, "open": 2}, **FAST)
-            await await_until(lambda: job(dsn, marker.id)["state"] == "completed")
-            assert job(dsn, held.id)["state"] == "available"
-            assert {s.queue: s.paused for s in await client.queue_stats()}["held"] is True
-            await client.resume_queue("held")
-            await await_until(lambda: job(dsn, held.id)["state"] == "completed", timeout=10)
-            await client.shutdown()
-
-    run(main())
+def test_discard_failed_deletes_failed_jobs_of_a_kind(
+    client: awa_fast.Client, conn: psycopg.Connection[Any], dsn: str
+) -> None:
+    failed = [client.insert({"n": i}, kind="a").id for i in range(2)]
+    other_kind = client.insert({}, kind="b").id
+    completed = client.insert({}, kind="a").id
+    finish_jobs(conn, "failed", [*failed, other_kind])
+    finish_jobs(conn, "completed", [completed])
+    assert client.discard_failed("a") == 2
+    with pytest.raises(awa_fast.JobNotFound):
+        client.get_job(failed[0])
+    assert job(dsn, other_kind)["state"] == "failed" and job(dsn, completed)["state"] == "completed"
+    assert client.discard_failed("a") == 0
+    with pytest.raises(awa_fast.ValidationError, match="kind"):
+        client.discard_failed("")
 
 
-def test_handler_hanging_past_its_deadline_is_cancelled_and_retried(dsn: str) -> None:
-    client = awa_fast.AsyncClient(dsn)
+def test_cancel_by_unique_key_matches_the_components_the_insert_hashed(
+    client: awa_fast.Client,
+) -> None:
+    by_args = client.insert(Note("hi"), unique_opts={"by_args": True})
+    assert client.cancel_by_unique_key("note", args={"text": "other"}) is None
+    assert client.cancel_by_unique_key("note", args=Note("hi"), queue="default") is None
+    cancelled = client.cancel_by_unique_key("note", args=Note("hi"))
+    assert cancelled is not None and (cancelled.id, cancelled.state) == (by_args.id, "cancelled")
+    assert client.cancel_by_unique_key("note", args=Note("hi")) is None  # already finished
 
-    @client.task(Task)
-    async def task(job: awa_fast.Job[Task]) -> None:
-        if job.attempt == 1:
-            await asyncio.sleep(3600)  # hangs, ignoring its cancel flag
+    by_queue = client.insert(Note("x"), queue="mail", unique={"by_args": False, "by_queue": True})
+    assert client.cancel_by_unique_key("note") is None
+    assert client.cancel_by_unique_key("note", queue="mail").id == by_queue.id  # type: ignore[union-attr]
 
-    async def main() -> int:
-        async with client:
-            row = await client.insert(Task("hang"))
-            await run_until(
-                client,
-                {"default": 1},
-                lambda: job(dsn, row.id)["state"] == "completed",
-                timeout=30,
-                deadline=0.5,
-                deadline_grace=0.3,
-                backoff=awa_fast.Backoff(0.05),
-                **FAST,
-            )
-            return row.id
-
-    final = job(dsn, run(main()))
-    assert final["attempt"] == 2
-    assert final["errors"][0]["error"].startswith("deadline exceeded"), final["errors"]
+    period = 3600
+    by_period = client.insert(Note("p"), unique={"by_args": False, "by_period": period})
+    bucket = int(time.time()) // period
+    assert client.cancel_by_unique_key("note", period_bucket=bucket).id == by_period.id  # type: ignore[union-attr]
+    with pytest.raises(awa_fast.ValidationError, match="period_bucket"):
+        client.cancel_by_unique_key("note", period_bucket=-1)
 
 
-def test_scheduled_jobs_run_within_one_promotion_interval(dsn: str) -> None:
-    client = awa_fast.AsyncClient(dsn)
-    client.task(Task)(lambda job: None)
-    interval = 0.2
-
-    async def main() -> int:
-        async with client:
-            await client.start({"default": 5}, promote_interval=interval)
-            when = datetime.now(UTC) + timedelta(seconds=1)
-            row = await client.insert(Task("later"), run_at=when)
-            assert row.state == "scheduled"
-            await await_until(lambda: settled(dsn) and "scheduled" not in states(dsn))
-            await client.shutdown()
-            return row.id
-
-    final = job(dsn, run(main()))
-    delay = (final["attempted_at"] - final["run_at"]).total_seconds()
-    assert 0 <= delay <= interval + 0.3, delay
+def test_cancel_by_unique_key_takes_the_oldest_of_two_holders(
+    client: awa_fast.Client, conn: psycopg.Connection[Any], dsn: str
+) -> None:
+    """A key enforced in `available` only lets a second job in once the first runs; the
+    SDK cancels the oldest unfinished one, the running attempt, first."""
+    first = client.insert(Note("k"), unique={"states": ["available"]})
+    conn.execute(
+        "UPDATE awa_fast.jobs_hot SET state = 'running', attempt = 1, run_lease = 1,"
+        " heartbeat_at = now() WHERE id = %s",
+        (first.id,),
+    )
+    second = client.insert(Note("k"), unique={"states": ["available"]})
+    assert client.cancel_by_unique_key("note", args=Note("k")).id == first.id  # type: ignore[union-attr]
+    assert client.cancel_by_unique_key("note", args=Note("k")).id == second.id  # type: ignore[union-attr]
+    assert {job(dsn, first.id)["state"], job(dsn, second.id)["state"]} == {"cancelled"}

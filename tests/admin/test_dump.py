@@ -1,9 +1,12 @@
-"""dump_run: one attempt of a job, the Awa SDK's ``awa job dump-run`` shape, from a job a
-real runner failed once and then completed."""
+"""dump_job and dump_run (admin/dump.py): a job and its lifecycle, and one attempt of it, in
+the Awa SDK's ``awa job dump`` and ``dump-run`` shapes; attempts from a job a real runner
+failed once and then completed."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -19,6 +22,11 @@ from tests.helpers import run, run_until, states
 @dataclass
 class Flaky:
     n: int
+
+
+@dataclass
+class Note:
+    text: str
 
 
 def test_the_current_attempt_comes_from_the_row_and_an_earlier_one_from_its_error(
@@ -149,3 +157,56 @@ def test_an_earlier_attempt_that_recorded_no_error_cannot_be_dumped(
     ):
         client.dump_run(job_id, 1)
     assert orjson.loads(client.dump_run(job_id, 2))["state"] == "running"
+
+
+def test_dump_job_shows_the_job_and_its_lifecycle(
+    client: awa_fast.Client, conn: psycopg.Connection[Any]
+) -> None:
+    row = client.insert(Note("dump"), tags=["t"], unique={"by_args": True})
+    start = datetime.now(UTC)
+    error = {"error": "boom", "attempt": 1, "at": (start + timedelta(seconds=1)).isoformat()}
+    finish_jobs(
+        conn,
+        "failed",
+        [row.id],
+        attempt=1,
+        attempted_at=start.isoformat(),
+        finalized_at=(start + timedelta(seconds=2)).isoformat(),
+        errors=[error],
+    )
+    dump = json.loads(client.dump_job(row.id))
+    assert (dump["job"]["id"], dump["job"]["state"], dump["job"]["tags"]) == (
+        row.id,
+        "failed",
+        ["t"],
+    )
+    assert dump["job"]["args"] == {"text": "dump"} and dump["job"]["created_at"].endswith("Z")
+    assert isinstance(dump["job"]["unique_key"], str)
+    assert dump["summary"] == {
+        "original_priority": 2,
+        "can_retry": True,
+        "can_cancel": False,
+        "error_count": 1,
+        "latest_error": error,
+    }
+    assert [e["label"] for e in dump["timeline"]] == [
+        "Created",
+        "Attempt 1 started",
+        "Attempt 1 failed",
+        "Failed after 1 attempt",
+    ]
+    assert dump["timeline"][2] | {"timestamp": None} == {
+        "timestamp": None,
+        "label": "Attempt 1 failed",
+        "state": "failed",
+        "detail": "boom",
+        "is_error": True,
+    }
+    assert "dlq" not in dump
+
+    client.move_failed_to_dlq(row.id, "bad data")
+    dead = json.loads(client.dump_job(row.id))
+    assert dead["dlq"]["reason"] == "bad data" and dead["dlq"]["original_run_lease"] == 0
+    assert dead["summary"]["can_retry"] is False and dead["job"]["id"] == row.id
+    with pytest.raises(awa_fast.JobNotFound, match=r"^job not found: 999999$"):
+        client.dump_job(999999)

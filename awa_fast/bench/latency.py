@@ -79,11 +79,11 @@ async def sustained(
     completed jobs/s, end-to-end latency, and queue depth and dead tuples of ``jobs_hot``
     sampled over time.
 
-    The basis is the drain rate (the median of :data:`BASIS_DRAINS` drains of ``jobs``
-    pre-inserted jobs with no producer, or ``drain_rate`` when already measured) or, with
-    ``basis="capacity"``, what the pool completes while a producer offers that whole drain
-    rate for a few seconds: on a small box the producer's inserts take cores the drain had
-    to itself. ``rate`` fixes the offered rate outright.
+    The basis is the drain rate: the median of :data:`BASIS_DRAINS` drains of ``jobs``
+    pre-inserted jobs with no producer, or ``drain_rate`` when already measured. With
+    ``basis="capacity"`` it is what the pool completes while a producer offers that whole
+    drain rate for a few seconds, since on a small box the producer's inserts take cores
+    the drain had to itself. ``rate`` fixes the offered rate outright.
 
     A median, as the drain scenario's own figure is: a single drain lasts a fraction of a
     second and says as much about that moment as about the pool. The machine drifts within

@@ -101,10 +101,10 @@ psycopg.adapters.register_dumper(Int8Array, _Int8ArrayDumper)
 psycopg.adapters.register_dumper(IdMap, _IdMapDumper)
 
 
-# TCP keepalives and a send timeout for every connection the runtime holds open: without
+# TCP keepalives and a send timeout for every connection the runtime holds open. Without
 # them a connection whose server vanished (a partition, a paused VM, a failover) looks
-# alive to the client for as long as the kernel's defaults allow, two hours for an idle
-# one, and a statement sent into it waits about as long.
+# alive for as long as the kernel's defaults allow, two hours when idle, and a statement
+# sent into it waits as long.
 KEEPALIVES = {
     "keepalives": 1,
     "keepalives_idle": 10,  # seconds idle before the first probe

@@ -347,7 +347,7 @@ def poll_until_done(
 
 
 def start_idle(workers: list[Worker], url: str, settle: float = 1.0) -> bool:
-    """``go`` to every worker, then wait until they are idle: a session in LISTEN (if the
+    """``go`` to every worker, then wait until they are idle: a connection in LISTEN (if the
     peer LISTENs) and ``settle`` s more for their first empty fetches to pass."""
     for w in workers:
         w.send("go")

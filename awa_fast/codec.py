@@ -49,8 +49,7 @@ def _encoder_for(args_type: type) -> Encoder | None:
 
     Dataclasses and dicts go through msgspec, as Structs do: it writes integers of any
     size, as jsonb stores them (orjson refuses one beyond 64 bits), and what reads args
-    back untyped uses :func:`decode_json`, which keeps them exact. It is also a little
-    cheaper: ``prepare_many`` of 450 dataclass args, 1.16 us a job against 1.25."""
+    back untyped uses :func:`decode_json`, which keeps them exact."""
     if (
         issubclass(args_type, msgspec.Struct)
         or dataclasses.is_dataclass(args_type)

@@ -164,7 +164,7 @@ async def register(
 
 async def refresh(conn: psycopg.AsyncConnection[Any], mine: Collection[Descriptor]) -> int:
     """Mark this host's descriptors ``mine`` seen now, in one statement; returns how many
-    rows it moved (a row another session holds is being seen or deleted by it, and is
+    rows it moved (a row another connection holds is being seen or deleted by it, and is
     skipped; one deleted meanwhile comes back when its host next starts)."""
     if not mine:
         return 0

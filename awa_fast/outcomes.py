@@ -1,4 +1,5 @@
-"""Values a handler returns to say what happens to its job (see DESIGN.md §3).
+"""Values a handler returns to say what happens to its job (docs/architecture.md, "The
+outcome table").
 
 Returning ``None`` completes the job. Raising :class:`~awa_fast.TerminalError` fails it;
 raising anything else retries it with backoff.

@@ -45,9 +45,9 @@ POSTGRES_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 def instant(micros: int) -> datetime:
     """A timestamptz as Postgres sends it in binary, microseconds since 2000-01-01 UTC, as
-    a datetime in UTC. Claim connections load a claimed row's instants so (as datetimes,
-    the two took the supervisor 0.19 us a row to load, half of all it loads, and the pipe
-    to a worker process more to carry), and a Job makes only those its handler reads."""
+    a datetime in UTC. Claim connections load a claimed row's instants as integers, which
+    cost the supervisor next to nothing to load (benches/RESULTS.md, "Design
+    measurements"); a Job makes datetimes only of those its handler reads."""
     return POSTGRES_EPOCH + timedelta(microseconds=micros)
 
 

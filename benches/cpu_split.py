@@ -59,7 +59,7 @@ CLAIMER = "postgres: awa-fast claimer"
 
 def backend_labels(conn: psycopg.Connection[Any], database: str | None = None) -> dict[int, str]:
     """Each Postgres backend's application name, or its last statement when it has none;
-    with ``database``, only that database's sessions."""
+    with ``database``, only that database's backends."""
     rows = conn.execute(
         "SELECT pid, application_name, backend_type, query FROM pg_stat_activity"
         " WHERE %(db)s::text IS NULL OR datname = %(db)s",
@@ -116,7 +116,7 @@ class Window:
     def watch_pool(self, server_url: str, database: str, stop: threading.Event) -> None:
         """Every 50 ms until ``stop``: the first and the latest snapshot taken while the
         pool's claimer is connected to ``database``. Watched from the server's own
-        database, so the drain's quiet start (no other session in its database) holds."""
+        database, so the drain's quiet start (no other connection to its database) holds."""
         began = 0.0
         with psycopg.connect(server_url, autocommit=True) as conn:
             while not stop.is_set():

@@ -5,8 +5,8 @@
 #
 #   sh benches/full_run.sh postgresql://postgres@127.0.0.1:55432/postgres
 #
-# About 70 minutes on the 2-core machine (session 20, four peers). Keep the machine
-# otherwise idle. With AWA_FAST_ONLY=1 the peer results already in benches/latest/ are
+# About 70 minutes with four peers on the 2-core machine. Keep the machine otherwise
+# idle. With AWA_FAST_ONLY=1 the peer results already in benches/latest/ are
 # kept and only awa-fast is measured again (about 10-20 minutes).
 set -eu
 url=${1:?usage: full_run.sh POSTGRES_SERVER_URL}

@@ -1,11 +1,11 @@
 //! In-process collection of outcome records into column arrays for the committer.
 //!
-//! The committer applies a whole batch with one guarded statement (`UPDATE … FROM unnest(ids,
-//! leases, …)`), so what it needs is columns, not per-job objects. [`Batcher`] accumulates
-//! records as columns (payloads in one contiguous buffer) and says when a batch is due: when it
-//! holds `max_size` records, or when its oldest record has waited `max_delay` (the bound on
-//! flush latency). [`Columns`] is the taken batch with the set operations the committer needs
-//! (stale ids after a guarded update, sub-batches, split by outcome code).
+//! The committer applies a whole batch with one guarded statement, so what it needs is
+//! columns, not per-job objects. [`Batcher`] accumulates records as columns (payloads in one
+//! contiguous buffer) and says when a batch is due: when it holds `max_size` records, or when
+//! its oldest record has waited `max_delay` (the bound on flush latency). [`Columns`] is the
+//! taken batch with the set operations the committer needs: stale ids after a guarded
+//! update, sub-batches, a split by outcome code.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};

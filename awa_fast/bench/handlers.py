@@ -71,8 +71,8 @@ def burn_loops(ms: float = 1.0) -> int:
 
 
 def burn_cpu(loops: int) -> float:
-    """Pure-Python CPU for ``loops`` iterations; returns the CPU seconds it took (what a job
-    cost here and now: the same loop runs ±30 % faster or slower on a shared VM)."""
+    """Pure-Python CPU for ``loops`` iterations; returns the CPU seconds it took: what a job
+    cost here and now, since the same loop's cost drifts on a shared VM."""
     started = time.thread_time()
     _spin(loops)
     return time.thread_time() - started

@@ -79,19 +79,17 @@ async def sustained(
     completed jobs/s, end-to-end latency, and queue depth and dead tuples of ``jobs_hot``
     sampled over time.
 
-    The basis is the drain rate (the median of :data:`BASIS_DRAINS` drains of ``jobs``
-    pre-inserted jobs with no producer, or ``drain_rate`` when already measured) or, with
-    ``basis="capacity"``, what the pool completes while a producer offers that whole drain
-    rate for a few seconds: on a small box the producer's inserts take cores the drain had
-    to itself. ``rate`` fixes the offered rate outright.
+    The basis is the drain rate: the median of :data:`BASIS_DRAINS` drains of ``jobs``
+    pre-inserted jobs with no producer, or ``drain_rate`` when already measured. With
+    ``basis="capacity"`` it is what the pool completes while a producer offers that whole
+    drain rate for a few seconds, since on a small box the producer's inserts take cores
+    the drain had to itself. ``rate`` fixes the offered rate outright.
 
-    A median, as the drain scenario's own figure is: one drain of 20,000 jobs lasts a third
-    of a second, and on a shared machine single drains minutes apart ranged over 42-69k
-    jobs/s, so a load taken from one drain said as much about that third of a second as
-    about the pool. The machine drifts within a run too, so when the basis drains were
-    measured here, as many are measured again right after the load (``after_drains_per_s``,
-    and ``load_after``, the offered rate as a share of their median): a run whose load
-    turned out heavier or lighter than it was meant to be says so."""
+    A median, as the drain scenario's own figure is: a single drain lasts a fraction of a
+    second and says as much about that moment as about the pool. The machine drifts within
+    a run too, so when the basis drains were measured here, as many run again right after
+    the load (``after_drains_per_s``; ``load_after`` is the offered rate as a share of their
+    median): a run whose load came out heavier or lighter than meant says so."""
     if basis not in BASES:
         raise ValueError(f"basis must be one of {', '.join(BASES)}, got {basis!r}")
     basis_rate = rate
@@ -201,9 +199,8 @@ async def _with_progress(work: Awaitable[Any], duration: float, progress: Progre
     return task.result()
 
 
-# Each sample counts the available rows: sampled 60 times in a 10 s run at 33k jobs/s,
-# the count took 1.2 us of the server's CPU per job (benches/cpu_split.py), load the
-# measurement itself put on the system it measures.
+# Each sample counts the available rows, load the measurement puts on what it measures:
+# few samples keep it small (benches/RESULTS.md, "Design measurements").
 SAMPLES_PER_RUN = 20
 
 

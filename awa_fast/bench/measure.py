@@ -222,9 +222,9 @@ class Window:
     """What a scenario measures between starting its pool and its last commit.
 
     Commit counts come from ``pg_stat_database``, which a backend updates only when it has
-    been idle for a second or when it exits: so both readings are taken with no other
-    session in the database (inserts run on a connection closed before the window opens;
-    the final reading waits until the pool's sessions have exited).
+    been idle for a second or when it exits. So both readings are taken with no other
+    connection to the database: inserts run on a connection closed before the window
+    opens, and the final reading waits until the pool's connections have closed.
     """
 
     url: str
@@ -290,7 +290,7 @@ _OTHER_SESSIONS = (
 def _await_sessions(
     url: str, where: str, *, done: Callable[[int], bool], timeout: float, interval: float
 ) -> bool:
-    """Poll how many other sessions of ``url``'s database match ``where`` until
+    """Poll how many other connections to ``url``'s database match ``where`` until
     ``done(count)``; False if ``timeout`` passes first."""
     deadline = time.monotonic() + timeout
     sql = f"SELECT count(*) {_OTHER_SESSIONS} AND {where}"
@@ -307,7 +307,7 @@ _CLIENTS = "backend_type = 'client backend'"
 
 
 def quiesce(url: str, *, timeout: float = 10.0) -> None:
-    """Until no other client session is connected to ``url``'s database (their stats
+    """Until no other client is connected to ``url``'s database (their stats
     flushed). An autovacuum worker is not waited for: a run that inserts and deletes
     enough rows draws one to its database at a moment of the server's choosing, and it
     stays as long as the whole database takes to vacuum."""
@@ -320,7 +320,7 @@ def quiesce(url: str, *, timeout: float = 10.0) -> None:
 
 
 def wait_for_listener(url: str, *, timeout: float = 10.0) -> bool:
-    """Until a session of this database sits idle in LISTEN: only then are workers (any
+    """Until a connection to this database sits idle in LISTEN: only then are workers (any
     system's that LISTENs) started and waiting for a wake-up."""
     listening = "state = 'idle' AND query ILIKE 'LISTEN%%'"
     return _await_sessions(url, listening, done=bool, timeout=timeout, interval=0.02)

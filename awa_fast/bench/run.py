@@ -162,11 +162,10 @@ def median_row(results: list[dict[str, Any]]) -> dict[str, Any]:
 def run_all(server_url: str, planned: list[Planned], *, runs: int) -> list[dict[str, Any]]:
     """Every configuration ``runs`` times, with a progress bar.
 
-    Each ``sustained`` run measures the drain rate it offers a share of just before it
-    offers it (the median of three drains of the drain scenario's job count, on the run's
-    own database): on a shared machine whose speed drifts from one minute to the next, a
-    drain measured minutes earlier would set a load that says more about that drift than
-    about the pool."""
+    Each ``sustained`` run measures its basis just before it offers a share of it: the
+    median of three drains of the drain scenario's job count, on the run's own database.
+    A machine's speed drifts from minute to minute, so a drain measured minutes earlier
+    would set a load that says more about the drift than about the pool."""
     bar = ProgressBar(len(planned) * runs)
     results: list[dict[str, Any]] = []
     for item in planned:

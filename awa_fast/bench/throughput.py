@@ -114,8 +114,8 @@ async def cpu(
 
     Each handler also records the CPU time its burn took, so the result carries what the
     work really cost on this machine at that moment (``burn_ms_measured``) and the rate had
-    each burn cost exactly ``ms`` (``jobs_per_s_normalized``): on a shared VM the same loop
-    runs ±30 % faster or slower from one minute to the next."""
+    each burn cost exactly ``ms`` (``jobs_per_s_normalized``), which compares runs taken in
+    faster and slower minutes."""
     client = AsyncClient(url)
     board = Board(jobs)
 

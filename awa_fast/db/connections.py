@@ -1,26 +1,21 @@
 """Connections for the hot statements: claims, outcome batches and heartbeats.
 
 Every hot statement touches at most a few hundred rows, found by key (or, for the claim's
-pick, in the claim index's order), so these connections leave the planner nothing else to
+pick, in the claim index's order). So these connections leave the planner nothing else to
 choose: no sequential or bitmap scans, no hash or merge joins, no parallel workers, and
-one generic plan per statement, prepared at first use. What the planner would otherwise
-pick depends on the statistics of the moment, and its usual mistakes here were costly:
+one generic plan per statement, prepared at first use. Otherwise the plan depends on the
+statistics of the moment, and the planner's mistakes here are costly:
 
-* on an empty or freshly truncated table (every run's start) it planned sequential
-  scans, and the cached plan kept scanning the whole queue until autovacuum's first
-  ANALYZE invalidated it, seconds later under load;
-* a custom plan joined a batch of ids against a bitmap scan of every row of a state,
-  which visits every dead version left since the last vacuum and marks none, so under
-  load each statement got slower than the last;
-* a rescue sweep of the leader, once a second, read all of jobs_hot with parallel
-  workers (no statistics yet) or went through a bitmap of every entry of its partial
-  index, dead ones included (statistics or not): 16-45 ms a sweep beside a 25-30k jobs/s
-  load, against 0.3 ms for an index scan, which skips the entries earlier scans marked
-  dead.
+* on an empty or freshly truncated table it plans sequential scans, and the cached plan
+  keeps scanning the whole queue until autovacuum's first ANALYZE;
+* a custom plan joins a batch of ids against a bitmap scan of every row of a state,
+  which visits every dead version since the last vacuum and marks none;
+* a rescue sweep reads all of jobs_hot with parallel workers, or a bitmap of every entry
+  of its partial index, where an index scan skips entries marked dead
+  (benches/RESULTS.md, "Design measurements").
 
-A planner setting cannot stop a nested loop from putting the table outside a batch joined
-as a table, which it did on the statistics of an emptied jobs_hot; so the statements on a
-batch of attempts join nothing (:class:`IdMap`).
+No planner setting stops a nested loop from putting the table outside a batch joined as
+a table, so the statements on a batch of attempts join nothing (:class:`IdMap`).
 
 ``tests/db/test_queries.py`` plans each hot statement and each rescue sweep under these
 settings on an empty, an emptied, an unanalyzed and an analyzed table and holds it to key
@@ -64,9 +59,9 @@ APPLY_IN_TRANSACTION = _apply(local=True)
 
 @dataclass(frozen=True, slots=True)
 class Int8Array:
-    """A ``bigint[]`` parameter (a batch's ids or leases) for a hot connection. psycopg's
-    list dumper runs Python code for every element; this one is a single join. A completion
-    batch of 256 took 2.1 us per job with lists, round trip included, and 1.1 with this."""
+    """A ``bigint[]`` parameter (a batch's ids or leases) for a hot connection: psycopg's
+    list dumper runs Python code for every element, this one a single join
+    (benches/RESULTS.md, "Design measurements")."""
 
     values: Sequence[int]
 
@@ -106,10 +101,10 @@ psycopg.adapters.register_dumper(Int8Array, _Int8ArrayDumper)
 psycopg.adapters.register_dumper(IdMap, _IdMapDumper)
 
 
-# TCP keepalives and a send timeout for every connection the runtime holds open: without
+# TCP keepalives and a send timeout for every connection the runtime holds open. Without
 # them a connection whose server vanished (a partition, a paused VM, a failover) looks
-# alive to the client for as long as the kernel's defaults allow, two hours for an idle
-# one, and a statement sent into it waits about as long.
+# alive for as long as the kernel's defaults allow, two hours when idle, and a statement
+# sent into it waits as long.
 KEEPALIVES = {
     "keepalives": 1,
     "keepalives_idle": 10,  # seconds idle before the first probe

@@ -1,10 +1,9 @@
 """Connection strings naming another database on the same server.
 
 The embedded cluster, the benchmark harness and the tests make databases of their own
-beside the one a user names. Cutting a URL at its last ``/`` did that for
-``postgresql://host:5432/db`` only: it dropped query parameters such as
-``sslmode=require`` without a word, and broke URLs whose ``host`` parameter is a Unix
-socket directory (it contains ``/``) or that name no database at all.
+beside the one a user names. The URL is parsed, not cut at its last ``/``: query
+parameters such as ``sslmode=require`` stay, a ``host`` that is a Unix socket directory
+(it contains ``/``) works, and so does a URL that names no database.
 """
 
 from __future__ import annotations

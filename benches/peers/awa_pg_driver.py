@@ -22,13 +22,12 @@ Settings and why:
 * ``scheduled``: ``enqueue_many_copy(..., run_at=due)``; default start options, so
   promotion runs at Awa's default interval.
 * Completion: the ``awa.jobs``/``awa.terminal_jobs`` views are far too slow
-  to poll (a count over 20k completed jobs took >100 s), so the harness sums
-  the queue-storage receipt tables directly: completed receipts in
-  ``awa.receipt_completion_batches`` (minus tombstoned ones), rows in
-  ``awa.done_entries``, and the counts Awa's maintenance moved to
+  to poll, so the harness sums the queue-storage receipt tables directly:
+  completed receipts in ``awa.receipt_completion_batches`` (minus tombstoned
+  ones), rows in ``awa.done_entries``, and the counts Awa's maintenance moved to
   ``awa.queue_terminal_rollups`` when it pruned a ring slot (the queue ring moves
   to a new slot every second and TRUNCATEs a sealed slot once all its jobs are
-  finished; after a 2,000-job drain all of them were there within 2 s).
+  finished).
 * Known limit (awa-pg 0.6.9): both ``retry`` and ``scheduled`` depend on the
   maintenance leader promoting due jobs out of ``awa.deferred_jobs``, 4,096 per
   statement with 18 bind parameters per job. With more than 3,640 jobs due at once

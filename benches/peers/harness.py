@@ -3,7 +3,7 @@
 Runs in the project's Python (needs psycopg 3). Each peer lives in its own
 virtualenv under ``/var/tmp/awa-fast-bench/venvs/<system>`` and is driven by a
 small script in this package executed by that venv's python. See
-``benches/README.md`` for the method; DESIGN.md section 7 for why.
+``benches/README.md`` for the method, ``benches/RESULTS.md`` for why it is so.
 
 Per run:
   1. ``CREATE DATABASE bench_<system>_<n>`` on the server at --database-url.
@@ -347,7 +347,7 @@ def poll_until_done(
 
 
 def start_idle(workers: list[Worker], url: str, settle: float = 1.0) -> bool:
-    """``go`` to every worker, then wait until they are idle: a session in LISTEN (if the
+    """``go`` to every worker, then wait until they are idle: a connection in LISTEN (if the
     peer LISTENs) and ``settle`` s more for their first empty fetches to pass."""
     for w in workers:
         w.send("go")
@@ -584,7 +584,7 @@ def main(args) -> int:
         return 2
     jobs = args.jobs or DEFAULT_JOBS[args.scenario]
     # scheduled: the due moment, s after the insert starts; long enough for the slowest
-    # peer's bulk insert (chancy's, about 2,500 jobs/s here, took 4.0 s of 2 + N/5000)
+    # peer's bulk insert (chancy's, see benches/README.md, scenario `scheduled`)
     lead = args.lead or 2.0 + jobs / 2000
     process_counts = [int(p) for p in str(args.processes).split(",")]
     cpu_iterations = 0

@@ -35,22 +35,24 @@ FROM cancelled;
 -- name: job_retry
 -- Run failed (or, given by id, cancelled or parked) jobs again, with their attempts reset:
 -- by id when `id` is given, else every failed job of `kind` and `queue` (each NULL for
--- any). A parked job (waiting_external, in jobs_hot) is revived as the Awa SDK's retry
--- does: its callback, its expressions, its heartbeat and its deadline cleared, so a late
--- answer to that callback finds no job, its errors and run lease as they were (its next
--- claim takes a new lease; nothing that holds the old one matches a row that is not
--- running or parked). It leaves jobs_hot and comes back through the same insert as a
--- finished job, which wakes the claimers. Locked, the row is re-checked as parked: a
--- callback or a timeout rescue that took it first leaves nothing to revive.
+-- any).
+-- A parked job (waiting_external, in jobs_hot) is revived as the Awa SDK's retry does.
+-- Its callback, expressions, heartbeat and deadline are cleared, so a late answer to that
+-- callback finds no job. Its errors and run lease stay: its next claim takes a new lease,
+-- and the old one matches no row that is neither running nor parked. It leaves jobs_hot and
+-- comes back through the same insert as a finished job, which wakes the claimers. Locked,
+-- the row is re-checked as parked: a callback or a timeout rescue that took it first
+-- leaves nothing to revive.
 -- A job with a unique key takes it back as dlq_retry's entries do; one whose key a live job
--- holds stays where it is. One row per job locked: the job as requeued (`holder` NULL),
--- or, for one held off, only `holder`, the id of the live job holding its key; a single row
--- of NULLs when none was. Every row also carries `matched`, how many jobs the scan found
--- (a job another retry or retention took between the scan and the lock is found but not
--- locked), and `pruned_failed_count`: how many failed jobs retention has deleted from
--- `queue` (from every queue when NULL), read in the snapshot of the scan, so that no
--- failed job counts in both; NULL when `kind` is given (retention counts by queue only)
--- and by id.
+-- holds stays where it is.
+-- One row per job locked: the job as requeued (`holder` NULL), or, for one held off, only
+-- `holder`, the id of the live job holding its key; a single row of NULLs when none was.
+-- Every row also carries:
+-- * `matched`: how many jobs the scan found (a job another retry or retention took
+--   between the scan and the lock is found but not locked);
+-- * `pruned_failed_count`: how many failed jobs retention has deleted from `queue` (every
+--   queue when NULL), read in the scan's snapshot so that no failed job counts twice;
+--   NULL by id and when `kind` is given (retention counts by queue only).
 WITH scanned AS (
     SELECT CASE WHEN %(id)s::bigint IS NOT NULL THEN ARRAY[%(id)s::bigint]
                 ELSE ARRAY(SELECT id FROM awa_fast.jobs_done

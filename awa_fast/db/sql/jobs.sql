@@ -32,9 +32,9 @@ j.deadline_at
 -- name: job_claim_rows
 -- job_claim_batch for a queue that holds no packs, as far as the runner has heard
 -- (awa_fast.runtime.packwatch): jobs_hot's available rows alone, in claim order. Its plan
--- has none of the pack scan, merge and window; an idle runner's one-job claim returned
--- 0.1-0.2 ms sooner (benches/RESULTS.md, session 19). Rows are taken by ctid, for the
--- reasons job_claim_batch gives.
+-- has none of the pack scan, merge and window, so a one-job claim returns sooner
+-- (benches/RESULTS.md, "Design measurements"). Rows are taken by ctid, for the reasons
+-- job_claim_batch gives.
 WITH claimed AS (
     UPDATE awa_fast.jobs_hot j
     -- include: claim_set
@@ -62,11 +62,10 @@ SELECT * FROM claimed ORDER BY priority, run_at, id;
 -- Candidate rows become running by an UPDATE; a pack's taken jobs are written as running
 -- rows, and the pack advances past them (or is deleted once all are taken). Candidates not
 -- taken stay locked until this statement's transaction ends, and available.
--- The taken rows reach the UPDATE as an array of their ctids (a TID scan): as a joined
--- CTE, the generic plan a prepared statement switches to joined them by hashing every
--- available row (a bitmap scan of the whole queue per claim, dead index entries never
--- marked), so claims slowed as the queue grew and a backlog fed itself; matched by id,
--- each row cost a descent of the primary key (about 1.2 us of 11 per claimed row).
+-- The taken rows reach the UPDATE as an array of their ctids (a TID scan). Joined as a
+-- CTE, the generic plan hashes every available row, so claims slow as the queue grows;
+-- matched by id, each row costs a descent of the primary key (benches/RESULTS.md,
+-- "Design measurements").
 -- A locked row cannot move before this statement ends, so its ctid names it exactly. A
 -- row the lock found updated by a transaction newer than this statement's snapshot (and
 -- still available) is invisible to the TID scan: it is left for the next claim, never
@@ -178,10 +177,10 @@ WHERE id IN (
 -- jobs_hot to jobs_done. Like every statement on a batch of attempts, it reaches the rows
 -- by the primary key alone (`id = ANY`, which visits and locks them in id order) and looks
 -- each attempt's lease up in a jsonb map of id -> lease: there is no join for the generic
--- plan to turn inside out. Joined to unnest(ids, leases), the plan put all of jobs_hot
--- outside the batch whenever the table's statistics were taken while it was empty, as they
--- often are between bursts, and a 1,000-row completion took 464 ms instead of 5-9. A map
--- holds one lease per id: a batch with two attempts of one job runs one statement each.
+-- plan to turn inside out. Joined to unnest(ids, leases), the plan puts all of jobs_hot
+-- outside the batch when the statistics were taken on an empty table, as they often are
+-- between bursts (benches/RESULTS.md, "Design measurements"). A map holds one lease per
+-- id: a batch with two attempts of one job runs one statement each.
 WITH finished AS (
     DELETE FROM awa_fast.jobs_hot j
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running'
@@ -201,15 +200,16 @@ RETURNING id;
 -- name: job_transition_many
 -- Every other outcome, mixed in one batch, its rows reached as job_complete_many reaches
 -- them. Each attempt's outcome is an object in the `outcomes` map: id -> {state, dead,
--- delay, and error, progress, metadata, callback_id when set}. Rows that can still run here
--- (waiting_external, and available for a claim given back unstarted) are updated in place,
--- so a callback answered meanwhile follows the row's update; the others move: finished
--- ones (completed, failed, cancelled) to jobs_done, those that wait for a later run
--- (retryable, scheduled) to jobs_deferred, dead ones to the dlq. Snooze and a given-back
--- claim return their attempt. The rows that stay are locked before those that move, each
--- in id order: against another statement over some of the same rows (a heartbeat, a
--- rescue), Postgres may fail one of the two as a deadlock, and then the committer
--- finalizes each job directly (a heartbeat or a rescue runs again at its next interval).
+-- delay, and error, progress, metadata, callback_id when set}.
+-- Rows that can still run here (waiting_external, and available for a claim given back
+-- unstarted) are updated in place, so a callback answered meanwhile follows the update.
+-- The others move: finished ones (completed, failed, cancelled) to jobs_done, those due
+-- later (retryable, scheduled) to jobs_deferred, dead ones to the dlq. Snooze and a
+-- given-back claim return their attempt.
+-- The rows that stay are locked before those that move, each in id order. Another
+-- statement over some of the same rows (a heartbeat, a rescue) may still deadlock with
+-- this one; the committer then finalizes each job directly, and a heartbeat or rescue runs
+-- again at its next interval.
 WITH stay AS (
     UPDATE awa_fast.jobs_hot j
     SET (state, attempt, heartbeat_at, deadline_at, errors, progress, metadata, callback_id,

@@ -10,7 +10,7 @@ this one takes the runner's path, so a test shows what a worker run would:
   paused queues, a new run_lease, the deadline);
 * the handler runs in the runner's :class:`~awa_fast.runtime.executor.Executor`, which
   hands it an :class:`awa_fast.Job` and turns what it returns or raises into the outcome
-  table's transition (DESIGN.md §3);
+  table's transition (docs/architecture.md, "The outcome table");
 * the runner's :class:`~awa_fast.runtime.committer.Committer` applies the transition,
   guarded by (id, run_lease, state), with the client's follow-ups and lifecycle hooks,
   which have run by the time ``work_one`` returns.

@@ -1,4 +1,4 @@
-"""The one committer of a host: outcome records in, guarded transitions out (DESIGN.md §3).
+"""The one committer of a host: outcome records in, guarded transitions out (docs/architecture.md).
 
 It drains the outcome ring into a batcher and, per batch:
 

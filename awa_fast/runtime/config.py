@@ -44,10 +44,9 @@ class RunnerConfig:
     # A batch of outcomes commits when it holds commit_batch records, when its oldest has
     # waited commit_delay, or at once when nothing else is in flight to join it.
     commit_delay: float = 0.05
-    # Outcomes already waiting when a batch commits join it, up to commit_batch_max. One
-    # committer commits one batch at a time, each waiting for its fsync: with 58k jobs/s
-    # offered on two cores, batches of 256 carried 43-45k while the outcome ring filled
-    # (benches/RESULTS.md); a backlog should grow the batch, not itself.
+    # Outcomes already waiting when a batch commits join it, up to commit_batch_max: one
+    # committer commits one batch at a time, so a backlog should grow the batch, not
+    # itself (benches/RESULTS.md, "Design measurements").
     commit_batch_max: int = 2048
     sync_threads: int = 32
     shutdown_timeout: float = 30.0

@@ -1,9 +1,9 @@
 """Which claim statement a queue needs: with packs or without.
 
 A claim that also looks at packs (``job_claim_batch``) costs more than one that reads
-jobs_hot alone (``job_claim_rows``): an idle runner's one-job claim returned 0.1-0.2 ms
-later (benches/RESULTS.md, session 19). So a runner claims rows alone while it knows a
-queue holds no packs, and it knows that from its own claims and from the news it hears.
+jobs_hot alone (``job_claim_rows``; benches/RESULTS.md, "Design measurements"). So a
+runner claims rows alone while it knows a queue holds no packs, and it knows that from
+its own claims and from the news it hears.
 
 * A claim that looked at packs and came back short took every pack it could see: until
   more news, the queue has none. One that came back full may have left a pack behind, and

@@ -1,4 +1,4 @@
-"""Every row of the outcome table (DESIGN.md §3), observed in the database."""
+"""Every row of the outcome table (docs/architecture.md), observed in the database."""
 
 from __future__ import annotations
 

@@ -4,9 +4,10 @@
 Every job leaves a few container objects (its task, coroutine, Job) for the collector to
 count. At Python's default threshold of 700 a collection runs every hundred-odd jobs, and
 the older generations' collections walk every object the process holds: its modules, its
-connections, every handler still in flight (benches/RESULTS.md, "Design measurements"). A job's
-allocations are short-lived and seldom cyclic, and what the process holds when it starts
-serving it holds until it stops: frozen, those objects are out of every collection's walk.
+connections, every handler still in flight (benches/RESULTS.md, "Design measurements").
+A job's allocations are short-lived and seldom cyclic, and what the process holds when it
+starts serving it holds until it stops: frozen, those objects are out of every
+collection's walk.
 """
 
 from __future__ import annotations

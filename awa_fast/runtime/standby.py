@@ -1,8 +1,9 @@
 """A runner's standby claims (migration 0018): jobs that start without a claim of their own.
 
 A claim must be durable before its handler may start, and from idle that durable write is
-most of a pickup (benches/RESULTS.md, "Pickup latency"). So when a runner's claim finds a queue drained and
-capacity to spare, it leaves a standby claim for that queue: the next job inserted there
+most of a pickup (benches/RESULTS.md, "Pickup latency"). So when a runner's claim finds a
+queue drained and capacity to spare, it leaves a standby claim for that queue: the next
+job inserted there
 starts in its inserting transaction, and the NOTIFY on ``awa_fast_standby`` at its commit
 names the claim's host. That note is only a hint (anyone may send one, and hear it:
 migration 0019): the host then collects its spent claims (:meth:`Standby.collect`), reads

@@ -23,8 +23,8 @@ from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.hooks import HookDispatcher
 from tests.factories import insert_job
 from tests.helpers import await_until, job, leading, run, wait_until
-from tests.pool.app import Step
-from tests.pool.conftest import Serve
+from tests.runtime.pool.app import Step
+from tests.runtime.pool.conftest import Serve
 
 # Every table a maintenance step writes.
 TABLES = (

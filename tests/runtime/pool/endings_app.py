@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 import awa_fast
-from tests.pool.app import record
+from tests.runtime.pool.app import record
 
 client = awa_fast.AsyncClient(os.environ.get("AWA_FAST_TEST_APP_DSN", "postgresql:///unset"))
 

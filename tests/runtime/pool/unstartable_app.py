@@ -1,4 +1,4 @@
-"""tests.pool.app's handlers, served by a supervisor whose worker processes cannot start:
+"""tests.runtime.pool.app's handlers, served by a supervisor whose worker processes cannot start:
 each forked child may open no descriptor more (its limit is lowered below what it holds),
 as when replacement workers met EMFILE at a supervisor's descriptor limit."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import resource
 
-from tests.pool.app import client
+from tests.runtime.pool.app import client
 
 __all__ = ["client"]
 STDIO = 3  # descriptors: a child keeps those it has, and may log to stderr

@@ -11,7 +11,7 @@ import pytest
 
 import awa_fast
 from tests.helpers import free_port, prometheus_samples, states, wait_until
-from tests.pool.app import Step
+from tests.runtime.pool.app import Step
 
 
 def test_serve_publishes_metrics_of_its_workers_until_it_exits(serve: Any, dsn: str) -> None:

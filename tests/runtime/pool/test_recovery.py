@@ -13,8 +13,8 @@ import pytest
 import awa_fast
 from awa_fast.localpg import LocalCluster
 from tests.helpers import free_port, job, parent_pid, scrape, states, wait_until, worker_exits
-from tests.pool.app import Spin, Step
-from tests.pool.conftest import Serve
+from tests.runtime.pool.app import Spin, Step
+from tests.runtime.pool.conftest import Serve
 
 FAST = (
     "--set",

@@ -13,7 +13,7 @@ import psycopg
 
 import awa_fast
 from tests.helpers import parent_pid, states, wait_until
-from tests.pool.app import Step
+from tests.runtime.pool.app import Step
 
 JOBS = 30_000
 KILLS = 36

@@ -15,7 +15,7 @@ import pytest
 import awa_fast
 from awa_fast.runtime import collector
 from tests.helpers import free_port, job, scrape, states, wait_until, worker_exits
-from tests.pool.app import Burn, Step
+from tests.runtime.pool.app import Burn, Step
 
 
 def _insert(dsn: str, items: list[Any], **options: Any) -> list[int]:

@@ -12,9 +12,9 @@ import pytest
 
 import awa_fast
 from tests.helpers import job, wait_until
-from tests.pool.endings_app import RAISES, End, SyncEnd
+from tests.runtime.pool.endings_app import RAISES, End, SyncEnd
 
-APP = "tests.pool.endings_app"
+APP = "tests.runtime.pool.endings_app"
 QUEUED = 3  # sync jobs claimed with the ending one, waiting behind it in its worker
 
 

@@ -19,7 +19,7 @@ import awa_fast.producer
 from awa_fast import InsertRequest, UniqueConflict, ValidationError
 from tests.factories import finish_jobs
 from tests.helpers import job, run, states
-from tests.unit.test_producer_batches import UNIFORM
+from tests.test_producer_batches import UNIFORM
 
 
 @dataclass
@@ -199,7 +199,7 @@ def test_a_uniform_batch_is_stored_as_item_by_item_would_store_it(
     dsn: str, case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The one-statement insert of a batch of one args type stores every column the COPY of
-    the item-by-item path does (the case list: tests/unit/test_producer_batches.py)."""
+    the item-by-item path does (the case list: tests/test_producer_batches.py)."""
     items, options = UNIFORM[case]
     with psycopg.connect(dsn, autocommit=True) as conn:
         uniform = awa_fast.insert_many(conn, items, **options)

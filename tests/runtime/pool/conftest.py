@@ -13,12 +13,12 @@ from typing import Any
 import psycopg
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class Serve:
     """A running process that serves the handlers of ``app`` (a module with a ``client``,
-    tests.pool.app unless given): `awa-fast serve APP:client ARGS...`, or with
+    tests.runtime.pool.app unless given): `awa-fast serve APP:client ARGS...`, or with
     ``in_process``, `client.run()` (no CLI: handlers in the serving process itself)."""
 
     def __init__(
@@ -27,7 +27,7 @@ class Serve:
         tmp_path: Path,
         *args: str,
         in_process: bool = False,
-        app: str = "tests.pool.app",
+        app: str = "tests.runtime.pool.app",
     ) -> None:
         self.log_path = tmp_path / f"serve-{len(list(tmp_path.glob('serve-*.log')))}.log"
         env = {**os.environ, "AWA_FAST_TEST_APP_DSN": dsn, "PYTHONPATH": str(ROOT)}
@@ -80,7 +80,7 @@ def calls(dsn: str) -> str:
 def serve(calls: str, tmp_path: Path) -> Iterator[Any]:
     started: list[Serve] = []
 
-    def start(*args: str, in_process: bool = False, app: str = "tests.pool.app") -> Serve:
+    def start(*args: str, in_process: bool = False, app: str = "tests.runtime.pool.app") -> Serve:
         s = Serve(calls, tmp_path, *args, in_process=in_process, app=app)
         started.append(s)
         return s

@@ -16,7 +16,7 @@ import psycopg
 import awa_fast
 from awa_fast.runtime.pool import ForkedWorkers
 from tests.helpers import await_until, free_port, job, run, scrape, wait_until, worker_exits
-from tests.pool.endings_app import End, Hog
+from tests.runtime.pool.endings_app import End, Hog
 
 # Long enough that respawning with no delay would crash hundreds of workers in it.
 WINDOW = 3.0
@@ -33,7 +33,7 @@ def _exits(port: int) -> dict[str, float]:
 def test_a_worker_that_cannot_start_is_respawned_with_a_growing_delay(serve: Any) -> None:
     port = free_port()
     server = serve(
-        "--processes", "1", "--metrics-port", str(port), app="tests.pool.unstartable_app"
+        "--processes", "1", "--metrics-port", str(port), app="tests.runtime.pool.unstartable_app"
     )  # fmt: skip
     wait_until(lambda: _exits(port).get("crashed", 0) >= 3, what="three crashed workers")
     time.sleep(WINDOW)  # an observation window: how many more crash in it
@@ -63,7 +63,7 @@ def test_the_memory_limit_recycles_a_worker_whose_sync_handler_holds_its_loop(
     port = free_port()
     server = serve(
         "--processes", "1", "--max-worker-memory-mb", "150", "--metrics-port", str(port),
-        app="tests.pool.endings_app",
+        app="tests.runtime.pool.endings_app",
     )  # fmt: skip
     wait_until(lambda: "MB resident > 150" in server.log(), what="the limit to be seen")
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -19,7 +19,7 @@ RELEASE = threading.Event()
 
 SLOW_MODULE = """
 import threading
-from tests.unit import test_fork_imports as test
+from tests.runtime import test_fork_imports as test
 if threading.current_thread() is not threading.main_thread():
     test.ENTERED.set()   # holding this module's import lock, mid-import
     test.RELEASE.wait()

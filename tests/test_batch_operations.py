@@ -1,6 +1,6 @@
 """Durable batch operations against a real database: submitted by a client, applied by the
-leader's step (``Maintenance.batch_once``), one transaction per step, observed in the
-tables between steps."""
+leader's batch operations service (``BatchOps.run_once``), one transaction per step,
+observed in the tables between steps."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class Leader:
                     self.dsn, autocommit=True, application_name=LEADER
                 ) as conn,
             ):
-                return await maintenance.batch_once(conn)
+                return await maintenance.batch_ops.run_once(conn)
 
         return run(once())
 

@@ -263,7 +263,7 @@ async def _step(maintenance: Maintenance) -> int:
         await psycopg.AsyncConnection.connect(maintenance.dsn, autocommit=True) as c,
     ):
         await c.execute("SET lock_timeout = '5s'")
-        return await maintenance.clean_descriptors_once(c)
+        return await maintenance.descriptor_cleaner.run_once(c)
 
 
 def _hold_leadership(conn: psycopg.Connection[Any]) -> None:
@@ -440,7 +440,7 @@ def test_a_refresh_skips_a_descriptor_the_leader_is_deleting(
             await psycopg.AsyncConnection.connect(dsn) as leader,
         ):
             await leader.execute("SELECT 1")  # the transaction held open over the delete
-            deleted = await maintenance.clean_descriptors_once(leader)
+            deleted = await maintenance.descriptor_cleaner.run_once(leader)
             async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as host:
                 await host.execute("SET lock_timeout = '5s'")
                 refreshed = await descriptors.refresh(host, mine)
@@ -467,7 +467,7 @@ def test_a_host_starting_while_the_leader_deletes_its_stale_descriptors_keeps_th
                 await psycopg.AsyncConnection.connect(dsn) as leader,
             ):
                 await leader.execute("SELECT 1")  # the transaction held open over the delete
-                deleted = await maintenance.clean_descriptors_once(leader)
+                deleted = await maintenance.descriptor_cleaner.run_once(leader)
                 start = asyncio.create_task(worker.start({"email": 1}))
                 await await_until(
                     lambda: lock_waiters(dsn) > 0,

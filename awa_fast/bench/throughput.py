@@ -236,7 +236,7 @@ async def promote(
     url: str, *, jobs: int, processes: int | None = None, progress: Progress | None = None
 ) -> dict[str, Any]:
     """How fast the maintenance leader moves due jobs into the claimable table: ``jobs``
-    scheduled jobs, all already due, promoted by ``Maintenance.promote_once`` (no handlers
+    scheduled jobs, all already due, promoted by the promoter's ``run_once`` (no handlers
     run; ``processes`` does not apply)."""
     due = time.time() + 1.0 + jobs / 50_000
     await asyncio.to_thread(insert_items, url, [Noop(i) for i in range(jobs)], run_at=_utc(due))
@@ -249,7 +249,7 @@ async def promote(
         raise RuntimeError("another host leads this database's maintenance")
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         started, jiffies = time.perf_counter(), cpu_jiffies()
-        moved = await maintenance.promote_once(conn)
+        moved = await maintenance.promoter.run_once(conn)
         elapsed, busy = time.perf_counter() - started, busy_share(jiffies, cpu_jiffies())
     await maintenance.leader.close()
     quiesce(url)

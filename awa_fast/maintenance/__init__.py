@@ -1,5 +1,6 @@
-"""Maintenance: leader election, promotion, rescue and retention (DESIGN.md §4).
+"""Maintenance: the leader's services, each in a module of its own (promoter, rescuer,
+cleaner, descriptor_cleaner, vacuum, cron, batch_ops), composed by :mod:`.service`.
 
-Every host runs the service; only the elected leader does the work, so a database shared by
-many hosts is maintained once.
+Every host runs the composition; only the elected leader (:mod:`.leader`) does the work,
+so a database shared by many hosts is maintained once.
 """

@@ -38,14 +38,14 @@ def _maintenance(dsn: str, **config: Any) -> Maintenance:
 
 
 def _clean(dsn: str, **config: Any) -> int:
-    """The leader's retention step (Maintenance.clean_once), on a connection of its own."""
+    """The leader's retention step (the cleaner's run_once), on a connection of its own."""
 
     async def clean() -> int:
         async with (
             leading(_maintenance(dsn, **config)) as maintenance,
             await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn,
         ):
-            return await maintenance.clean_once(conn)
+            return await maintenance.cleaner.run_once(conn)
 
     return run(clean())
 
@@ -175,7 +175,7 @@ def test_a_failed_job_retention_deletes_while_a_retry_waits_is_matched_not_retri
             await psycopg.AsyncConnection.connect(dsn) as holder,
         ):
             await holder.execute("SELECT 1")  # the transaction the delete waits in
-            assert await maintenance.clean_once(holder) == 1  # not committed yet
+            assert await maintenance.cleaner.run_once(holder) == 1  # not committed yet
             with blocked_call(dsn, lambda: client.retry_failed(queue="q")) as outcome:
                 await holder.commit()
         return outcome

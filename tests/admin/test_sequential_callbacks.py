@@ -365,7 +365,7 @@ def test_the_rescues_leave_a_waiting_handler_alone(dsn: str, conn: psycopg.Conne
             leading(maintenance),
             await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn,
         ):
-            return await maintenance.rescue_once(aconn, backstop=True)
+            return await maintenance.rescuer.run_once(aconn, backstop=True)
 
     assert run(rescue()) == {}
     assert row_of(dsn, waiting)["state"] == "waiting_external"
@@ -418,7 +418,7 @@ def test_resume_races_its_rivals_and_exactly_one_wins(
             steps: dict[str, Awaitable[object]] = {
                 "resume": client.resume_external(callback_id, {"by": "resume"}),
                 "rival": (
-                    maintenance.rescue_once(sweeper, backstop=False)
+                    maintenance.rescuer.run_once(sweeper, backstop=False)
                     if rival == "timeout rescue"
                     else client.complete_external(callback_id, {"by": "rival"})
                 ),

@@ -15,7 +15,7 @@ from psycopg import sql
 
 from awa_fast.db.connections import PLANNER_SETTINGS
 from awa_fast.db.queries import Q
-from awa_fast.maintenance.service import RESCUES
+from awa_fast.maintenance.rescuer import RESCUES
 from tests.factories import insert_job, record_emptied_statistics
 
 _PARAM = re.compile(r"%\((\w+)\)s")

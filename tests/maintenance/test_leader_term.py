@@ -15,18 +15,14 @@ import psycopg
 import pytest
 
 import awa_fast
-from awa_fast.db.queries import Q
 from awa_fast.maintenance.leader import Deposed, Leader
-from awa_fast.maintenance.periodic import periodic_job
 from awa_fast.maintenance.service import Maintenance
-from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.hooks import HookDispatcher
-from tests.factories import insert_job
 from tests.helpers import await_until, job, leading, run, wait_until
+from tests.maintenance.support import maintenance, work_for_every_pass
 from tests.runtime.pool.app import Step
 from tests.runtime.pool.conftest import Serve
 
-# Every table a maintenance step writes.
+# Every table a maintenance pass writes.
 TABLES = (
     "jobs_hot",
     "jobs_deferred",
@@ -38,21 +34,14 @@ TABLES = (
     "batch_operations",
 )
 Step_ = Callable[[Maintenance, psycopg.AsyncConnection[Any], datetime], Awaitable[object]]
-# Each step of the leader, on a connection, with the cron step's clock.
+# Each fenced pass of the leader, on a connection, with the cron pass's clock.
 STEPS: dict[str, Step_] = {
-    "promote": lambda m, c, now: m.promote_once(c),
-    "rescue": lambda m, c, now: m.rescue_once(c),
-    "clean": lambda m, c, now: m.clean_once(c),
-    "cron": lambda m, c, now: m.cron_once(c, now=now),
-    "batch": lambda m, c, now: m.batch_once(c),
+    "promote": lambda m, c, now: m.promoter.run_once(c),
+    "rescue": lambda m, c, now: m.rescuer.run_once(c),
+    "clean": lambda m, c, now: m.cleaner.run_once(c),
+    "cron": lambda m, c, now: m.cron.run_once(c, now=now),
+    "batch": lambda m, c, now: m.batch_ops.run_once(c),
 }
-
-
-def _maintenance(dsn: str, **config: Any) -> Maintenance:
-    client = awa_fast.Client(dsn)
-    return Maintenance(
-        dsn, RunnerConfig(**config), client.handlers, HookDispatcher(client.handlers.hooks)
-    )
 
 
 def _rows(dsn: str) -> dict[str, list[str]]:
@@ -70,36 +59,6 @@ def _term_expired(dsn: str) -> bool:
     return bool(row and row[0])
 
 
-def _work_for_every_step(dsn: str, conn: psycopg.Connection[Any]) -> datetime:
-    """Something due for each step: a scheduled job, a stale attempt and a dead host's,
-    a finished job past retention, a schedule (due at the time returned) and a batch
-    operation."""
-    insert_job(conn, state="scheduled")
-    stale = insert_job(conn, state="running", attempt=1, run_lease=1)
-    lost = insert_job(conn, state="running", attempt=1, run_lease=1)
-    old = insert_job(conn, state="completed")
-    conn.execute(
-        "WITH gone AS (INSERT INTO awa_fast.hosts (name, heartbeat_at)"
-        " VALUES ('gone', now() - interval '1 hour') RETURNING id)"
-        " UPDATE awa_fast.jobs_hot SET host_id = (SELECT id FROM gone) WHERE id = %s",
-        (lost,),
-    )
-    conn.execute(
-        "UPDATE awa_fast.jobs_hot SET heartbeat_at = now() - interval '1 hour' WHERE id = %s",
-        (stale,),
-    )
-    conn.execute(
-        "UPDATE awa_fast.jobs_done SET finalized_at = now() - interval '30 days' WHERE id = %s",
-        (old,),
-    )
-    conn.execute(Q.cron_register, periodic_job("minutely", "* * * * *", Step, Step("x")).params())
-    with awa_fast.Client(dsn) as client:
-        client.move_queue("elsewhere", filter={"queue": "default"})
-    row = conn.execute("SELECT created_at + interval '3 minutes' FROM awa_fast.cron_jobs")
-    [(due,)] = row.fetchall()
-    return due  # type: ignore[no-any-return]
-
-
 @pytest.mark.parametrize("ended", ["expired", "succeeded"])
 def test_no_step_of_a_term_that_ended_changes_a_row(
     dsn: str, conn: psycopg.Connection[Any], ended: str
@@ -107,9 +66,9 @@ def test_no_step_of_a_term_that_ended_changes_a_row(
     """A leader that has not noticed its term ended (it expired unrenewed, and another
     host may have begun the next) runs each step: each raises Deposed and changes
     nothing. The next term's steps act on the same rows."""
-    cron_now = _work_for_every_step(dsn, conn)
+    cron_now = work_for_every_pass(dsn, conn)
     before = _rows(dsn)
-    old, successor = _maintenance(dsn, election_interval=0.1), _maintenance(dsn)
+    old, successor = maintenance(dsn, election_interval=0.1), maintenance(dsn)
 
     async def main() -> list[object]:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
@@ -132,6 +91,21 @@ def test_no_step_of_a_term_that_ended_changes_a_row(
     assert (promoted, cleaned, fired) == (1, 1, 1)
     assert rescued == {"host_take_dead": 1, "job_select_stale": 1}
     assert stepped is not None and stepped.state == "running"  # type: ignore[attr-defined]
+
+
+def test_one_leader_at_a_time_and_reelection(dsn: str) -> None:
+    """A leader that stops cleanly releases its term: the next host's next election
+    begins the next term, without waiting for the last to expire."""
+
+    async def main() -> list[bool]:
+        first, second = Leader(dsn, interval=3600.0), Leader(dsn, interval=3600.0)
+        seen = [await first.check(), await second.check(), await first.check()]
+        await first.close()
+        seen.append(await second.check())
+        await second.close()
+        return seen
+
+    assert run(main()) == [True, False, True, True]
 
 
 def test_an_open_fenced_transaction_holds_off_the_next_term_not_a_renewal(dsn: str) -> None:

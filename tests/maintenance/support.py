@@ -1,0 +1,82 @@
+"""What the tests of the maintenance services share: one pass driven as its leader would
+drive it, the composition built from runner settings, and something due for every pass."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+
+import awa_fast
+from awa_fast.db.queries import Q
+from awa_fast.maintenance.leader import Leader
+from awa_fast.maintenance.periodic import periodic_job
+from awa_fast.maintenance.service import Maintenance
+from awa_fast.runtime.config import RunnerConfig
+from awa_fast.runtime.hooks import HookDispatcher
+from tests.factories import insert_job
+from tests.runtime.pool.app import Step
+
+T = TypeVar("T")
+Conn = psycopg.AsyncConnection[Any]
+
+
+def leader(dsn: str) -> Leader:
+    """A leader with the runner's default election interval (nothing renews its term)."""
+    return Leader(dsn, interval=1.0)
+
+
+async def one_pass(
+    leader: Leader, run_once: Callable[[Conn], Awaitable[T]], *, autocommit: bool = True
+) -> T:
+    """``run_once`` on a connection of its own, under a term of ``leader``'s that is
+    released after."""
+    assert await leader.check(), "another leader's term lasts"
+    try:
+        async with await psycopg.AsyncConnection.connect(leader.dsn, autocommit=autocommit) as c:
+            return await run_once(c)
+    finally:
+        await leader.close()
+
+
+def maintenance(dsn: str, **config: Any) -> Maintenance:
+    """The composition a runner with settings ``config`` and no handlers builds."""
+    client = awa_fast.Client(dsn)
+    return Maintenance(
+        dsn, RunnerConfig(**config), client.handlers, HookDispatcher(client.handlers.hooks)
+    )
+
+
+def set_columns(conn: psycopg.Connection[Any], job_id: int, assignments: str) -> None:
+    """Set columns of a job in jobs_hot or jobs_done, wherever it is."""
+    updated = sum(
+        conn.execute(f"UPDATE awa_fast.{table} SET {assignments} WHERE id = %s", (job_id,)).rowcount
+        for table in ("jobs_hot", "jobs_done")
+    )
+    assert updated == 1
+
+
+def work_for_every_pass(dsn: str, conn: psycopg.Connection[Any]) -> datetime:
+    """Something due for each fenced pass: a scheduled job, a stale attempt and a dead
+    host's, a finished job past retention, a schedule (due at the time returned) and a
+    batch operation."""
+    insert_job(conn, state="scheduled")
+    stale = insert_job(conn, state="running", attempt=1, run_lease=1)
+    lost = insert_job(conn, state="running", attempt=1, run_lease=1)
+    old = insert_job(conn, state="completed")
+    conn.execute(
+        "WITH gone AS (INSERT INTO awa_fast.hosts (name, heartbeat_at)"
+        " VALUES ('gone', now() - interval '1 hour') RETURNING id)"
+        " UPDATE awa_fast.jobs_hot SET host_id = (SELECT id FROM gone) WHERE id = %s",
+        (lost,),
+    )
+    set_columns(conn, stale, "heartbeat_at = now() - interval '1 hour'")
+    set_columns(conn, old, "finalized_at = now() - interval '30 days'")
+    conn.execute(Q.cron_register, periodic_job("minutely", "* * * * *", Step, Step("x")).params())
+    with awa_fast.Client(dsn) as client:
+        client.move_queue("elsewhere", filter={"queue": "default"})
+    row = conn.execute("SELECT created_at + interval '3 minutes' FROM awa_fast.cron_jobs")
+    [(due,)] = row.fetchall()
+    return due  # type: ignore[no-any-return]

@@ -76,7 +76,7 @@ def _as_dict(row: JobRow) -> dict[str, Any]:
 
 def _sync_inserter(conn: object) -> Callable[[PreparedJob], JobRow]:
     if isinstance(conn, psycopg.Connection):
-        return functools.partial(producer._insert_prepared, conn)
+        return functools.partial(producer.insert_prepared, conn)
     if _module(conn) == "sqlalchemy":
         from sqlalchemy.engine import Connection
         from sqlalchemy.orm import Session
@@ -96,7 +96,7 @@ def _sync_inserter(conn: object) -> Callable[[PreparedJob], JobRow]:
 
 def _async_inserter(conn: object) -> Callable[[PreparedJob], Awaitable[JobRow]]:
     if isinstance(conn, psycopg.AsyncConnection):
-        return functools.partial(producer._insert_prepared_async, conn)
+        return functools.partial(producer.insert_prepared_async, conn)
     if _module(conn) == "asyncpg":
         return functools.partial(_asyncpg_insert, conn)
     if _module(conn) == "sqlalchemy":

@@ -1,9 +1,11 @@
 """The user-facing clients: producers, handler registration, and the runner.
 
-``Client`` is the synchronous twin of ``AsyncClient``. Both share one registration surface
-(:class:`_Handlers`) and the producer functions in :mod:`awa_fast.producer`; only the I/O
-edge differs. Connection pools open on first use, so a client built at import time in an
-application module holds no connection when the pool forks its workers.
+``Client`` is the synchronous twin of ``AsyncClient``, generated from it by
+tools/async_to_sync.py (the code after this module's last marker line), which is why the
+module runs long. Both share one registration surface (:class:`_Handlers`) and the producer
+functions in :mod:`awa_fast.producer`; what differs for real is in :class:`_SyncOnly` and
+:class:`_AsyncOnly`. Connection pools open on first use, so a client built at import time in
+an application module holds no connection when the pool forks its workers.
 """
 
 from __future__ import annotations
@@ -152,378 +154,9 @@ class _Handlers:
 _SESSION = {"autocommit": True, "application_name": "awa-fast client"}
 
 
-def _execute(conn: Connection[Any], op: admin.Op[T]) -> T:
-    cur = conn.cursor(row_factory=dict_row)
-    if op.first is not None:
-        cur.execute(op.first, op.params)
-    cur.execute(op.sql, op.params)
-    return op.shape(cur.fetchall() if cur.description else [])
-
-
-async def _aexecute(conn: AsyncConnection[Any], op: admin.Op[T]) -> T:
-    cur = conn.cursor(row_factory=dict_row)
-    if op.first is not None:
-        await cur.execute(op.first, op.params)
-    await cur.execute(op.sql, op.params)
-    return op.shape(await cur.fetchall() if cur.description else [])
-
-
-class Client(_Handlers):
-    """Synchronous client: insert jobs, administer them, run handlers (``run``)."""
-
-    def __init__(self, dsn: str, *, max_connections: int = 10) -> None:
-        super().__init__(dsn)
-        self._pool = ConnectionPool(
-            dsn,
-            min_size=0,
-            max_size=max_connections,
-            open=False,
-            kwargs={**_SESSION, **keepalives(dsn)},
-        )
-        self._opened = False
-
-    def _conn(self) -> Any:
-        if not self._opened:
-            self._pool.open()
-            self._opened = True
-        return self._pool.connection()
-
-    def migrate(self) -> list[int]:
-        """Apply pending schema migrations; returns the versions applied."""
-        return _migrate(self.dsn)
-
-    def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
-        with self._conn() as conn:
-            return producer.insert(conn, args, **options)
-
-    def insert_many(self, items: Iterable[object], **options: Unpack[InsertOptions]) -> list[int]:
-        with self._conn() as conn:
-            return producer.insert_many(conn, items, **options)
-
-    def insert_many_copy(
-        self,
-        items: Iterable[object],
-        *,
-        opts: Sequence[Mapping[str, Any] | None] | None = None,
-        **options: Unpack[InsertOptions],
-    ) -> list[JobRow]:
-        """:meth:`insert_many` returning the jobs, as the Awa SDK's method of this name does;
-        ``opts``, one entry per job or None, sets a job's own ``queue`` or ``ordering_key``."""
-        laid = producer.with_item_options(items, options, opts)
-        return self._run(admin.get_jobs(self.insert_many(laid, **options)))
-
-    def enqueue_many_copy(
-        self,
-        items: Iterable[object],
-        *,
-        opts: Sequence[Mapping[str, Any] | None] | None = None,
-        **options: Unpack[InsertOptions],
-    ) -> int:
-        """:meth:`insert_many` returning how many jobs it inserted (the Awa SDK's name);
-        ``opts`` as for :meth:`insert_many_copy`."""
-        laid = producer.with_item_options(items, options, opts)
-        return len(self.insert_many(laid, **options))
-
-    def transaction(self) -> SyncTransaction:
-        """Open a transaction on one of this client's connections, for the application's
-        statements and job inserts together (``with client.transaction() as tx:``); the
-        block commits when it ends and rolls back on an exception."""
-        return SyncTransaction.begin(self._conn())
-
-    def _run(self, op: admin.Op[T]) -> T:
-        with self._conn() as conn:
-            return _execute(conn, op)
-
-    def _run_locked(self, locked: admin.Locked[T]) -> T:
-        with self._conn() as conn, conn.transaction():
-            decided = _execute(conn, locked.lock)
-            return _execute(conn, decided) if isinstance(decided, admin.Op) else decided
-
-    def get_job(self, job_id: int) -> JobRow:
-        """The job; :class:`~awa_fast.errors.JobNotFound` when there is none."""
-        return self._run(admin.get_job(job_id))
-
-    def cancel(self, job_id: int) -> JobRow | None:
-        """Cancel the job (a running handler sees ``is_cancelled()``); None if finished."""
-        return self._run(admin.find_job(job_id)) if self._run(admin.cancel(job_id)) else None
-
-    def retry(self, job_id: int) -> JobRow | None:
-        """Run a failed, cancelled or parked (waiting_external) job again, attempts reset;
-        None if it was in none of those states. A parked job's callback is spent."""
-        return self._resolved(admin.retry(job_id))
-
-    def cancel_by_unique_key(
-        self,
-        kind: str,
-        *,
-        queue: str | None = None,
-        args: object = None,
-        period_bucket: int | None = None,
-    ) -> JobRow | None:
-        """Cancel the oldest unfinished job with this unique key (give ``queue``, ``args``,
-        ``period_bucket`` as its UniqueOpts took them); None if there is none."""
-        holder = admin.unique_key_holder(kind, queue=queue, args=args, period_bucket=period_bucket)
-        job_id = self._run(holder)
-        return None if job_id is None else self.cancel(job_id)
-
-    def retry_failed(
-        self, *, kind: str | None = None, queue: str | None = None
-    ) -> admin.RetryFailedResult:
-        """Run every failed job of ``kind`` and ``queue`` again (each None for any)."""
-        return self._run(admin.retry_failed(kind=kind, queue=queue))
-
-    def discard_failed(self, kind: str) -> int:
-        return self._run(admin.discard_failed(kind))
-
-    def dump_job(self, job_id: int) -> str:
-        return self._run(admin.dump_job(job_id))
-
-    def dump_run(self, job_id: int, attempt: int | None = None) -> str:
-        """One attempt of a job as JSON (the current one unless ``attempt`` is given)."""
-        return self._run(admin.dump_run(job_id, attempt))
-
-    def pause_queue(self, queue: str, paused_by: str | None = None) -> None:
-        self._run(admin.pause_queue(queue, paused_by))
-
-    def resume_queue(self, queue: str) -> None:
-        self._run(admin.resume_queue(queue))
-
-    def drain_queue(self, queue: str) -> int:
-        return self._run(admin.drain_queue(queue))
-
-    def flush_admin_metadata(self) -> None:
-        """Nothing to flush: queue_stats() counts on every call (the Awa SDK caches its
-        counters; code that flushes them first runs unchanged)."""
-
-    def queue_stats(self) -> list[admin.QueueStat]:
-        return self._run(admin.queue_stats())
-
-    def storage_status(self) -> str:
-        """The Awa SDK's storage-transition report, as pretty JSON: one engine, always
-        active, with nothing to transition to (its blockers say so)."""
-        return self._run(admin.storage_status())
-
-    def list_jobs(self, **filters: Any) -> list[JobRow]:
-        """Newest first; filters: ``state``, ``kind``, ``queue``, ``limit`` (100)."""
-        return self._run(admin.list_jobs(**filters))
-
-    def list_dlq(self, **filters: Any) -> list[admin.DlqEntry]:
-        """Dead-lettered jobs, newest first; filters: ``kind``, ``queue``, ``tag``, the
-        cursor ``before_dlq_at``/``before_id``, ``limit``."""
-        return self._run(admin.list_dlq(**filters))
-
-    def get_dlq_job(self, job_id: int) -> admin.DlqEntry | None:
-        return self._run(admin.get_dlq_job(job_id))
-
-    def dlq_depth(self, *, queue: str | None = None) -> int:
-        return self._run(admin.dlq_depth(queue=queue))
-
-    def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
-        return self._run(admin.dlq_depth_by_queue())
-
-    def retry_from_dlq(
-        self,
-        job_id: int,
-        *,
-        run_at: datetime | None = None,
-        priority: int | None = None,
-        queue: str | None = None,
-    ) -> JobRow | None:
-        op = admin.retry_from_dlq(job_id, run_at=run_at, priority=priority, queue=queue)
-        return self._resolved(op)
-
-    def _resolved(self, op: admin.Op[int | None]) -> JobRow | None:
-        job_id = self._run(op)
-        return None if job_id is None else self._run(admin.find_job(job_id))
-
-    def bulk_retry_from_dlq(
-        self,
-        *,
-        kind: str | None = None,
-        queue: str | None = None,
-        tag: str | None = None,
-        allow_all: bool = False,
-    ) -> int:
-        return self._run(
-            admin.bulk_retry_from_dlq(kind=kind, queue=queue, tag=tag, allow_all=allow_all)
-        )
-
-    def move_failed_to_dlq(self, job_id: int, reason: str) -> admin.DlqEntry | None:
-        return self._run(admin.move_failed_to_dlq(job_id, reason))
-
-    def bulk_move_failed_to_dlq(
-        self,
-        *,
-        kind: str | None = None,
-        queue: str | None = None,
-        reason: str = "manual",
-        allow_all: bool = False,
-    ) -> int:
-        return self._run(
-            admin.bulk_move_failed_to_dlq(
-                kind=kind, queue=queue, reason=reason, allow_all=allow_all
-            )
-        )
-
-    def purge_dlq_job(self, job_id: int) -> bool:
-        return self._run(admin.purge_dlq_job(job_id))
-
-    def purge_dlq(
-        self,
-        *,
-        kind: str | None = None,
-        queue: str | None = None,
-        tag: str | None = None,
-        before_id: int | None = None,
-        before_dlq_at: datetime | None = None,
-        allow_all: bool = False,
-    ) -> int:
-        op = admin.purge_dlq(
-            kind=kind,
-            queue=queue,
-            tag=tag,
-            before_id=before_id,
-            before_dlq_at=before_dlq_at,
-            allow_all=allow_all,
-        )
-        return self._run(op)
-
-    # Durable batch operations (awa_fast.batch): stored here, applied by the maintenance
-    # leader in chunks. Operations and previews are the Awa SDK's dicts.
-
-    def preview_batch_operation(
-        self,
-        op_kind: batch.BatchOperationKind,
-        *,
-        spec: dict[str, Any],
-        filter: batch.BatchOperationFilter | None = None,
-    ) -> batch.BatchOperationPreview:
-        """How many queued jobs the operation would change, and a sample; changes nothing."""
-        return self._run(batch.preview(op_kind, spec=spec, filter=filter))
-
-    def submit_batch_operation(
-        self,
-        op_kind: batch.BatchOperationKind,
-        *,
-        spec: dict[str, Any],
-        filter: batch.BatchOperationFilter | None = None,
-        submitted_by: str | None = None,
-        allow_all: bool = False,
-    ) -> batch.BatchOperation:
-        """Store the operation for the leader (a filter-less one needs ``allow_all``)."""
-        op = batch.submit(
-            op_kind, spec=spec, filter=filter, submitted_by=submitted_by, allow_all=allow_all
-        )
-        return self._run(op)
-
-    def preview_set_priority(
-        self, priority: int, *, filter: batch.BatchOperationFilter | None = None
-    ) -> batch.BatchOperationPreview:
-        return self.preview_batch_operation(
-            "set_priority", spec={"priority": priority}, filter=filter
-        )
-
-    def set_priority(
-        self,
-        priority: int,
-        *,
-        filter: batch.BatchOperationFilter | None = None,
-        submitted_by: str | None = None,
-        allow_all: bool = False,
-    ) -> batch.BatchOperation:
-        """Submit an operation setting the priority of the queued jobs ``filter`` selects."""
-        return self.submit_batch_operation(
-            "set_priority",
-            spec={"priority": priority},
-            filter=filter,
-            submitted_by=submitted_by,
-            allow_all=allow_all,
-        )
-
-    def preview_move_queue(
-        self,
-        queue: str,
-        *,
-        priority: int | None = None,
-        filter: batch.BatchOperationFilter | None = None,
-    ) -> batch.BatchOperationPreview:
-        spec = batch.move_spec(queue, priority)
-        return self.preview_batch_operation("move_queue", spec=spec, filter=filter)
-
-    def move_queue(
-        self,
-        queue: str,
-        *,
-        priority: int | None = None,
-        filter: batch.BatchOperationFilter | None = None,
-        submitted_by: str | None = None,
-        allow_all: bool = False,
-    ) -> batch.BatchOperation:
-        """Submit an operation moving the queued jobs ``filter`` selects to ``queue`` (and
-        ``priority``, when given)."""
-        return self.submit_batch_operation(
-            "move_queue",
-            spec=batch.move_spec(queue, priority),
-            filter=filter,
-            submitted_by=submitted_by,
-            allow_all=allow_all,
-        )
-
-    def list_batch_operations(
-        self, *, state: batch.BatchOperationState | None = None, limit: int = 100
-    ) -> list[batch.BatchOperation]:
-        """Newest first."""
-        return self._run(batch.list_operations(state=state, limit=limit))
-
-    def get_batch_operation(self, operation_id: str) -> batch.BatchOperation:
-        return self._run(batch.get(operation_id))
-
-    def cancel_batch_operation(self, operation_id: str) -> batch.BatchOperation:
-        """Stop the operation between chunks (``cancelling`` until the leader's next step)."""
-        return self._run(batch.cancel(operation_id))
-
-    def purge_batch_operations(self, before: datetime, *, limit: int = 1000) -> int:
-        """Delete finished operations finalized before ``before``; returns how many."""
-        return self._run(batch.purge(before, limit=limit))
-
-    def complete_external(self, callback_id: str, payload: object = None) -> JobRow:
-        """Complete the job waiting on ``callback_id`` (CallbackNotFound if none waits)."""
-        return self._run(admin.complete_external(callback_id, payload))
-
-    def fail_external(self, callback_id: str, error: str) -> JobRow:
-        return self._run(admin.fail_external(callback_id, error))
-
-    def retry_external(self, callback_id: str) -> JobRow:
-        return self._run(admin.retry_external(callback_id))
-
-    def resolve_callback(
-        self, callback_id: str, payload: object = None, default_action: str = "ignore"
-    ) -> admin.ResolveResult:
-        """Decide the job waiting on ``callback_id`` by its callback's CEL expressions, else
-        by ``default_action`` ("complete", "fail" or "ignore")."""
-        return self._run_locked(admin.resolve_callback(callback_id, payload, default_action))
-
-    def resume_external(self, callback_id: str, payload: object = None) -> JobRow:
-        """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``."""
-        return self._run(admin.resume_external(callback_id, payload))
-
-    def heartbeat_callback(
-        self, callback_id: str, timeout_seconds: float = DEFAULT_CALLBACK_TIMEOUT
-    ) -> JobRow:
-        """Push the callback's timeout to ``timeout_seconds`` from now."""
-        return self._run(admin.heartbeat_callback(callback_id, timeout_seconds))
-
-    def list_cron_jobs(self) -> list[dict[str, Any]]:
-        return self._run(admin.list_cron_jobs())
-
-    def list_queue_descriptors(self) -> list[dict[str, Any]]:
-        return self._run(admin.list_queue_descriptors())
-
-    def list_job_kind_descriptors(self) -> list[dict[str, Any]]:
-        return self._run(admin.list_job_kind_descriptors())
-
-    def delete_cron_job(self, name: str) -> bool:
-        return self._run(admin.delete_cron_job(name))
+class _SyncOnly(_Handlers):
+    """What only :class:`Client` has, or does its own way: it starts no handlers that
+    outlive a call (``run`` and ``serve`` return when theirs stop)."""
 
     def health_check(self) -> health.HealthCheck:
         """Whether Postgres answers (``postgres_connected``, within a few seconds, up or
@@ -531,20 +164,79 @@ class Client(_Handlers):
         (``serve``'s pool answers its own ``/health``)."""
         return health.health_of(None, health.available(self.dsn, []))
 
-    def close(self) -> None:
-        if self._opened:
-            self._pool.close()
-            self._opened = False
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _stop_handlers(self) -> None:
+        """Nothing to stop on close: no handlers run on this client's behalf by then."""
 
 
-class AsyncClient(_Handlers):
-    """asyncio client: insert jobs, administer them, and ``start`` handlers in this process."""
+class _AsyncOnly(_Handlers):
+    """What only :class:`AsyncClient` has: handlers started on the caller's event loop, and
+    their health."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        self._runner: Runner | None = None
+
+    async def health_check(self) -> health.HealthCheck:
+        """Whether Postgres answers (within a few seconds, up or down) and, once started,
+        whether this client claims and heartbeats: for readiness and liveness probes.
+        ``healthy`` is False before ``start()`` and after ``shutdown()``, as in the Awa SDK."""
+        return await health.probe(self.dsn, self._runner)
+
+    async def start(
+        self, queues: QueueSpec | None = None, *, processes: int | None = None, **config: Any
+    ) -> Runner:
+        """Start handlers for ``queues`` from this event loop: in this process, or in
+        ``processes`` forked worker processes. Returns the running runner. ``config`` takes
+        :class:`RunnerConfig`'s fields or the Awa SDK's option names
+        (:mod:`awa_fast.runtime.options`)."""
+        if self._runner is not None:
+            raise RuntimeError("this client is already running; call shutdown() first")
+        runner = Runner(
+            self.dsn,
+            self.handlers,
+            parse_queues(queues if queues is not None else self.default_queues()),
+            runner_config(config, queues=queues),
+            processes=processes,
+        )
+        await runner.start()
+        self._runner = runner
+        return runner
+
+    async def shutdown(
+        self, timeout: float | None = None, *, timeout_ms: int | None = None
+    ) -> None:
+        """Stop claiming, let running handlers finish (up to ``timeout`` s, or the Awa SDK's
+        ``timeout_ms``), flush outcomes."""
+        if timeout_ms is not None:
+            if timeout is not None:
+                raise ValueError("give timeout or timeout_ms, not both")
+            timeout = timeout_ms / 1000
+        runner = self._runner
+        if runner is None or runner.stopping:  # not started, or another call is stopping it
+            return
+        try:
+            await runner.stop(timeout)
+        finally:  # kept until stopped, so that a health check meanwhile says shutting down
+            self._runner = None
+
+    async def _stop_handlers(self) -> None:
+        """On close, stop the handlers ``start`` started."""
+        await self.shutdown()
+
+
+# ---- asyncio source: the synchronous code at the end is generated from it ----
+
+
+async def _execute_async(conn: AsyncConnection[Any], op: admin.Op[T]) -> T:
+    cur = conn.cursor(row_factory=dict_row)
+    if op.first is not None:
+        await cur.execute(op.first, op.params)
+    await cur.execute(op.sql, op.params)
+    return op.shape(await cur.fetchall() if cur.description else [])
+
+
+class AsyncClient(_AsyncOnly):
+    """The asyncio client: insert jobs, administer them, run handlers."""
 
     def __init__(self, dsn: str, *, max_connections: int = 10) -> None:
         super().__init__(dsn)
@@ -556,7 +248,6 @@ class AsyncClient(_Handlers):
             kwargs={**_SESSION, **keepalives(dsn)},
         )
         self._opened = False
-        self._runner: Runner | None = None
 
     async def _conn(self) -> Any:
         if not self._opened:
@@ -605,18 +296,17 @@ class AsyncClient(_Handlers):
     async def transaction(self) -> Transaction:
         """Open a transaction on one of this client's connections, for the application's
         statements and job inserts together (``async with await client.transaction() as
-        tx:``); the block commits when it ends and rolls back on an exception or a
-        cancellation."""
+        tx:``); the block commits when it ends and rolls back on an exception."""
         return await Transaction.begin(await self._conn())
 
     async def _run(self, op: admin.Op[T]) -> T:
         async with await self._conn() as conn:
-            return await _aexecute(conn, op)
+            return await _execute_async(conn, op)
 
     async def _run_locked(self, locked: admin.Locked[T]) -> T:
         async with await self._conn() as conn, conn.transaction():
-            decided = await _aexecute(conn, locked.lock)
-            return await _aexecute(conn, decided) if isinstance(decided, admin.Op) else decided
+            decided = await _execute_async(conn, locked.lock)
+            return await _execute_async(conn, decided) if isinstance(decided, admin.Op) else decided
 
     async def get_job(self, job_id: int) -> JobRow:
         """The job; :class:`~awa_fast.errors.JobNotFound` when there is none."""
@@ -906,51 +596,8 @@ class AsyncClient(_Handlers):
     async def delete_cron_job(self, name: str) -> bool:
         return await self._run(admin.delete_cron_job(name))
 
-    async def health_check(self) -> health.HealthCheck:
-        """Whether Postgres answers (within a few seconds, up or down) and, once started,
-        whether this client claims and heartbeats: for readiness and liveness probes.
-        ``healthy`` is False before ``start()`` and after ``shutdown()``, as in the Awa SDK."""
-        return await health.probe(self.dsn, self._runner)
-
-    async def start(
-        self, queues: QueueSpec | None = None, *, processes: int | None = None, **config: Any
-    ) -> Runner:
-        """Start handlers for ``queues`` from this event loop: in this process, or in
-        ``processes`` forked worker processes. Returns the running runner. ``config`` takes
-        :class:`RunnerConfig`'s fields or the Awa SDK's option names
-        (:mod:`awa_fast.runtime.options`)."""
-        if self._runner is not None:
-            raise RuntimeError("this client is already running; call shutdown() first")
-        runner = Runner(
-            self.dsn,
-            self.handlers,
-            parse_queues(queues if queues is not None else self.default_queues()),
-            runner_config(config, queues=queues),
-            processes=processes,
-        )
-        await runner.start()
-        self._runner = runner
-        return runner
-
-    async def shutdown(
-        self, timeout: float | None = None, *, timeout_ms: int | None = None
-    ) -> None:
-        """Stop claiming, let running handlers finish (up to ``timeout`` s, or the Awa SDK's
-        ``timeout_ms``), flush outcomes."""
-        if timeout_ms is not None:
-            if timeout is not None:
-                raise ValueError("give timeout or timeout_ms, not both")
-            timeout = timeout_ms / 1000
-        runner = self._runner
-        if runner is None or runner.stopping:  # not started, or another call is stopping it
-            return
-        try:
-            await runner.stop(timeout)
-        finally:  # kept until stopped, so that a health check meanwhile says shutting down
-            self._runner = None
-
     async def close(self) -> None:
-        await self.shutdown()
+        await self._stop_handlers()
         if self._opened:
             await self._pool.close()
             self._opened = False
@@ -960,3 +607,386 @@ class AsyncClient(_Handlers):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+# ---- generated by tools/async_to_sync.py from the code above: do not edit ----
+
+
+def _execute(conn: Connection[Any], op: admin.Op[T]) -> T:
+    cur = conn.cursor(row_factory=dict_row)
+    if op.first is not None:
+        cur.execute(op.first, op.params)
+    cur.execute(op.sql, op.params)
+    return op.shape(cur.fetchall() if cur.description else [])
+
+
+class Client(_SyncOnly):
+    """The synchronous client: insert jobs, administer them, run handlers."""
+
+    def __init__(self, dsn: str, *, max_connections: int = 10) -> None:
+        super().__init__(dsn)
+        self._pool = ConnectionPool(
+            dsn,
+            min_size=0,
+            max_size=max_connections,
+            open=False,
+            kwargs={**_SESSION, **keepalives(dsn)},
+        )
+        self._opened = False
+
+    def _conn(self) -> Any:
+        if not self._opened:
+            self._pool.open()
+            self._opened = True
+        return self._pool.connection()
+
+    def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
+        with self._conn() as conn:
+            return producer.insert(conn, args, **options)
+
+    def migrate(self) -> list[int]:
+        """Apply pending schema migrations; returns the versions applied."""
+        return _migrate(self.dsn)
+
+    def insert_many(self, items: Iterable[object], **options: Unpack[InsertOptions]) -> list[int]:
+        with self._conn() as conn:
+            return producer.insert_many(conn, items, **options)
+
+    def insert_many_copy(
+        self,
+        items: Iterable[object],
+        *,
+        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        **options: Unpack[InsertOptions],
+    ) -> list[JobRow]:
+        """:meth:`insert_many` returning the jobs, as the Awa SDK's method of this name does;
+        ``opts``, one entry per job or None, sets a job's own ``queue`` or ``ordering_key``."""
+        laid = producer.with_item_options(items, options, opts)
+        return self._run(admin.get_jobs(self.insert_many(laid, **options)))
+
+    def enqueue_many_copy(
+        self,
+        items: Iterable[object],
+        *,
+        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        **options: Unpack[InsertOptions],
+    ) -> int:
+        """:meth:`insert_many` returning how many jobs it inserted (the Awa SDK's name);
+        ``opts`` as for :meth:`insert_many_copy`."""
+        laid = producer.with_item_options(items, options, opts)
+        return len(self.insert_many(laid, **options))
+
+    def transaction(self) -> SyncTransaction:
+        """Open a transaction on one of this client's connections, for the application's
+        statements and job inserts together (``with client.transaction() as
+        tx:``); the block commits when it ends and rolls back on an exception."""
+        return SyncTransaction.begin(self._conn())
+
+    def _run(self, op: admin.Op[T]) -> T:
+        with self._conn() as conn:
+            return _execute(conn, op)
+
+    def _run_locked(self, locked: admin.Locked[T]) -> T:
+        with self._conn() as conn, conn.transaction():
+            decided = _execute(conn, locked.lock)
+            return _execute(conn, decided) if isinstance(decided, admin.Op) else decided
+
+    def get_job(self, job_id: int) -> JobRow:
+        """The job; :class:`~awa_fast.errors.JobNotFound` when there is none."""
+        return self._run(admin.get_job(job_id))
+
+    def cancel(self, job_id: int) -> JobRow | None:
+        """Cancel the job (a running handler sees ``is_cancelled()``); None if finished."""
+        cancelled = self._run(admin.cancel(job_id))
+        return self._run(admin.find_job(job_id)) if cancelled else None
+
+    def retry(self, job_id: int) -> JobRow | None:
+        """Run a failed, cancelled or parked (waiting_external) job again, attempts reset;
+        None if it was in none of those states. A parked job's callback is spent."""
+        return self._resolved(admin.retry(job_id))
+
+    def cancel_by_unique_key(
+        self,
+        kind: str,
+        *,
+        queue: str | None = None,
+        args: object = None,
+        period_bucket: int | None = None,
+    ) -> JobRow | None:
+        """Cancel the oldest unfinished job with this unique key (give ``queue``, ``args``,
+        ``period_bucket`` as its UniqueOpts took them); None if there is none."""
+        holder = admin.unique_key_holder(kind, queue=queue, args=args, period_bucket=period_bucket)
+        job_id = self._run(holder)
+        return None if job_id is None else self.cancel(job_id)
+
+    def retry_failed(
+        self, *, kind: str | None = None, queue: str | None = None
+    ) -> admin.RetryFailedResult:
+        """Run every failed job of ``kind`` and ``queue`` again (each None for any)."""
+        return self._run(admin.retry_failed(kind=kind, queue=queue))
+
+    def discard_failed(self, kind: str) -> int:
+        return self._run(admin.discard_failed(kind))
+
+    def dump_job(self, job_id: int) -> str:
+        return self._run(admin.dump_job(job_id))
+
+    def dump_run(self, job_id: int, attempt: int | None = None) -> str:
+        """One attempt of a job as JSON (the current one unless ``attempt`` is given)."""
+        return self._run(admin.dump_run(job_id, attempt))
+
+    def pause_queue(self, queue: str, paused_by: str | None = None) -> None:
+        self._run(admin.pause_queue(queue, paused_by))
+
+    def resume_queue(self, queue: str) -> None:
+        self._run(admin.resume_queue(queue))
+
+    def drain_queue(self, queue: str) -> int:
+        return self._run(admin.drain_queue(queue))
+
+    def flush_admin_metadata(self) -> None:
+        """Nothing to flush: queue_stats() counts on every call (the Awa SDK caches its
+        counters; code that flushes them first runs unchanged)."""
+
+    def queue_stats(self) -> list[admin.QueueStat]:
+        return self._run(admin.queue_stats())
+
+    def storage_status(self) -> str:
+        """The Awa SDK's storage-transition report, as pretty JSON: one engine, always
+        active, with nothing to transition to (its blockers say so)."""
+        return self._run(admin.storage_status())
+
+    def list_jobs(self, **filters: Any) -> list[JobRow]:
+        """Newest first; filters: ``state``, ``kind``, ``queue``, ``limit`` (100)."""
+        return self._run(admin.list_jobs(**filters))
+
+    def list_dlq(self, **filters: Any) -> list[admin.DlqEntry]:
+        """Dead-lettered jobs, newest first; filters: ``kind``, ``queue``, ``tag``, the
+        cursor ``before_dlq_at``/``before_id``, ``limit``."""
+        return self._run(admin.list_dlq(**filters))
+
+    def get_dlq_job(self, job_id: int) -> admin.DlqEntry | None:
+        return self._run(admin.get_dlq_job(job_id))
+
+    def dlq_depth(self, *, queue: str | None = None) -> int:
+        return self._run(admin.dlq_depth(queue=queue))
+
+    def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
+        return self._run(admin.dlq_depth_by_queue())
+
+    def retry_from_dlq(
+        self,
+        job_id: int,
+        *,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+    ) -> JobRow | None:
+        op = admin.retry_from_dlq(job_id, run_at=run_at, priority=priority, queue=queue)
+        return self._resolved(op)
+
+    def _resolved(self, op: admin.Op[int | None]) -> JobRow | None:
+        job_id = self._run(op)
+        return None if job_id is None else self._run(admin.find_job(job_id))
+
+    def bulk_retry_from_dlq(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        tag: str | None = None,
+        allow_all: bool = False,
+    ) -> int:
+        return self._run(
+            admin.bulk_retry_from_dlq(kind=kind, queue=queue, tag=tag, allow_all=allow_all)
+        )
+
+    def move_failed_to_dlq(self, job_id: int, reason: str) -> admin.DlqEntry | None:
+        return self._run(admin.move_failed_to_dlq(job_id, reason))
+
+    def bulk_move_failed_to_dlq(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        reason: str = "manual",
+        allow_all: bool = False,
+    ) -> int:
+        return self._run(
+            admin.bulk_move_failed_to_dlq(
+                kind=kind, queue=queue, reason=reason, allow_all=allow_all
+            )
+        )
+
+    def purge_dlq_job(self, job_id: int) -> bool:
+        return self._run(admin.purge_dlq_job(job_id))
+
+    def purge_dlq(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        tag: str | None = None,
+        before_id: int | None = None,
+        before_dlq_at: datetime | None = None,
+        allow_all: bool = False,
+    ) -> int:
+        op = admin.purge_dlq(
+            kind=kind,
+            queue=queue,
+            tag=tag,
+            before_id=before_id,
+            before_dlq_at=before_dlq_at,
+            allow_all=allow_all,
+        )
+        return self._run(op)
+
+    # Durable batch operations (awa_fast.batch): stored here, applied by the maintenance
+    # leader in chunks. Operations and previews are the Awa SDK's dicts.
+
+    def preview_batch_operation(
+        self,
+        op_kind: batch.BatchOperationKind,
+        *,
+        spec: dict[str, Any],
+        filter: batch.BatchOperationFilter | None = None,
+    ) -> batch.BatchOperationPreview:
+        """How many queued jobs the operation would change, and a sample; changes nothing."""
+        return self._run(batch.preview(op_kind, spec=spec, filter=filter))
+
+    def submit_batch_operation(
+        self,
+        op_kind: batch.BatchOperationKind,
+        *,
+        spec: dict[str, Any],
+        filter: batch.BatchOperationFilter | None = None,
+        submitted_by: str | None = None,
+        allow_all: bool = False,
+    ) -> batch.BatchOperation:
+        """Store the operation for the leader (a filter-less one needs ``allow_all``)."""
+        op = batch.submit(
+            op_kind, spec=spec, filter=filter, submitted_by=submitted_by, allow_all=allow_all
+        )
+        return self._run(op)
+
+    def preview_set_priority(
+        self, priority: int, *, filter: batch.BatchOperationFilter | None = None
+    ) -> batch.BatchOperationPreview:
+        return self.preview_batch_operation(
+            "set_priority", spec={"priority": priority}, filter=filter
+        )
+
+    def set_priority(
+        self,
+        priority: int,
+        *,
+        filter: batch.BatchOperationFilter | None = None,
+        submitted_by: str | None = None,
+        allow_all: bool = False,
+    ) -> batch.BatchOperation:
+        """Submit an operation setting the priority of the queued jobs ``filter`` selects."""
+        return self.submit_batch_operation(
+            "set_priority",
+            spec={"priority": priority},
+            filter=filter,
+            submitted_by=submitted_by,
+            allow_all=allow_all,
+        )
+
+    def preview_move_queue(
+        self,
+        queue: str,
+        *,
+        priority: int | None = None,
+        filter: batch.BatchOperationFilter | None = None,
+    ) -> batch.BatchOperationPreview:
+        spec = batch.move_spec(queue, priority)
+        return self.preview_batch_operation("move_queue", spec=spec, filter=filter)
+
+    def move_queue(
+        self,
+        queue: str,
+        *,
+        priority: int | None = None,
+        filter: batch.BatchOperationFilter | None = None,
+        submitted_by: str | None = None,
+        allow_all: bool = False,
+    ) -> batch.BatchOperation:
+        """Submit an operation moving the queued jobs ``filter`` selects to ``queue`` (and
+        ``priority``, when given)."""
+        return self.submit_batch_operation(
+            "move_queue",
+            spec=batch.move_spec(queue, priority),
+            filter=filter,
+            submitted_by=submitted_by,
+            allow_all=allow_all,
+        )
+
+    def list_batch_operations(
+        self, *, state: batch.BatchOperationState | None = None, limit: int = 100
+    ) -> list[batch.BatchOperation]:
+        """Newest first."""
+        return self._run(batch.list_operations(state=state, limit=limit))
+
+    def get_batch_operation(self, operation_id: str) -> batch.BatchOperation:
+        return self._run(batch.get(operation_id))
+
+    def cancel_batch_operation(self, operation_id: str) -> batch.BatchOperation:
+        """Stop the operation between chunks (``cancelling`` until the leader's next step)."""
+        return self._run(batch.cancel(operation_id))
+
+    def purge_batch_operations(self, before: datetime, *, limit: int = 1000) -> int:
+        """Delete finished operations finalized before ``before``; returns how many."""
+        return self._run(batch.purge(before, limit=limit))
+
+    def complete_external(self, callback_id: str, payload: object = None) -> JobRow:
+        """Complete the job waiting on ``callback_id`` (CallbackNotFound if none waits)."""
+        return self._run(admin.complete_external(callback_id, payload))
+
+    def fail_external(self, callback_id: str, error: str) -> JobRow:
+        return self._run(admin.fail_external(callback_id, error))
+
+    def retry_external(self, callback_id: str) -> JobRow:
+        return self._run(admin.retry_external(callback_id))
+
+    def resolve_callback(
+        self, callback_id: str, payload: object = None, default_action: str = "ignore"
+    ) -> admin.ResolveResult:
+        """Decide the job waiting on ``callback_id`` by its callback's CEL expressions, else
+        by ``default_action`` ("complete", "fail" or "ignore")."""
+        op = admin.resolve_callback(callback_id, payload, default_action)
+        return self._run_locked(op)
+
+    def resume_external(self, callback_id: str, payload: object = None) -> JobRow:
+        """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``."""
+        return self._run(admin.resume_external(callback_id, payload))
+
+    def heartbeat_callback(
+        self, callback_id: str, timeout_seconds: float = DEFAULT_CALLBACK_TIMEOUT
+    ) -> JobRow:
+        """Push the callback's timeout to ``timeout_seconds`` from now."""
+        return self._run(admin.heartbeat_callback(callback_id, timeout_seconds))
+
+    def list_cron_jobs(self) -> list[dict[str, Any]]:
+        return self._run(admin.list_cron_jobs())
+
+    def list_queue_descriptors(self) -> list[dict[str, Any]]:
+        return self._run(admin.list_queue_descriptors())
+
+    def list_job_kind_descriptors(self) -> list[dict[str, Any]]:
+        return self._run(admin.list_job_kind_descriptors())
+
+    def delete_cron_job(self, name: str) -> bool:
+        return self._run(admin.delete_cron_job(name))
+
+    def close(self) -> None:
+        self._stop_handlers()
+        if self._opened:
+            self._pool.close()
+            self._opened = False
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -2,7 +2,8 @@
 
 The functions here take the caller's psycopg connection, so a job inserted inside the
 caller's transaction becomes visible on its commit and vanishes on its rollback. The clients
-call the same functions on their own connections.
+call the same functions on their own connections. The synchronous insert functions at the
+end are generated from their asyncio twins by tools/async_to_sync.py.
 """
 
 from __future__ import annotations
@@ -373,12 +374,6 @@ def _one_copy(jobs: Sequence[PreparedJob]) -> bool:
     )
 
 
-def insert(conn: psycopg.Connection[Any], args: object, **options: Unpack[InsertOptions]) -> JobRow:
-    """Insert one job on ``conn``, inside the caller's transaction if one is open: the job
-    is visible when that transaction commits and gone if it rolls back."""
-    return _insert_prepared(conn, prepare(request_of(args, options)))
-
-
 Rows = Sequence[Mapping[str, Any]]
 Step = tuple[str, dict[str, Any]]  # a named statement and its parameters
 InsertSteps = Generator[Step, Rows, JobRow]
@@ -397,58 +392,6 @@ def insert_steps(job: PreparedJob) -> InsertSteps:
             raise UniqueConflict(holder)
     rows = yield Q.job_insert_many, _statement_params(job, job_id)
     return JobRow.from_row(rows[0])
-
-
-def drive(steps: InsertSteps, execute: Callable[[str, dict[str, Any]], Rows]) -> JobRow:
-    """Run ``steps`` with ``execute`` (a statement and its parameters -> its rows)."""
-    step = next(steps)
-    while True:
-        try:
-            step = steps.send(execute(*step))
-        except StopIteration as done:
-            row: JobRow = done.value
-            return row
-
-
-async def drive_async(
-    steps: InsertSteps, execute: Callable[[str, dict[str, Any]], Awaitable[Rows]]
-) -> JobRow:
-    """The asyncio twin of :func:`drive`."""
-    step = next(steps)
-    while True:
-        try:
-            step = steps.send(await execute(*step))
-        except StopIteration as done:
-            row: JobRow = done.value
-            return row
-
-
-def _insert_prepared(conn: psycopg.Connection[Any], job: PreparedJob) -> JobRow:
-    with (
-        _transaction(conn, one_statement=job.unique_key is None),
-        conn.cursor(row_factory=dict_row) as cur,
-    ):
-        return drive(insert_steps(job), lambda sql, params: cur.execute(sql, params).fetchall())
-
-
-async def insert_async(
-    conn: psycopg.AsyncConnection[Any], args: object, **options: Unpack[InsertOptions]
-) -> JobRow:
-    """The asyncio twin of :func:`insert`."""
-    return await _insert_prepared_async(conn, prepare(request_of(args, options)))
-
-
-async def _insert_prepared_async(conn: psycopg.AsyncConnection[Any], job: PreparedJob) -> JobRow:
-    async with (
-        _transaction(conn, one_statement=job.unique_key is None),
-        conn.cursor(row_factory=dict_row) as cur,
-    ):
-
-        async def execute(sql: str, params: dict[str, Any]) -> Rows:
-            await cur.execute(sql, params)
-            return await cur.fetchall()
-
-        return await drive_async(insert_steps(job), execute)
 
 
 def _claim_params(job: PreparedJob, job_id: int) -> dict[str, Any]:
@@ -546,8 +489,53 @@ def prepare_many(items: Iterable[object], options: InsertOptions) -> list[Prepar
     return jobs
 
 
-def insert_many(
-    conn: psycopg.Connection[Any], items: Iterable[object], **options: Unpack[InsertOptions]
+def _place(placed: list[int | None], jobs: Sequence[PreparedJob], ids: Sequence[int]) -> None:
+    """Put the plain jobs' ids at their items' positions."""
+    plain_positions = (i for i, job in enumerate(jobs) if job.unique_key is None)
+    for position, job_id in zip(plain_positions, ids, strict=True):
+        placed[position] = job_id
+
+
+# ---- asyncio source: the synchronous code at the end is generated from it ----
+
+
+async def insert_async(
+    conn: psycopg.AsyncConnection[Any], args: object, **options: Unpack[InsertOptions]
+) -> JobRow:
+    """Insert one job on ``conn``, inside the caller's transaction if one is open: the job
+    is visible when that transaction commits and gone if it rolls back."""
+    return await insert_prepared_async(conn, prepare(request_of(args, options)))
+
+
+async def insert_prepared_async(conn: psycopg.AsyncConnection[Any], job: PreparedJob) -> JobRow:
+    """Insert ``job``, validated already (:func:`prepare`), as :func:`insert_async` does."""
+    async with (
+        _transaction(conn, one_statement=job.unique_key is None),
+        conn.cursor(row_factory=dict_row) as cur,
+    ):
+
+        async def execute(sql: str, params: dict[str, Any]) -> Rows:
+            await cur.execute(sql, params)
+            return await cur.fetchall()
+
+        return await drive_async(insert_steps(job), execute)
+
+
+async def drive_async(
+    steps: InsertSteps, execute: Callable[[str, dict[str, Any]], Awaitable[Rows]]
+) -> JobRow:
+    """Run ``steps`` with ``execute`` (a statement and its parameters -> its rows)."""
+    step = next(steps)
+    while True:
+        try:
+            step = steps.send(await execute(*step))
+        except StopIteration as done:
+            row: JobRow = done.value
+            return row
+
+
+async def insert_many_async(
+    conn: psycopg.AsyncConnection[Any], items: Iterable[object], **options: Unpack[InsertOptions]
 ) -> list[int]:
     """Insert many jobs in one transaction; returns their ids in order.
 
@@ -558,44 +546,14 @@ def insert_many(
     items = list(items)
     uniform = _uniform_params(items, options)
     if uniform is not None:
-        with _transaction(conn, one_statement=True):
-            return _uniform_ids(conn.execute(_uniform_statement(items), uniform).fetchall())
-    jobs = prepare_many(items, options)
-    plain = [j for j in jobs if j.unique_key is None]
-    placed: list[int | None] = [None] * len(jobs)
-    # Ids come from a sequence, outside any transaction's reach: with one COPY to send,
-    # that COPY alone decides whether the batch is written.
-    with _transaction(conn, one_statement=_one_copy(jobs)):
-        if plain:
-            row = conn.execute(_NOW_AND_IDS, (len(plain),)).fetchone()
-            assert row is not None
-            now, ids = row
-            with conn.cursor() as cur:
-                for sql, lines in _copy_lines(plain, ids, now).items():
-                    with cur.copy(sql) as copy:
-                        for chunk in _copy_chunks(lines):
-                            copy.write(chunk)
-            _place(placed, jobs, ids)
-        for index, job in enumerate(jobs):
-            if job.unique_key is not None:
-                with contextlib.suppress(UniqueConflict):
-                    placed[index] = _insert_prepared(conn, job).id
-    return [job_id for job_id in placed if job_id is not None]
-
-
-async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any], items: Iterable[object], **options: Unpack[InsertOptions]
-) -> list[int]:
-    """The asyncio twin of :func:`insert_many`."""
-    items = list(items)
-    uniform = _uniform_params(items, options)
-    if uniform is not None:
         async with _transaction(conn, one_statement=True):
             cur = await conn.execute(_uniform_statement(items), uniform)
             return _uniform_ids(await cur.fetchall())
     jobs = prepare_many(items, options)
     plain = [j for j in jobs if j.unique_key is None]
     placed: list[int | None] = [None] * len(jobs)
+    # Ids come from a sequence, outside any transaction's reach: with one COPY to send,
+    # that COPY alone decides whether the batch is written.
     async with _transaction(conn, one_statement=_one_copy(jobs)):
         if plain:
             cur = await conn.execute(_NOW_AND_IDS, (len(plain),))
@@ -611,12 +569,80 @@ async def insert_many_async(
         for index, job in enumerate(jobs):
             if job.unique_key is not None:
                 with contextlib.suppress(UniqueConflict):
-                    placed[index] = (await _insert_prepared_async(conn, job)).id
+                    inserted = await insert_prepared_async(conn, job)
+                    placed[index] = inserted.id
     return [job_id for job_id in placed if job_id is not None]
 
 
-def _place(placed: list[int | None], jobs: Sequence[PreparedJob], ids: Sequence[int]) -> None:
-    """Put the plain jobs' ids at their items' positions."""
-    plain_positions = (i for i, job in enumerate(jobs) if job.unique_key is None)
-    for position, job_id in zip(plain_positions, ids, strict=True):
-        placed[position] = job_id
+# ---- generated by tools/async_to_sync.py from the code above: do not edit ----
+
+
+def insert(conn: psycopg.Connection[Any], args: object, **options: Unpack[InsertOptions]) -> JobRow:
+    """Insert one job on ``conn``, inside the caller's transaction if one is open: the job
+    is visible when that transaction commits and gone if it rolls back."""
+    return insert_prepared(conn, prepare(request_of(args, options)))
+
+
+def insert_prepared(conn: psycopg.Connection[Any], job: PreparedJob) -> JobRow:
+    """Insert ``job``, validated already (:func:`prepare`), as :func:`insert` does."""
+    with (
+        _transaction(conn, one_statement=job.unique_key is None),
+        conn.cursor(row_factory=dict_row) as cur,
+    ):
+
+        def execute(sql: str, params: dict[str, Any]) -> Rows:
+            cur.execute(sql, params)
+            return cur.fetchall()
+
+        return drive(insert_steps(job), execute)
+
+
+def drive(steps: InsertSteps, execute: Callable[[str, dict[str, Any]], Rows]) -> JobRow:
+    """Run ``steps`` with ``execute`` (a statement and its parameters -> its rows)."""
+    step = next(steps)
+    while True:
+        try:
+            step = steps.send(execute(*step))
+        except StopIteration as done:
+            row: JobRow = done.value
+            return row
+
+
+def insert_many(
+    conn: psycopg.Connection[Any], items: Iterable[object], **options: Unpack[InsertOptions]
+) -> list[int]:
+    """Insert many jobs in one transaction; returns their ids in order.
+
+    A uniform batch (see :func:`_uniform_params`) is one INSERT; any other goes over COPY.
+    Ids come back in item order. Unique jobs go through the claim path one by one; a unique
+    job whose key is held by a live job is skipped (its id is absent from the result).
+    """
+    items = list(items)
+    uniform = _uniform_params(items, options)
+    if uniform is not None:
+        with _transaction(conn, one_statement=True):
+            cur = conn.execute(_uniform_statement(items), uniform)
+            return _uniform_ids(cur.fetchall())
+    jobs = prepare_many(items, options)
+    plain = [j for j in jobs if j.unique_key is None]
+    placed: list[int | None] = [None] * len(jobs)
+    # Ids come from a sequence, outside any transaction's reach: with one COPY to send,
+    # that COPY alone decides whether the batch is written.
+    with _transaction(conn, one_statement=_one_copy(jobs)):
+        if plain:
+            cur = conn.execute(_NOW_AND_IDS, (len(plain),))
+            row = cur.fetchone()
+            assert row is not None
+            now, ids = row
+            with conn.cursor() as copy_cur:
+                for sql, lines in _copy_lines(plain, ids, now).items():
+                    with copy_cur.copy(sql) as copy:
+                        for chunk in _copy_chunks(lines):
+                            copy.write(chunk)
+            _place(placed, jobs, ids)
+        for index, job in enumerate(jobs):
+            if job.unique_key is not None:
+                with contextlib.suppress(UniqueConflict):
+                    inserted = insert_prepared(conn, job)
+                    placed[index] = inserted.id
+    return [job_id for job_id in placed if job_id is not None]

@@ -9,9 +9,9 @@ SDK's do; a dict or list argument is sent as ``jsonb``, as the SDK sends it. Job
 through :mod:`awa_fast.producer`'s insert paths, whose statements fire the trigger that
 wakes workers: Postgres delivers that NOTIFY at commit, and never after a rollback.
 
-:class:`Transaction` is the asyncio twin of :class:`SyncTransaction`; what they share (the
-closed check, the placeholder count, the cursor's adapters, the ending chosen on exit) is
-in this module's functions, so the twins are I/O only.
+:class:`SyncTransaction` is generated from :class:`Transaction` by tools/async_to_sync.py;
+what they share (the closed check, the placeholder count, the cursor's adapters, the ending
+chosen on exit) is in this module's functions, so the twins are I/O only.
 """
 
 from __future__ import annotations
@@ -115,101 +115,13 @@ class _Handle:
         return self._connection is None
 
 
-class SyncTransaction(_Handle):
-    """A transaction on one of a :class:`~awa_fast.Client`'s connections (``with
-    client.transaction() as tx:``): commits when the block ends, rolls back on an
-    exception."""
-
-    def __init__(self, conn: psycopg.Connection[Any], release: contextlib.ExitStack) -> None:
-        super().__init__(conn)
-        self._release = release
-
-    @classmethod
-    def begin(cls, pooled: contextlib.AbstractContextManager[Any]) -> SyncTransaction:
-        """Take a connection from ``pooled`` (a client's pool) and open a transaction on it."""
-        with contextlib.ExitStack() as release:
-            conn = release.enter_context(pooled)
-            conn.execute("BEGIN")
-            return cls(conn, release.pop_all())
-
-    def _cursor(self) -> psycopg.RawCursor[DictRow]:
-        cur = psycopg.RawCursor(self._live(), row_factory=dict_row)
-        _adapt(cur)
-        return cur
-
-    def execute(self, query: str, *args: Any) -> int:
-        """Run ``query`` with ``$1, $2`` … bound to ``args``; returns the rows it affected
-        (or returned)."""
-        with self._cursor() as cur:
-            cur.execute(query, _params(query, args))
-            return cur.rowcount
-
-    def fetch_one(self, query: str, *args: Any) -> dict[str, Any]:
-        """The first row; :class:`~awa_fast.errors.NoRowFound` when there is none."""
-        return _one(self.fetch_optional(query, *args))
-
-    def fetch_optional(self, query: str, *args: Any) -> dict[str, Any] | None:
-        with self._cursor() as cur:
-            cur.execute(query, _params(query, args))
-            return cur.fetchone()
-
-    def fetch_all(self, query: str, *args: Any) -> list[dict[str, Any]]:
-        with self._cursor() as cur:
-            cur.execute(query, _params(query, args))
-            return cur.fetchall()
-
-    def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
-        """Insert a job in this transaction (validated as :func:`awa_fast.insert` does); a
-        unique conflict raises and leaves the transaction usable."""
-        return producer.insert(self._live(), args, **options)
-
-    def insert_many(self, jobs: Iterable[object], **options: Unpack[InsertOptions]) -> list[JobRow]:
-        """Insert jobs in this transaction; returns them, in order, as the SDK's does."""
-        conn = self._live()
-        op = admin.get_jobs(producer.insert_many(conn, jobs, **options))
-        with conn.cursor(row_factory=dict_row) as cur:
-            return op.shape(cur.execute(op.sql, op.params).fetchall())
-
-    def commit(self) -> None:
-        """Commit; raises if an earlier failed statement had aborted the transaction (which
-        is then rolled back)."""
-        conn = self._end()
-        with self._release:
-            ending = _ending(conn)
-            conn.execute(ending)
-        if ending != "COMMIT":
-            raise AwaError(_ABORTED)
-
-    def rollback(self) -> None:
-        conn = self._end()
-        with self._release:
-            conn.execute("ROLLBACK")
-
-    def __enter__(self) -> SyncTransaction:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> Literal[False]:
-        if self.closed:
-            return False
-        if exc_type is None:
-            self.commit()
-            return False
-        # The exception under way is the one to report: a rollback that fails too (the
-        # connection broke) leaves nothing committed, and the pool discards the connection.
-        with contextlib.suppress(psycopg.Error):
-            self.rollback()
-        return False
+# ---- asyncio source: the synchronous code at the end is generated from it ----
 
 
 class Transaction(_Handle):
-    """A transaction on one of an :class:`~awa_fast.AsyncClient`'s connections (``async with
-    await client.transaction() as tx:``): commits when the block ends, rolls back on an
-    exception or a cancellation."""
+    """A transaction on one of its client's pooled connections (:class:`~awa_fast.AsyncClient`,
+    ``async with await client.transaction() as tx:``): commits when the block ends, rolls
+    back on an exception."""
 
     def __init__(
         self, conn: psycopg.AsyncConnection[Any], release: contextlib.AsyncExitStack
@@ -295,7 +207,103 @@ class Transaction(_Handle):
         if exc_type is None:
             await self.commit()
             return False
-        # As in SyncTransaction.__exit__: the exception (or cancellation) under way wins.
+        # The exception under way is the one to report: a rollback that fails too (the
+        # connection broke) leaves nothing committed, and the pool discards the connection.
         with contextlib.suppress(psycopg.Error):
             await self.rollback()
+        return False
+
+
+# ---- generated by tools/async_to_sync.py from the code above: do not edit ----
+
+
+class SyncTransaction(_Handle):
+    """A transaction on one of its client's pooled connections (:class:`~awa_fast.Client`,
+    ``with client.transaction() as tx:``): commits when the block ends, rolls
+    back on an exception."""
+
+    def __init__(self, conn: psycopg.Connection[Any], release: contextlib.ExitStack) -> None:
+        super().__init__(conn)
+        self._release = release
+
+    @classmethod
+    def begin(cls, pooled: contextlib.AbstractContextManager[Any]) -> SyncTransaction:
+        """Take a connection from ``pooled`` (a client's pool) and open a transaction on it."""
+        with contextlib.ExitStack() as release:
+            conn = release.enter_context(pooled)
+            conn.execute("BEGIN")
+            return cls(conn, release.pop_all())
+
+    def _cursor(self) -> psycopg.RawCursor[DictRow]:
+        cur = psycopg.RawCursor(self._live(), row_factory=dict_row)
+        _adapt(cur)
+        return cur
+
+    def execute(self, query: str, *args: Any) -> int:
+        """Run ``query`` with ``$1, $2`` … bound to ``args``; returns the rows it affected
+        (or returned)."""
+        with self._cursor() as cur:
+            cur.execute(query, _params(query, args))
+            return cur.rowcount
+
+    def fetch_one(self, query: str, *args: Any) -> dict[str, Any]:
+        """The first row; :class:`~awa_fast.errors.NoRowFound` when there is none."""
+        return _one(self.fetch_optional(query, *args))
+
+    def fetch_optional(self, query: str, *args: Any) -> dict[str, Any] | None:
+        with self._cursor() as cur:
+            cur.execute(query, _params(query, args))
+            return cur.fetchone()
+
+    def fetch_all(self, query: str, *args: Any) -> list[dict[str, Any]]:
+        with self._cursor() as cur:
+            cur.execute(query, _params(query, args))
+            return cur.fetchall()
+
+    def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
+        """Insert a job in this transaction (validated as :func:`awa_fast.insert` does); a
+        unique conflict raises and leaves the transaction usable."""
+        return producer.insert(self._live(), args, **options)
+
+    def insert_many(self, jobs: Iterable[object], **options: Unpack[InsertOptions]) -> list[JobRow]:
+        """Insert jobs in this transaction; returns them, in order, as the SDK's does."""
+        conn = self._live()
+        op = admin.get_jobs(producer.insert_many(conn, jobs, **options))
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(op.sql, op.params)
+            return op.shape(cur.fetchall())
+
+    def commit(self) -> None:
+        """Commit; raises if an earlier failed statement had aborted the transaction (which
+        is then rolled back)."""
+        conn = self._end()
+        with self._release:
+            ending = _ending(conn)
+            conn.execute(ending)
+        if ending != "COMMIT":
+            raise AwaError(_ABORTED)
+
+    def rollback(self) -> None:
+        conn = self._end()
+        with self._release:
+            conn.execute("ROLLBACK")
+
+    def __enter__(self) -> SyncTransaction:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
+        if self.closed:
+            return False
+        if exc_type is None:
+            self.commit()
+            return False
+        # The exception under way is the one to report: a rollback that fails too (the
+        # connection broke) leaves nothing committed, and the pool discards the connection.
+        with contextlib.suppress(psycopg.Error):
+            self.rollback()
         return False

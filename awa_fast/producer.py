@@ -276,7 +276,7 @@ def _copy_array(values: tuple[str, ...]) -> str:
 # What the table fills in for a column a COPY row leaves out. A job's options are sent only
 # where they differ from these (or, for run_at, where one was given: the default now() is
 # the insert's transaction time, which a job with no run_at gets): a plain job's row then
-# costs the server about 1 us less, for text it no longer parses.
+# costs the server less, for text it no longer parses.
 _COPY_DEFAULTS = {"priority": "2", "max_attempts": "25", "tags": "{}", "metadata": "{}"}
 
 
@@ -416,8 +416,8 @@ def _uniform_params(items: list[object], options: InsertOptions) -> dict[str, An
     item-by-item path would accept, and store the same, comes here: the same options,
     validated; the same kind and encoder; args that path would refuse (a NUL, a NaN, or
     args that cannot be encoded) send the whole batch back, to be refused there with the item
-    named. For 450 no-op jobs the producer's CPU is 1.0-1.2 us a job, against 3.8-4.0
-    item by item over COPY in the same minutes (benches/RESULTS.md)."""
+    named. It costs the producer a fraction of the item-by-item path's CPU a job
+    (benches/RESULTS.md, "Design measurements")."""
     if not 0 < len(items) <= _UNIFORM_MAX_JOBS:
         return None
     args_type: type = type(items[0])
@@ -448,7 +448,7 @@ def _uniform_params(items: list[object], options: InsertOptions) -> dict[str, An
 
 # From this many jobs a uniform batch is stored as packs (migration 0016): a row per up to
 # PACK_MAX_JOBS jobs instead of one per job, which costs the producer's backend a fraction
-# as much a job (benches/RESULTS.md, "Session 18"). Below it, the rows of
+# as much a job (benches/RESULTS.md, "Design measurements"). Below it, the rows of
 # job_insert_uniform: a claim covers its packs by reading limit / PACK_MIN_JOBS + 2 of them.
 PACK_MIN_JOBS = 64
 PACK_MAX_JOBS = 512  # job_insert_packed's split

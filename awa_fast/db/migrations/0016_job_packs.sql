@@ -1,10 +1,9 @@
 -- Jobs inserted together as a pack: a uniform insert_many batch (one kind, one set of
 -- options, due now, none unique) is stored as one row per up to 512 jobs, holding their ids
 -- and args, instead of one row per job. A row per job cost the producer's backend a heap
--- tuple, a primary-key entry and a claim-index entry each (about three quarters of what a
--- producer costs the machine beside its pool); a pack pays those once, and a claim writes
--- each job's row as it starts it: running, in jobs_hot, where it would have updated the
--- available row instead (benches/RESULTS.md, "Session 18").
+-- tuple, a primary-key entry and a claim-index entry each; a pack pays those once, and a
+-- claim writes each job's row as it starts it: running, in jobs_hot, where it would have
+-- updated the available row instead (benches/RESULTS.md, "Design measurements").
 --
 -- A pack's jobs are available jobs in every sense but their storage:
 -- * claims take them in the same (priority, run_at, id) order as jobs_hot's available rows,

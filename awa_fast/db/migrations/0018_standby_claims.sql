@@ -2,9 +2,8 @@
 -- commit, with no claim of its own.
 --
 -- A claim is a write that must be durable before its handler may start, and on a machine
--- whose workers wait idle a durable write costs a flush from idle: on the VM that runs
--- this project's benches, 1.3 ms of a pickup's 1.4 (benches/RESULTS.md, session 20). A
--- runner whose claim found a queue drained, with capacity to spare, leaves a standby
+-- whose workers wait idle a durable write costs a flush from idle, most of a pickup
+-- (benches/RESULTS.md, "Pickup latency"). A runner whose claim found a queue drained, with capacity to spare, leaves a standby
 -- claim for it here instead. The next statement that inserts available jobs into that
 -- queue starts one of them on the standby claim, in its own transaction: the job's row
 -- becomes running (as a claim makes it), the standby claim names the job, and the NOTIFY

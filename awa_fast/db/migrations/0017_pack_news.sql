@@ -1,8 +1,9 @@
 -- News of packs on a channel of their own. A runner claims with job_claim_rows, which reads
 -- jobs_hot alone, until it hears that a queue may hold packs (migration 0016): a one-job
 -- claim costs less that way (benches/RESULTS.md, "Design measurements"). Packs are news
--- when they are inserted, and when a claim takes part of one and leaves the rest: a runner whose claim
--- skipped that pack, locked by this claim, saw no packs and claims rows alone until told.
+-- when they are inserted, and when a claim takes part of one and leaves the rest: a runner
+-- whose claim skipped that pack, locked by this claim, saw no packs and claims rows alone
+-- until told.
 -- Inserts still notify awa_fast_jobs as well, for runners of an earlier version.
 CREATE OR REPLACE FUNCTION awa_fast.notify_packed() RETURNS trigger
 LANGUAGE plpgsql AS $$

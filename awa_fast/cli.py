@@ -22,7 +22,8 @@ import orjson
 import psycopg
 from psycopg import conninfo
 
-from awa_fast import logs
+from awa_fast import bench, logs, sdk_commands
+from awa_fast.client import Client
 from awa_fast.db.migrate import (
     SCHEMA,
     current_migration_version,
@@ -30,6 +31,11 @@ from awa_fast.db.migrate import (
     migrate,
     migrations_range,
 )
+from awa_fast.errors import AwaError, ConfigError, JobNotFound
+from awa_fast.localpg import embedded_url
+from awa_fast.runtime.config import RunnerConfig
+from awa_fast.runtime.ratelimit import check_rate_limit
+from awa_fast.runtime.serve import serve
 
 _SCENARIOS = ("drain", "cpu", "io", "latency", "sustained", "retry", "scheduled", "promote")
 URL_HELP = (
@@ -45,7 +51,6 @@ def database_url(flag: str | None) -> str:
     url = flag or os.environ.get("AWA_FAST_DATABASE_URL") or os.environ.get("DATABASE_URL")
     if url:
         return url
-    from awa_fast.localpg import embedded_url
 
     url = embedded_url()
     migrate(url)
@@ -178,7 +183,6 @@ def _cmd_grants(opts: argparse.Namespace) -> int:
 
 
 def _cmd_enqueue(opts: argparse.Namespace) -> int:
-    from awa_fast.client import Client
 
     url = database_url(opts.database_url)
     ensure_migrated(url)
@@ -223,8 +227,6 @@ def _queue_arg(text: str) -> tuple[str, int]:
 
 
 def _rate_limit_arg(text: str) -> tuple[str, tuple[float, int]]:
-    from awa_fast.errors import ConfigError
-    from awa_fast.runtime.ratelimit import check_rate_limit
 
     name, sep, limit = text.partition("=")
     rate, _, burst = limit.partition(":")
@@ -319,7 +321,6 @@ _FILTERS = {
 
 
 def _cmd_admin(opts: argparse.Namespace) -> int:
-    from awa_fast.client import Client
 
     url = database_url(opts.database_url)
     ensure_migrated(url)
@@ -359,8 +360,6 @@ def _no_standby(command: argparse.ArgumentParser, *, help: str) -> None:
 def _setting_arg(text: str) -> tuple[str, float | int]:
     from dataclasses import fields
 
-    from awa_fast.runtime.config import RunnerConfig
-
     name, sep, value = text.partition("=")
     names = {f.name for f in fields(RunnerConfig)}
     if not sep or name not in names:
@@ -372,7 +371,6 @@ def _setting_arg(text: str) -> tuple[str, float | int]:
 
 
 def _cmd_serve(opts: argparse.Namespace) -> int:
-    from awa_fast.runtime.serve import serve
 
     logs.configure(fmt=opts.log_format, level=opts.log_level)
     app = load_app(opts.app)
@@ -401,7 +399,6 @@ def serve_config(opts: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_bench(opts: argparse.Namespace) -> int:
-    from awa_fast import bench
 
     names = list(bench.SCENARIOS) if "all" in opts.scenario else opts.scenario
     planned = bench.plan(
@@ -552,7 +549,6 @@ def _leading_database_url(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from awa_fast import sdk_commands
 
     url_option, rest = _leading_database_url(list(sys.argv[1:] if argv is None else argv))
     if sdk_commands.is_sdk_command(rest):
@@ -576,7 +572,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _exit_status(command: str, run: Callable[[], int]) -> int:
     """``run``'s status, or an awa-fast error said on stderr: 1 for a job that is not
     there, 2 for any other."""
-    from awa_fast.errors import AwaError, JobNotFound
 
     try:
         return run()

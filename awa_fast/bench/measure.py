@@ -24,6 +24,7 @@ import psycopg
 
 from awa_fast.db.dsn import with_database
 from awa_fast.db.migrate import migrate
+from awa_fast.producer import insert_many
 from awa_fast.runtime.runner import Runner
 
 RESULT_KEYS = (
@@ -329,8 +330,6 @@ def wait_for_listener(url: str, *, timeout: float = 10.0) -> bool:
 def insert_items(url: str, items: list[Any], **options: Any) -> None:
     """Insert ``items`` (``insert_many``) on a connection of their own, closed before measuring
     starts."""
-    from awa_fast.producer import insert_many
-
     with psycopg.connect(url, autocommit=True) as conn:
         insert_many(conn, items, **options)
 

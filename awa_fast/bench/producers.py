@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from awa_fast.bench.handlers import Noop, Stamp
+from awa_fast.producer import insert, insert_many
 
 
 async def in_producer(name: str, *args: float | str) -> Any:
@@ -41,8 +42,6 @@ async def in_producer(name: str, *args: float | str) -> Any:
 def produce_one_by_one(url: str, rate: float, count: float) -> list[float]:
     """Insert ``Stamp(0..count-1)`` one per ``1/rate`` s, each in its own transaction;
     returns ``time.time()`` taken right after each commit returned."""
-    from awa_fast.producer import insert
-
     committed = []
     with psycopg.connect(url, autocommit=True) as conn:
         start = time.perf_counter()
@@ -58,8 +57,6 @@ def produce_one_by_one(url: str, rate: float, count: float) -> list[float]:
 def produce_at_rate(url: str, rate: float, duration: float, tick: float) -> tuple[int, float]:
     """Offer ``rate`` jobs/s for ``duration`` s: every ``tick`` s, one ``insert_many`` of what
     fell due since the last one; returns (jobs inserted, seconds it took)."""
-    from awa_fast.producer import insert_many
-
     inserted = 0
     with psycopg.connect(url, autocommit=True, application_name="awa-fast bench producer") as conn:
         start = time.perf_counter()

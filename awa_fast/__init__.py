@@ -1,5 +1,7 @@
 """awa-fast: a Postgres-backed job queue with a multiprocess worker pool and a Rust core."""
 
+from importlib.metadata import PackageNotFoundError, version
+
 from awa_fast import callback_contract
 from awa_fast.admin import DlqEntry, QueueStat, ResolveResult, RetryFailedResult
 from awa_fast.batch import (
@@ -45,6 +47,12 @@ from awa_fast.telemetry import init_telemetry, shutdown_telemetry
 from awa_fast.transaction import SyncTransaction, Transaction
 from awa_fast.types import InsertRequest, JobRow, JobState, UniqueOpts
 from awa_fast.worker import CallbackToken, Job, Worker
+
+# The installed distribution's version, which maturin takes from Cargo.toml.
+try:
+    __version__ = version("awa-fast")
+except PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "AsyncClient",

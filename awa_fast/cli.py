@@ -14,7 +14,6 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import orjson
 import psycopg
 from psycopg import conninfo
 
-from awa_fast import bench, logs, sdk_commands
+from awa_fast import __version__, bench, logs, sdk_commands
 from awa_fast.client import Client
 from awa_fast.db.migrate import (
     SCHEMA,
@@ -418,16 +417,9 @@ def _cmd_bench(opts: argparse.Namespace) -> int:
     return 0
 
 
-def _version() -> str:
-    try:
-        return version("awa-fast")
-    except PackageNotFoundError:
-        return "(not installed)"
-
-
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="awa-fast", description=__doc__.splitlines()[0])
-    top.add_argument("--version", action="version", version=f"awa-fast {_version()}")
+    top.add_argument("--version", action="version", version=f"awa-fast {__version__}")
     sub = top.add_subparsers(dest="command", required=True)
 
     def command(name: str, help: str) -> argparse.ArgumentParser:

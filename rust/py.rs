@@ -634,6 +634,17 @@ impl PyInFlight {
             .unzip()
     }
 
+    /// ``(job_id, run_lease, queue)`` of every occupied slot whose handler has not started:
+    /// a prefetched job waiting in its worker.
+    fn unstarted(&self) -> Vec<(i64, i64, u32)> {
+        self.table
+            .occupied()
+            .into_iter()
+            .filter(|i| !i.started)
+            .map(|i| (i.job_id, i.run_lease, i.queue))
+            .collect()
+    }
+
     /// ``(job_id, run_lease)`` of every slot held by ``worker``.
     fn held_by(&self, worker: u32) -> Vec<(i64, i64)> {
         self.table

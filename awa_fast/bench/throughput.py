@@ -108,9 +108,12 @@ async def cpu(
     jobs: int,
     processes: int | None = None,
     ms: float = 1.0,
+    concurrency: int | None = None,
     progress: Progress | None = None,
+    **config: Any,
 ) -> dict[str, Any]:
-    """``jobs`` sync handlers each burning a calibrated ``ms`` of pure-Python CPU.
+    """``jobs`` sync handlers each burning a calibrated ``ms`` of pure-Python CPU, at
+    ``concurrency`` (default: 64 a process); ``config`` goes to the runner (``prefetch``).
 
     Each handler also records the CPU time its burn took, so the result carries what the
     work really cost on this machine at that moment (``burn_ms_measured``) and the rate had
@@ -129,12 +132,11 @@ async def cpu(
             url,
             client,
             [Burn(n, loops) for n in range(jobs)],
-            # Sync handlers run one at a time per process; the rest of a worker's share
-            # waits claimed in it, so a claim (a commit) refills many jobs at once.
-            queues={"default": 64 * (processes or 1)},
+            queues={"default": concurrency or 64 * (processes or 1)},
             processes=processes,
             scenario="cpu",
             progress=progress,
+            **config,
         )
         burned_ms = statistics.fmean(board.read()) * 1000
     finally:
@@ -145,6 +147,8 @@ async def cpu(
         "burn_ms": ms,
         "burn_ms_measured": round(burned_ms, 4),
         "jobs_per_s_normalized": round(result["jobs_per_s"] * burned_ms / ms, 1),
+        "concurrency": concurrency or 64 * (processes or 1),
+        **config,
     }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -361,12 +362,13 @@ class Claimer:
         """Hand each worker its share of ``jobs``; give back reservations left unused."""
         start = 0
         wants_started = bool(self._hooks.registry.hooks)
-        for worker, n in reserved:
+        given = self._spread(len(jobs), queue_index, reserved)
+        for (worker, n), count in zip(reserved, given, strict=True):
             cap = self._capacity.index(queue_index, worker)
-            mine = jobs[start : start + n]
-            start += len(mine)
-            if len(mine) < n:
-                self._inflight.release(cap, n - len(mine))
+            mine = jobs[start : start + count]
+            start += count
+            if count < n:
+                self._inflight.release(cap, n - count)
             if not mine:
                 continue
             acquire = self._inflight.acquire_slot
@@ -378,6 +380,27 @@ class Claimer:
                     if self._hooks.registry.wants(job.kind):
                         self._hooks.submit(EventType.STARTED, started_row(job))
             self._workers.deliver(worker, batch)
+
+    def _spread(self, count: int, queue_index: int, reserved: list[tuple[int, int]]) -> list[int]:
+        """How many of ``count`` jobs each reservation takes: each job goes to the worker
+        holding fewest of the queue's jobs, within its reservation, so that a claim that
+        came back short still spreads over the workers (a worker holds more jobs than it
+        runs at once: prefetch)."""
+        if count >= sum(n for _, n in reserved):
+            return [n for _, n in reserved]
+        index = self._capacity.index
+        heap = [
+            (self._inflight.in_flight(index(queue_index, worker)) - n, i)
+            for i, (worker, n) in enumerate(reserved)
+        ]
+        heapq.heapify(heap)
+        given = [0] * len(reserved)
+        for _ in range(count):
+            held, i = heapq.heappop(heap)
+            given[i] += 1
+            if given[i] < reserved[i][1]:
+                heapq.heappush(heap, (held + 1, i))
+        return given
 
     # -- standby claims -------------------------------------------------------------------
 

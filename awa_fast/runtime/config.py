@@ -31,6 +31,11 @@ class RunnerConfig:
     # until half a batch (at most half the queue's capacity) is free (Runner._reserve).
     claim_batch: int = 500
     claimers: int = 2
+    # Jobs each worker holds per queue beyond those it runs, claimed ahead so that a worker
+    # that finishes one starts the next without waiting for a claim (None: sized from the
+    # worker's share of the queue's concurrency, runtime.context.default_prefetch; 0: none,
+    # for queues of long jobs, where a job held back waits a whole job's time).
+    prefetch: int | None = None
     poll_interval: float = 1.0
     # A claim that finds a queue drained, with capacity to spare, leaves a standby claim
     # there (awa_fast.runtime.standby): the next job inserted into the queue starts in its
@@ -127,6 +132,11 @@ class RunnerConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
+        prefetch = self.prefetch
+        if prefetch is not None and (
+            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
+        ):
+            raise ConfigError(f"prefetch must be None or an integer >= 0, got {prefetch!r}")
         if self.commit_batch_max < self.commit_batch:
             raise ConfigError(
                 f"commit_batch_max must be >= commit_batch ({self.commit_batch}), "

@@ -27,25 +27,49 @@ def shares(concurrency: int, workers: int) -> list[int]:
     return [base + (1 if w < extra else 0) for w in range(workers)]
 
 
+# A worker's default prefetch per queue: twice the handlers it runs at once, so that a
+# claim lands while it still has work, within bounds (runtime.config.RunnerConfig.prefetch).
+PREFETCH_MIN = 8
+PREFETCH_MAX = 64
+
+
+def default_prefetch(share: int) -> int:
+    return min(max(2 * share, PREFETCH_MIN), PREFETCH_MAX)
+
+
 @dataclass(frozen=True, slots=True)
 class Capacity:
     """How the queues' concurrency is laid out in the in-flight table: one counter per
-    (queue, worker), at index ``queue * workers + worker``."""
+    (queue, worker), at index ``queue * workers + worker``. A counter holds the worker's
+    share of the queue's concurrency (the handlers it may run at once) plus its prefetch
+    (jobs claimed ahead, waiting in the worker unstarted)."""
 
     queues: Mapping[str, int]  # queue -> concurrency, in the runner's queue order
     workers: int
+    prefetch: int | None = None  # per worker and queue; None: default_prefetch
 
     def index(self, queue_index: int, worker: int) -> int:
         return queue_index * self.workers + worker
 
     def share(self, queue_index: int, worker: int) -> int:
-        """The units of a queue's concurrency that ``worker`` holds."""
+        """The handlers of a queue that ``worker`` may run at once."""
         concurrency = list(self.queues.values())[queue_index]
         return shares(concurrency, self.workers)[worker]
 
+    def held(self, queue_index: int, worker: int) -> int:
+        """The jobs of a queue that ``worker`` may hold: its share, and its prefetch."""
+        share = self.share(queue_index, worker)
+        if not share:
+            return 0
+        return share + (default_prefetch(share) if self.prefetch is None else self.prefetch)
+
     def counters(self) -> list[int]:
         """Every counter's capacity, in table order."""
-        return [c for q in self.queues.values() for c in shares(q, self.workers)]
+        return [self.held(q, w) for q in range(len(self.queues)) for w in range(self.workers)]
+
+    def shares(self, worker: int) -> dict[int, int]:
+        """Capacity index -> the handlers ``worker`` may run at once, for each queue."""
+        return {self.index(q, worker): self.share(q, worker) for q in range(len(self.queues))}
 
 
 class Workers(Protocol):

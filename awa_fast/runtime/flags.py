@@ -8,7 +8,7 @@ grace is recycled by the heartbeat: a job sent to that worker would be lost with
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 
 from awa_fast._core import InFlight
 
@@ -42,11 +42,17 @@ class CancelFlags:
         if ended:
             self._on_ended()
 
-    def ignored(self, *, grace: float) -> list[tuple[Attempt, str]]:
-        """Attempts flagged more than ``grace`` seconds ago, and why: forgotten here, for
-        their workers to be recycled."""
+    def ignored(
+        self, *, grace: float, besides: Container[Attempt] = ()
+    ) -> list[tuple[Attempt, str]]:
+        """Attempts flagged more than ``grace`` seconds ago, but those in ``besides``, and
+        why: forgotten here, for their workers to be recycled."""
         now = time.monotonic()
-        late = [(a, why) for a, (since, why) in self._flagged.items() if now - since > grace]
+        late = [
+            (a, why)
+            for a, (since, why) in self._flagged.items()
+            if now - since > grace and a not in besides
+        ]
         for attempt, _ in late:
             del self._flagged[attempt]
         return late

@@ -24,7 +24,7 @@ CONNECT_TIMEOUT = 5
 
 @dataclass(frozen=True, slots=True)
 class QueueHealth:
-    in_flight: int  # attempts of this queue running on this client
+    in_flight: int  # attempts of this queue running on this client (not those held ahead)
     available: int  # jobs of this queue waiting to be claimed, by any client
     max_workers: int  # this client's concurrency for the queue
 
@@ -104,7 +104,11 @@ def health_of(runtime: Snapshot | None, counts: Mapping[str, int] | None) -> Hea
         leader=runtime.leader,
         loops_down=runtime.loops_down,
         queues={
-            queue: QueueHealth(runtime.in_flight[queue], (counts or {}).get(queue, 0), concurrency)
+            queue: QueueHealth(
+                runtime.in_flight[queue] - runtime.prefetched[queue],
+                (counts or {}).get(queue, 0),
+                concurrency,
+            )
             for queue, concurrency in runtime.queues.items()
         },
     )

@@ -12,15 +12,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from awa_fast import descriptors
 from awa_fast._core import InFlight
-from awa_fast.db.connections import attempts_params, connect_hot_async
+from awa_fast.db.connections import Int8Array, attempts_params, connect_hot_async
 from awa_fast.db.queries import Q
 from awa_fast.descriptors import Descriptor
 from awa_fast.runtime.config import RunnerConfig
@@ -36,13 +37,15 @@ class HeartbeatConfig:
     interval: float = 5.0  # seconds between beats
     deadline_grace: float = 5.0  # a flagged handler's time to stop before its worker goes
     descriptor_refresh_every: float = 3600.0  # seconds between descriptor refreshes
+    deadlines: Mapping[str, float] = field(default_factory=dict)  # an attempt's, by queue
 
     @classmethod
-    def of(cls, config: RunnerConfig) -> HeartbeatConfig:
+    def of(cls, config: RunnerConfig, queues: Sequence[str]) -> HeartbeatConfig:
         return cls(
             config.heartbeat_interval,
             config.deadline_grace,
             config.descriptor_refresh_every(),
+            {queue: config.deadline_for(queue) for queue in queues},
         )
 
 
@@ -117,13 +120,15 @@ class Heartbeat:
         await self.refresh_descriptors(conn)
         ids, leases = self._inflight.running()
         running = set(zip(ids, leases, strict=True))
+        waiting = {(job_id, lease) for job_id, lease, _ in self._inflight.unstarted()}
         if running:
-            beat.flagged = await self._beat_attempts(conn, running)
+            beat.flagged = await self._beat_attempts(conn, running, waiting)
         for attempt, why in beat.flagged:
             self._flags.flag(*attempt, why=why)
         self._flags.forget_ended(running)
         grace = self.config.deadline_grace
-        for attempt, why in self._flags.ignored(grace=grace):
+        # A flagged job still waiting in its worker is given back when its turn comes.
+        for attempt, why in self._flags.ignored(grace=grace, besides=waiting):
             beat.evicted.append(attempt)
             self._workers.evict(
                 *attempt, reason=f"{why}; its handler ignored cancellation for {grace:g}s"
@@ -131,13 +136,19 @@ class Heartbeat:
         return beat
 
     async def _beat_attempts(
-        self, conn: psycopg.AsyncConnection[Any], running: set[Attempt]
+        self, conn: psycopg.AsyncConnection[Any], running: set[Attempt], waiting: set[Attempt]
     ) -> list[tuple[Attempt, str]]:
-        """Renew the attempts running here; those to flag, and why."""
+        """Renew the attempts held here, and the deadlines of those ``waiting`` to start;
+        the attempts to flag, and why."""
         newest: dict[int, int] = {}  # an older attempt of a job cannot own its row
         for job_id, lease in running:
             newest[job_id] = max(lease, newest.get(job_id, lease))
-        params = {**attempts_params(newest), "host_id": self._host.id}
+        params = {
+            **attempts_params(newest),
+            "host_id": self._host.id,
+            "waiting": Int8Array([job_id for job_id, lease in waiting if newest[job_id] == lease]),
+            "deadlines": Jsonb(dict(self.config.deadlines)),
+        }
         cur = await conn.execute(Q.job_heartbeat_many, params)
         owned = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
         flagged = []

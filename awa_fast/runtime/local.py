@@ -16,6 +16,7 @@ from awa_fast.db import transitions as tr
 from awa_fast.runtime.claimed import Delivered
 from awa_fast.runtime.context import WorkerContext
 from awa_fast.runtime.executor import PROCESS_EXITS, Executor
+from awa_fast.runtime.starts import Starts
 
 log = logging.getLogger("awa_fast.local")
 
@@ -53,6 +54,9 @@ class LocalWorkers:
             context.config.sync_threads, thread_name_prefix="awa-fast-sync"
         )
         self.executor = context.make_executor(self.threads)
+        self.starts = Starts(
+            context.capacity.shares(0), inflight=context.inflight, give_back=self._give_back
+        )
         # Running handlers' tasks by attempt (the loop holds tasks only weakly); each task
         # drops its own entry as it ends, which costs less than a done-callback.
         self.running: dict[tuple[int, int], asyncio.Task[None]] = {}
@@ -74,8 +78,15 @@ class LocalWorkers:
 
     def deliver(self, worker: int, jobs: list[Delivered]) -> None:
         for delivered in jobs:
+            self._start(self.starts.admit(delivered))
+
+    def _start(self, ready: list[Delivered]) -> None:
+        for delivered in ready:
             attempt = (delivered.job.id, delivered.job.run_lease)
             self.running[attempt] = asyncio.create_task(self._run(delivered, attempt))
+
+    def _give_back(self, delivered: list[Delivered], reason: str) -> None:
+        self.context.release_unstarted(delivered, reason=reason)
 
     def evict(self, job_id: int, run_lease: int, *, reason: str) -> None:
         """Cancel the attempt's task. (A sync handler on the thread pool cannot be stopped
@@ -110,11 +121,14 @@ class LocalWorkers:
             )
         finally:
             del self.running[attempt]
+            self._start(self.starts.ended(delivered.capacity))
             self.context.capacity_freed()
 
     async def drain(self, timeout: float) -> None:
         """Wait for running handlers; past ``timeout`` set their cancel flags, give them a
-        short grace, then cancel what is left (reported lost, so it is retried)."""
+        short grace, then cancel what is left (reported lost, so it is retried). Jobs not
+        started yet go back at once."""
+        self._give_back(self.starts.take_waiting(), "shutting down before the job started")
         if self.running:
             _, pending = await asyncio.wait(list(self.running.values()), timeout=timeout)
             if pending:

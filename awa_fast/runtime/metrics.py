@@ -118,6 +118,14 @@ METRICS = (
         "queue",
     ),
     Metric(
+        "awa_fast_jobs_prefetched",
+        "gauge",
+        "Jobs claimed ahead of their worker's capacity to run them, waiting there unstarted "
+        "(counted in awa_fast_jobs_in_flight too).",
+        lambda s: s.prefetched,
+        "queue",
+    ),
+    Metric(
         "awa_fast_queue_concurrency",
         "gauge",
         "Attempts this runner may run at once.",

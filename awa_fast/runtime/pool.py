@@ -287,8 +287,8 @@ class ForkedWorkers:
     def _replace(self, worker: int, ended: Proc) -> None:
         capacity = self.context.capacity
         for queue_index in range(len(capacity.queues)):
-            share = capacity.share(queue_index, worker)
-            self.context.inflight.set_capacity(capacity.index(queue_index, worker), share)
+            held = capacity.held(queue_index, worker)
+            self.context.inflight.set_capacity(capacity.index(queue_index, worker), held)
         delay = respawn_delay(self._quick_deaths[worker])
         if delay:
             log.warning(

@@ -80,8 +80,9 @@ class Runner:
         self.handlers = handlers
         self.config = config
         self.queues = dict(queues)
-        self.capacity = Capacity(self.queues, count)
-        self.inflight = InFlight(self.capacity.counters(), sum(self.queues.values()) + 64)
+        self.capacity = Capacity(self.queues, count, config.prefetch)
+        counters = self.capacity.counters()
+        self.inflight = InFlight(counters, sum(counters) + 64)
         self.ring = OutcomeRing(65536, 128)
         self.hooks = HookDispatcher(handlers.hooks)
         self.host = Host(dsn)
@@ -100,7 +101,7 @@ class Runner:
         )
         self.heartbeat = Heartbeat(
             dsn,
-            HeartbeatConfig.of(config),
+            HeartbeatConfig.of(config, list(self.queues)),
             host=self.host,
             inflight=self.inflight,
             flags=self.flags,
@@ -196,6 +197,7 @@ class Runner:
         return Snapshot(
             queues=dict(self.queues),
             in_flight=in_flight_by_queue(self.capacity, self.inflight),
+            prefetched=self._prefetched(),
             claimed=by_queue(self.claimer.claimed_by_queue),
             claims=by_queue(self.claimer.claims_by_queue),
             started_on_standby=by_queue(
@@ -217,6 +219,14 @@ class Runner:
             stopping=self._stopping,
             loops_down=self._loops_down(),
         )
+
+    def _prefetched(self) -> dict[str, int]:
+        """Jobs claimed ahead and waiting in their worker, by queue."""
+        names = list(self.queues)
+        counts = dict.fromkeys(names, 0)
+        for _, _, counter in self.inflight.unstarted():
+            counts[names[counter // self.capacity.workers]] += 1
+        return counts
 
     def _loops_down(self) -> tuple[str, ...]:
         """The supervised loops down now, and the committer if its thread has ended

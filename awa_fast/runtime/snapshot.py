@@ -19,6 +19,7 @@ from typing import Protocol
 class Snapshot:
     queues: Mapping[str, int]  # concurrency, by queue
     in_flight: Mapping[str, int]  # attempts running (and units a claim holds), by queue
+    prefetched: Mapping[str, int]  # of those, claimed ahead and not started yet, by queue
     claimed: Mapping[str, int]  # jobs claimed, by queue
     claims: Mapping[str, int]  # claim statements run, by queue
     started_on_standby: Mapping[str, int]  # jobs started on standby claims, by queue

@@ -30,6 +30,7 @@ from awa_fast.runtime.claimed import Delivered
 from awa_fast.runtime.context import WorkerContext
 from awa_fast.runtime.executor import PROCESS_EXITS
 from awa_fast.runtime.local import run_claimed
+from awa_fast.runtime.starts import Starts
 
 log = logging.getLogger("awa_fast.pool")
 
@@ -141,6 +142,10 @@ class WorkerProcess:
         self.registry = context.registry
         self.config = context.config
         self.executor = context.make_executor()
+        self.starts = Starts(
+            context.capacity.shares(index), inflight=self.inflight, give_back=self._give_back
+        )
+        # Sync handlers' jobs whose turn has come: the pump runs them one at a time.
         self.inline: collections.deque[Delivered] = collections.deque()
         # Running async handlers by slot (the loop holds tasks only weakly). Keyed by slot,
         # _run drops its own entry without asking asyncio which task it is.
@@ -173,26 +178,33 @@ class WorkerProcess:
     def on_message(self, message: list[Any]) -> None:
         if message[0] == "jobs":
             for fields in message[1]:
-                delivered = Delivered.of(fields)
-                handler = self.registry.get(delivered.job.kind)
-                if handler is not None and not handler.is_async:
-                    self.inline.append(delivered)
-                else:
-                    self._start(delivered)
-            assert self.pump_wakeup is not None
-            self.pump_wakeup.set()
+                self._start(self.starts.admit(Delivered.of(fields)))
         elif message[0] == "drain":
             self.retire(0, give_back=True)
         elif message[0] == "retire":  # past its memory limit
             self.retire(RECYCLED_EXIT, give_back=True)
 
-    def _start(self, delivered: Delivered) -> None:
-        # Held here until _run's last step drops it (a worker never cancels these, so that
-        # step always runs): a done-callback would cost each job one more loop callback.
-        # A slot is reused only after run_claimed frees it, and _run drops the entry right
-        # then, with no await between.
-        task = asyncio.get_running_loop().create_task(self._run(delivered))
-        self.tasks[delivered.slot] = task
+    def _start(self, ready: list[Delivered]) -> None:
+        """Start jobs whose turn has come: a task each for async handlers, the pump's
+        queue for sync ones."""
+        inline = False
+        for delivered in ready:
+            handler = self.registry.get(delivered.job.kind)
+            if handler is not None and not handler.is_async:
+                self.inline.append(delivered)
+                inline = True
+                continue
+            # Held here until _run's last step drops it (a worker never cancels these, so
+            # that step always runs). A slot is reused only after run_claimed frees it, and
+            # _run drops the entry right then, with no await between.
+            task = asyncio.get_running_loop().create_task(self._run(delivered))
+            self.tasks[delivered.slot] = task
+        if inline:
+            assert self.pump_wakeup is not None
+            self.pump_wakeup.set()
+
+    def _give_back(self, delivered: list[Delivered], reason: str) -> None:
+        self.context.release_unstarted(delivered, reason=reason)
 
     async def _run(self, delivered: Delivered) -> None:
         try:
@@ -209,6 +221,7 @@ class WorkerProcess:
             self.retire(HANDLER_EXIT, give_back=True)
         finally:
             self.tasks.pop(delivered.slot, None)  # absent for jobs the pump runs inline
+            self._start(self.starts.ended(delivered.capacity))
             self.jobs_done += 1
             limit = self.config.max_jobs_per_worker
             if limit and self.jobs_done >= limit:
@@ -216,13 +229,18 @@ class WorkerProcess:
             self._maybe_exit()
 
     async def _pump(self) -> None:
-        """Run sync handlers one at a time, inline (their rows wait here, unstarted)."""
+        """Run sync handlers one at a time, inline (their jobs wait here, unstarted)."""
         assert self.pump_wakeup is not None
         while True:
             await self.pump_wakeup.wait()
             self.pump_wakeup.clear()
             while self.inline:
-                await self._run(self.inline.popleft())
+                delivered = self.inline.popleft()
+                if self.inflight.is_cancelled(delivered.slot):
+                    self._give_back([delivered], "its attempt was flagged before it started")
+                    self._start(self.starts.ended(delivered.capacity))
+                    continue
+                await self._run(delivered)
                 await asyncio.sleep(0)  # let the pipe, async handlers and signals in
 
     def retire(self, code: int, *, give_back: bool = False) -> None:
@@ -236,7 +254,7 @@ class WorkerProcess:
             self.recheck = asyncio.get_running_loop().create_task(self._recheck_exit())
         if give_back:
             reason = "shutting down before the job started"
-            self.context.release_unstarted(self.inline, reason=reason)
+            self._give_back([*self.inline, *self.starts.take_waiting()], reason)
             self.inline.clear()
         self._maybe_exit()
 
@@ -253,6 +271,7 @@ class WorkerProcess:
             self.retiring
             and not self.tasks
             and not self.inline
+            and not self.starts
             and all(self.inflight.in_flight(cap) == 0 for cap in self.caps)
             and self.done is not None
         ):

@@ -108,7 +108,16 @@ def _queue(conn: psycopg.Connection[Any], *, table: str) -> None:
     [
         ("job_claim_batch", {"queue": "default", "limit": 200, "deadline_s": 60.0, "host_id": 1}),
         ("job_complete_many", {"ids": [1, 2], "leases": '{"1": 1, "2": 1}'}),
-        ("job_heartbeat_many", {"ids": [1, 2], "leases": '{"1": 1, "2": 1}', "host_id": 1}),
+        (
+            "job_heartbeat_many",
+            {
+                "ids": [1, 2],
+                "leases": '{"1": 1, "2": 1}',
+                "host_id": 1,
+                "waiting": [2],
+                "deadlines": '{"default": 60}',
+            },
+        ),
         (
             "job_register_callback",
             {

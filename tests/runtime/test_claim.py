@@ -82,7 +82,8 @@ def test_a_claim_waits_for_half_a_batch_and_takes_up_to_a_batch(
     whole batch (so a claim beside a producer takes what arrived in one go)."""
     client = awa_fast.AsyncClient(dsn)
     client.task(Mark)(lambda job: None)
-    runner = Runner(dsn, client.handlers, {"default": 1000}, RunnerConfig(claim_batch=500))
+    config = RunnerConfig(claim_batch=500, prefetch=0)
+    runner = Runner(dsn, client.handlers, {"default": 1000}, config)
     if running:
         assert runner.inflight.reserve(0, running) == running
     assert sum(n for _, n in runner.claimer.reserve(0)) == reserved

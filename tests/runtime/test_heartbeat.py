@@ -1,5 +1,6 @@
 """A host's heartbeat: one statement for every attempt it runs, and a cancel flag for each
-attempt it no longer owns or that is past its deadline."""
+attempt it no longer owns or that is past its deadline; an attempt claimed ahead and not
+started yet has its deadline counted from now instead."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ def test_heartbeat_keeps_owned_attempts_and_flags_the_rest(
 
     async def beat() -> dict[tuple[int, int], bool]:
         slots = {a: runner.inflight.acquire_slot(*a, 0, 0) for a in attempts}
+        for slot in slots.values():
+            runner.inflight.mark_started(slot)  # their handlers run
         async with await connect_hot_async(dsn) as hot:
             await runner.heartbeat.beat_once(hot)
         return {a: runner.inflight.is_cancelled(slot) for a, slot in slots.items()}
@@ -122,3 +125,40 @@ def test_a_host_taken_for_dead_registers_again_and_restamps_its_attempts(
     ).fetchone()
     assert stamped == (second,)
     assert conn.execute("SELECT id FROM awa_fast.hosts").fetchall() == [(second,)]
+
+
+def test_a_job_waiting_in_its_worker_keeps_a_full_deadline_and_its_worker(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """A prefetched job (claimed, its slot held, its handler not started) past the deadline
+    its claim set: the heartbeat moves the deadline to a full one from now (the job's own
+    deadline_seconds where it has one), flags nothing, and evicts no worker for it."""
+    queue_default = insert_job(conn, state="running", attempt=1, run_lease=1)
+    own = insert_job(conn, state="running", attempt=1, run_lease=1)
+    conn.execute(
+        "UPDATE awa_fast.jobs_hot SET deadline_at = now() - interval '1 minute',"
+        " deadline_seconds = CASE WHEN id = %s THEN 30 END",
+        (own,),
+    )
+    with awa_fast.Client(dsn) as client:
+        config = RunnerConfig(deadline=600.0, deadline_grace=0.001)
+        runner = Runner(dsn, client.handlers, {"default": 8}, config)
+    evicted: list[tuple[int, int]] = []
+    runner.workers.evict = lambda job_id, lease, *, reason: evicted.append((job_id, lease))  # type: ignore[method-assign]
+
+    async def beat() -> list[bool]:
+        slots = [runner.inflight.acquire_slot(j, 1, 0, 0) for j in (queue_default, own)]
+        async with await connect_hot_async(dsn) as hot:
+            await runner.heartbeat.beat_once(hot)
+            await runner.heartbeat.beat_once(hot)  # past the grace: nothing to evict
+        return [runner.inflight.is_cancelled(slot) for slot in slots]
+
+    assert run(beat()) == [False, False]
+    assert evicted == []
+    left = dict(
+        conn.execute(
+            "SELECT id, extract(epoch FROM deadline_at - now()) FROM awa_fast.jobs_hot"
+        ).fetchall()
+    )
+    assert 590 < left[queue_default] <= 600
+    assert 20 < left[own] <= 30

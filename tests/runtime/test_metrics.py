@@ -133,20 +133,23 @@ def test_health_says_503_while_draining_and_gauges_show_what_runs(dsn: str) -> N
     async def main() -> None:
         async with client:
             await client.insert_many([Ping(n) for n in range(5)], queue="q")
-            runner = await client.start({"q": 3}, metrics_port=port)
+            # No polls: a claim would reserve the free units for a moment.
+            runner = await client.start({"q": 3}, metrics_port=port, poll_interval=3600.0)
             try:
                 # Capacity is reserved before a claim runs and counted as claimed after
-                # it returns: wait for both.
+                # it returns: wait for both. 3 run; the other 2 are held, prefetched.
                 await await_until(
                     lambda: (
-                        runner.snapshot().in_flight == {"q": 3}
-                        and runner.claimer.claimed_by_queue == [3]
+                        runner.snapshot().in_flight == {"q": 5}
+                        and runner.snapshot().prefetched == {"q": 2}
+                        and runner.claimer.claimed_by_queue == [5]
                     ),
-                    what="3 jobs claimed and held",
+                    what="5 jobs claimed, 3 running",
                 )
                 found = prometheus_samples((await get(port, "/metrics")).body.decode())
-                assert found['awa_fast_jobs_in_flight{queue="q"}'] == 3
-                assert found['awa_fast_jobs_claimed_total{queue="q"}'] == 3
+                assert found['awa_fast_jobs_in_flight{queue="q"}'] == 5
+                assert found['awa_fast_jobs_prefetched{queue="q"}'] == 2
+                assert found['awa_fast_jobs_claimed_total{queue="q"}'] == 5
 
                 stopping = asyncio.ensure_future(client.shutdown(timeout=30))
                 await await_until(lambda: runner.stopping, what="shutdown under way")

@@ -30,10 +30,11 @@ class Mark:
 
 @dataclass
 class Delivery:
-    """Workers that keep what they are given (one worker, always accepting)."""
+    """Workers that keep what they are given (always accepting)."""
 
     count: int = 1
     delivered: list[Delivered] = field(default_factory=list)
+    by_worker: dict[int, int] = field(default_factory=dict)
     exits: dict[str, int] = field(default_factory=dict)
 
     def prefork(self) -> None: ...
@@ -41,10 +42,11 @@ class Delivery:
     async def start(self) -> None: ...
 
     def accepting(self) -> Sequence[int]:
-        return (0,)
+        return range(self.count)
 
     def deliver(self, worker: int, jobs: list[Delivered]) -> None:
         self.delivered += jobs
+        self.by_worker[worker] = self.by_worker.get(worker, 0) + len(jobs)
 
     async def drain(self, timeout: float) -> None: ...
 
@@ -63,10 +65,10 @@ class Parts:
     given_back: list[tuple[Claimed, str]]
 
 
-def parts(dsn: str, *, concurrency: int) -> Parts:
-    capacity = Capacity({"default": concurrency}, 1)
-    inflight = InFlight(capacity.counters(), concurrency + 16)
-    workers = Delivery()
+def parts(dsn: str, *, concurrency: int, workers: int = 1, prefetch: int = 0) -> Parts:
+    capacity = Capacity({"default": concurrency}, workers, prefetch=prefetch)
+    inflight = InFlight(capacity.counters(), sum(capacity.counters()) + 16)
+    delivery = Delivery(count=workers)
     host = Host(dsn)
     given_back: list[tuple[Claimed, str]] = []
     claimer = Claimer(
@@ -74,14 +76,14 @@ def parts(dsn: str, *, concurrency: int) -> Parts:
         ClaimerConfig(claim_batch=10, deadlines=(60.0,), rate_limits=(None,)),
         capacity=capacity,
         inflight=inflight,
-        workers=workers,
+        workers=delivery,
         host=host,
         hooks=HookDispatcher(HookRegistry()),
         give_back=lambda jobs, reason: given_back.extend((j, reason) for j in jobs),
         standby=None,
         packs=PackWatch(1, every=1.0),
     )
-    return Parts(claimer, workers, inflight, host, given_back)
+    return Parts(claimer, delivery, inflight, host, given_back)
 
 
 def insert(dsn: str, count: int) -> list[int]:
@@ -112,6 +114,23 @@ def test_a_claim_round_claims_what_capacity_allows_and_says_so(dsn: str) -> None
     running = set(zip(*p.inflight.running(), strict=True))
     assert running == {(d.job.id, d.job.run_lease) for d in delivered}
     assert p.claimer.claims_by_queue == [1]  # the second round ran no statement
+
+
+def test_a_short_claim_spreads_over_the_workers(dsn: str) -> None:
+    """Two workers, each holding its share of 2 and a prefetch of 4: a claim that finds 6
+    jobs gives each worker 3, not one worker 6 and the other none."""
+    insert(dsn, 6)
+    p = parts(dsn, concurrency=4, workers=2, prefetch=4)
+
+    async def one_round() -> Any:
+        async with await connect_claimer(dsn, application_name="test") as conn:
+            await p.host.register(conn)
+            return await p.claimer.claim_round(conn.cursor(binary=True))
+
+    done = run(one_round())
+    assert (done.claimed, done.full) == ([6], False)
+    assert p.workers.by_worker == {0: 3, 1: 3}
+    assert [p.inflight.in_flight(cap) for cap in (0, 1)] == [3, 3]  # the rest given back
 
 
 def note(channel: str, payload: str) -> psycopg.Notify:

@@ -146,7 +146,7 @@ def test_a_job_started_on_standby_with_its_queue_full_goes_back_unstarted(dsn: s
 
     async def main() -> None:
         async with client:
-            runner = await client.start({"default": 1}, poll_interval=3600.0)
+            runner = await client.start({"default": 1}, poll_interval=3600.0, prefetch=0)
             first = await client.insert(Mark("first"))
             await await_until(lambda: running == ["first"], what="the first job")
             with psycopg.connect(dsn, autocommit=True) as conn:

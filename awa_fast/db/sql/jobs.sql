@@ -361,9 +361,16 @@ RETURNING id;
 -- one (no heartbeat: its handler returned WaitForCallback or was cut short) is not, and
 -- must not look held again.
 -- It stamps them with the host's current id too: a host the leader took for dead, and
--- that registered again, moves its attempts to its new row here.
+-- that registered again, moves its attempts to its new row here. An attempt claimed ahead
+-- and still waiting in its worker (`waiting`) has its deadline moved to a full deadline from
+-- now, its queue's (`deadlines`, by queue) unless the job has its own: its time to run
+-- starts when it starts.
 UPDATE awa_fast.jobs_hot j
-SET heartbeat_at = now(), host_id = %(host_id)s
+SET heartbeat_at = now(), host_id = %(host_id)s,
+    deadline_at = CASE WHEN j.id = ANY(%(waiting)s::bigint[]) AND j.state = 'running'
+        THEN now() + make_interval(secs => COALESCE(
+            j.deadline_seconds, (%(deadlines)s::jsonb ->> j.queue)::float8))
+        ELSE j.deadline_at END
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND (j.state = 'running' OR (j.state = 'waiting_external' AND j.heartbeat_at IS NOT NULL))
   AND j.run_lease = (%(leases)s::jsonb ->> j.id::text)::bigint

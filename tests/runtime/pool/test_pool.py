@@ -225,3 +225,30 @@ def test_recycling_after_n_jobs_replaces_workers_and_loses_nothing(serve: Any, d
     assert server.wait(30) == 0
     log = server.log()
     assert "killed by" not in log and " ERROR " not in log, log[-4000:]
+
+
+def _running(dsn: str) -> int:
+    [(count,)] = _query(dsn, "SELECT count(*) FROM awa_fast.jobs_hot WHERE state = 'running'")
+    return int(count)
+
+
+def test_jobs_held_by_a_killed_worker_go_back_unspent(serve: Any, dsn: str) -> None:
+    """One worker, concurrency 1, three jobs held behind a hanging one: the worker is
+    killed; the hanging job's attempt is spent and retried, the held ones run later on
+    their first attempt."""
+    with awa_fast.Client(dsn) as client:
+        hang, *held = client.insert_many([Step("hang_once"), *[Step("record")] * 3])
+    server = serve("--processes", "1", "--queue", "default=1", "--prefetch", "3")
+    started = "SELECT 1 FROM calls WHERE note = 'started'"
+    wait_until(
+        lambda: _running(dsn) == 4 and bool(_query(dsn, started)),
+        what="one job running and three held",
+    )
+    with psycopg.connect(dsn) as conn:
+        [(victim,)] = conn.execute("SELECT pid FROM calls WHERE note = 'started'").fetchall()
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: states(dsn) == {"completed": 4}, what="all four to complete")
+    assert job(dsn, hang)["attempt"] == 2
+    assert [(job(dsn, j)["attempt"], job(dsn, j)["errors"]) for j in held] == [(1, [])] * 3
+    server.signal()
+    assert server.wait(30) == 0

@@ -100,6 +100,8 @@ def test_killing_the_leader_host_hands_its_jobs_to_the_other(serve: Any, dsn: st
         "2",
         "--queue",
         "default=20",  # room for all 20 on either host: a standby start never waits for a unit
+        "--prefetch",
+        "0",  # every job a host takes starts at once, so the kill finds them all running
         "--set",
         "heartbeat_staleness=2",
         *FAST,

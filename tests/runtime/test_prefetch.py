@@ -1,0 +1,87 @@
+"""Prefetch: a worker holds jobs claimed ahead, unstarted, beside the handlers it runs; a
+queue's concurrency still bounds its running handlers, a held job flagged before its turn
+never starts. (Held jobs of a worker that dies: tests/runtime/pool/test_pool.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import psycopg
+
+import awa_fast
+from tests.helpers import await_until, job, run, states
+
+
+@dataclass
+class Hold:
+    n: int
+
+
+def running_rows(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM awa_fast.jobs_hot WHERE state = 'running'")
+        return int(row.fetchone()[0])  # type: ignore[index]
+
+
+def test_a_worker_runs_its_share_and_holds_its_prefetch_unstarted(dsn: str) -> None:
+    client = awa_fast.AsyncClient(dsn)
+    release = asyncio.Event()
+    now_running, peak = [0], [0]
+
+    @client.task(Hold)
+    async def hold(job: awa_fast.Job[Hold]) -> None:
+        now_running[0] += 1
+        peak[0] = max(peak[0], now_running[0])
+        await release.wait()
+        now_running[0] -= 1
+
+    async def main() -> dict[str, int]:
+        async with client:
+            await client.insert_many([Hold(n) for n in range(30)])
+            runner = await client.start({"default": 3}, prefetch=5)
+            try:
+                await await_until(
+                    lambda: now_running[0] == 3 and running_rows(dsn) == 8,
+                    what="3 handlers running and 5 jobs held",
+                )
+                held = dict(runner.snapshot().prefetched)
+                release.set()
+                await await_until(lambda: states(dsn) == {"completed": 30}, what="the drain")
+            finally:
+                await client.shutdown()
+            return held
+
+    assert run(main()) == {"default": 5}
+    assert peak[0] == 3
+
+
+def test_a_held_job_cancelled_before_its_turn_never_starts(dsn: str) -> None:
+    client = awa_fast.AsyncClient(dsn)
+    release = asyncio.Event()
+    started: list[int] = []
+
+    @client.task(Hold)
+    async def hold(job: awa_fast.Job[Hold]) -> None:
+        started.append(job.args.n)
+        if job.args.n == 0:
+            await release.wait()
+
+    async def main() -> list[int]:
+        async with client:
+            ids = await client.insert_many([Hold(n) for n in range(3)])
+            runner = await client.start({"default": 1}, prefetch=2)
+            try:
+                await await_until(lambda: started == [0] and running_rows(dsn) == 3)
+                assert await client.cancel(ids[1])
+                lease = job(dsn, ids[1])["run_lease"]
+                await await_until(lambda: (ids[1], lease) in runner.flags, what="the flag")
+                release.set()
+                await await_until(lambda: states(dsn) == {"completed": 2, "cancelled": 1})
+            finally:
+                await client.shutdown()
+            return ids
+
+    ids = run(main())
+    assert started == [0, 2]
+    assert job(dsn, ids[1])["state"] == "cancelled"

@@ -414,6 +414,9 @@ def serve_config(opts: argparse.Namespace) -> dict[str, Any]:
         config["queue_rate_limits"] = dict(opts.rate_limit)
     if not opts.standby:
         config["standby"] = False
+    direct = opts.direct_database_url or os.environ.get("AWA_FAST_DIRECT_DATABASE_URL")
+    if opts.pgbouncer or direct:
+        config.update(transaction_pooling=opts.pgbouncer, direct_dsn=direct)
     return config
 
 
@@ -539,6 +542,18 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-worker-memory-mb", type=float)
     serve.add_argument(
         "--metrics-port", type=int, help="serve /metrics and /health on 127.0.0.1 at this port"
+    )
+    serve.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help="the database URL goes through PgBouncer in transaction pooling mode: no "
+        "prepared statements or session settings, LISTEN only on --direct-database-url",
+    )
+    serve.add_argument(
+        "--direct-database-url",
+        metavar="URL",
+        help="with --pgbouncer: Postgres itself, for LISTEN (default: "
+        "$AWA_FAST_DIRECT_DATABASE_URL; without one, new jobs wait for the next poll)",
     )
     serve.add_argument(
         "--log-format",

@@ -20,6 +20,14 @@ a table, so the statements on a batch of attempts join nothing (:class:`IdMap`).
 ``tests/db/test_queries.py`` plans each hot statement and each rescue sweep under these
 settings on an empty, an emptied, an unanalyzed and an analyzed table and holds it to key
 access.
+
+Behind a transaction pooler (PgBouncer's ``pool_mode=transaction``, docs/pgbouncer.md) a
+connection gets whichever server session is free for each transaction, so nothing may
+outlive one: connections there prepare no statement and apply no session setting (the
+pooler's database entry may carry the planner settings), and LISTEN goes to a direct URL
+(:func:`session_dsn`). The runner declares such a pooler by its address
+(:func:`declare_pooler`), which every connection to it reads: the heartbeat's, the
+leader's and the workers' as much as the runner's own.
 """
 
 from __future__ import annotations
@@ -122,10 +130,53 @@ def keepalives(dsn: str) -> dict[str, Any]:
     return {name: value for name, value in KEEPALIVES.items() if name not in given}
 
 
+_PSYCOPG_THRESHOLD = 5  # psycopg's own default
+
+# The addresses (host, port, as URLs write them) of transaction poolers in front of
+# Postgres, as declared by the runners configured for one (RunnerConfig.transaction_pooling).
+_POOLERS: set[tuple[str, str]] = set()
+
+
+def _address(dsn: str) -> tuple[str, str]:
+    given = conninfo.conninfo_to_dict(dsn)
+    return str(given.get("host", "")), str(given.get("port", ""))
+
+
+def declare_pooler(dsn: str) -> None:
+    """Take ``dsn``'s host and port for a transaction pooler, for every URL naming them
+    in this process and in the workers it forks afterwards: being one is a fact of the
+    address, whichever client learned it."""
+    _POOLERS.add(_address(dsn))
+
+
+def behind_pooler(dsn: str) -> bool:
+    """Whether ``dsn`` reaches Postgres through a declared transaction pooler."""
+    return _address(dsn) in _POOLERS
+
+
+def preparing(dsn: str, *, threshold: int = _PSYCOPG_THRESHOLD) -> dict[str, Any]:
+    """psycopg's ``prepare_threshold`` for a connection to ``dsn``: ``threshold``, or never
+    behind a transaction pooler, where a statement prepared in one transaction's server
+    session is missing from the next one's and in the way of that session's next client."""
+    return {"prepare_threshold": None if behind_pooler(dsn) else threshold}
+
+
+def session_dsn(dsn: str, *, direct: str | None) -> str | None:
+    """Where a connection that must keep its session (LISTEN) goes: ``dsn`` itself, or,
+    behind a transaction pooler, ``direct`` (None: no session to be had)."""
+    return direct if behind_pooler(dsn) else dsn
+
+
+def _hot_params(dsn: str) -> dict[str, Any]:
+    return {"autocommit": True, **preparing(dsn, threshold=0), **keepalives(dsn)}
+
+
 def connect_hot(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
     """A hot connection; closed again if its settings cannot be applied (an interrupt, a
     server gone in between), not left open to the collector."""
-    conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=0, **keepalives(dsn), **kwargs)
+    conn = psycopg.connect(dsn, **_hot_params(dsn), **kwargs)
+    if behind_pooler(dsn):  # a session setting would stay with a server session lent out
+        return conn
     try:
         conn.execute(_APPLY)
     except BaseException:
@@ -137,9 +188,9 @@ def connect_hot(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
 async def connect_hot_async(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
     """A hot connection; one whose task is cancelled while its settings are applied (a
     runner stopped just after it started) is closed, not left open to the collector."""
-    conn = await psycopg.AsyncConnection.connect(
-        dsn, autocommit=True, prepare_threshold=0, **keepalives(dsn), **kwargs
-    )
+    conn = await psycopg.AsyncConnection.connect(dsn, **_hot_params(dsn), **kwargs)
+    if behind_pooler(dsn):
+        return conn
     try:
         await conn.execute(_APPLY)
     except BaseException:

@@ -15,6 +15,10 @@ the fence lock, shared, and checking that the term is still its own and unexpire
 takes the fence lock exclusively, so no new term begins while a transaction of the last
 still runs. A paused leader's open transaction cannot hold the next term off for long:
 its connection ends the session once idle in a transaction for a term's length.
+
+Nothing here needs a session of its own, so behind a transaction pooler the leader's
+connections go through it: the locks are the transaction's, and the idle limit is set
+in each fenced transaction instead of once for the session (which the pooler lends on).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from awa_fast.db.connections import keepalives
+from awa_fast.db.connections import behind_pooler, keepalives, preparing
 from awa_fast.db.queries import Q
 
 log = logging.getLogger("awa_fast.leader")
@@ -64,17 +68,28 @@ class Leader:
         paused leader's open fence holds off the next term no longer than its own term
         would have lasted."""
         conn = await psycopg.AsyncConnection.connect(
-            self.dsn, autocommit=True, application_name=application_name, **keepalives(self.dsn)
+            self.dsn,
+            autocommit=True,
+            application_name=application_name,
+            **keepalives(self.dsn),
+            **preparing(self.dsn),
         )
+        if behind_pooler(self.dsn):  # fenced() limits each transaction instead
+            return conn
         try:
-            await conn.execute(
-                "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
-                (f"{self.term_s * 1000:.0f}",),
-            )
+            await self._limit_idle(conn, local=False)
         except BaseException:
             await conn.close()
             raise
         return conn
+
+    async def _limit_idle(self, conn: psycopg.AsyncConnection[Any], *, local: bool) -> None:
+        """End ``conn``'s session once idle in a transaction for a term's length: for the
+        session, or (``local``) for the current transaction."""
+        await conn.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, %s)",
+            (f"{self.term_s * 1000:.0f}", local),
+        )
 
     async def check(self) -> bool:
         """Renew this leader's term, or begin the next if the current one has ended;
@@ -104,6 +119,8 @@ class Leader:
         if term is None:
             raise Deposed("not the leader")
         async with conn.transaction():
+            if behind_pooler(self.dsn):  # before the lock, which the limit must cover
+                await self._limit_idle(conn, local=True)
             await conn.execute(Q.leader_fence_lock, {"key": FENCE_KEY})
             cur = await conn.execute(Q.leader_fence, {"term": term})
             if await cur.fetchone() is None:

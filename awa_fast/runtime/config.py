@@ -92,6 +92,11 @@ class RunnerConfig:
     queue_rate_limits: Mapping[str, tuple[float, int]] = field(default_factory=dict)
     # Serve /metrics and /health on 127.0.0.1 at this port (awa_fast.runtime.metrics).
     metrics_port: int | None = None
+    # The database URL reaches Postgres through a transaction pooler (PgBouncer's
+    # pool_mode=transaction): no prepared statements or session settings there, and LISTEN
+    # only on direct_dsn, Postgres itself; without it claiming polls (docs/pgbouncer.md).
+    transaction_pooling: bool = False
+    direct_dsn: str | None = field(default=None, repr=False)  # it may hold a password
 
     def dlq_params(self) -> dict[str, Any]:
         """The DLQ policy as job_rescue_many's parameters (it may rescue any queue's jobs)."""
@@ -164,8 +169,10 @@ class RunnerConfig:
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0 seconds")
-        if not isinstance(self.standby, bool):
-            raise ConfigError(f"standby must be True or False, got {self.standby!r}")
+        for name in ("standby", "transaction_pooling"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        self._check_direct_dsn()
         self._check_descriptor_retention()
         for queue, limit in self.queue_rate_limits.items():
             check_rate_limit(queue, limit)
@@ -174,6 +181,20 @@ class RunnerConfig:
             isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
         ):
             raise ConfigError(f"metrics_port must be None or a port in 1..65535, got {port!r}")
+
+    def _check_direct_dsn(self) -> None:
+        """A direct URL only means something behind a pooler: given alone, it would leave
+        the caller believing the pooler was taken care of."""
+        direct = self.direct_dsn
+        if direct is None:
+            return
+        if not isinstance(direct, str) or not direct:
+            raise ConfigError("direct_dsn must be None or a non-empty connection string")
+        if not self.transaction_pooling:
+            raise ConfigError(
+                "direct_dsn (serve --direct-database-url) is for a database URL behind a "
+                "transaction pooler: set transaction_pooling=True (serve --pgbouncer) too"
+            )
 
     def _check_descriptor_retention(self) -> None:
         """0 (never delete) or a finite number of seconds long enough for live hosts to

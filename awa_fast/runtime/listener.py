@@ -5,6 +5,11 @@ jobs or packs wakes claiming, which claims only what is there; a standby note ha
 host collect its spent standby claims, reading back which jobs started; a cancel note
 flags an attempt only once a read finds it cancelled. Notes that arrive together are
 handled together, with one read each kind.
+
+LISTEN needs a session of its own: behind a transaction pooler the listener connects to
+the direct URL, and without one it does not listen at all (docs/pgbouncer.md). Nothing is
+lost but time: claiming polls, standby claims are collected at that poll, and heartbeats
+find cancelled attempts.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ class Heard:
 class Listener:
     def __init__(
         self,
-        dsn: str,
+        dsn: str | None,
         config: ListenerConfig,
         *,
         host: Host,
@@ -68,7 +73,14 @@ class Listener:
 
     async def run(self, stopping: Callable[[], bool]) -> None:
         """Listen until ``stopping()``; on a lost connection, listen again after a delay
-        (claiming polls meanwhile)."""
+        (claiming polls meanwhile). Without a URL to listen on, return at once."""
+        if self.dsn is None:
+            log.warning(
+                "not listening: the database URL goes through a transaction pooler and no "
+                "direct URL was given; new jobs wait for claiming's next poll, cancels "
+                "for the next heartbeat"
+            )
+            return
         while not stopping():
             try:
                 # A claim connection: standby collects run on it.

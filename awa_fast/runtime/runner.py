@@ -30,7 +30,7 @@ import psycopg
 
 from awa_fast import descriptors
 from awa_fast._core import InFlight, OutcomeRing
-from awa_fast.db.connections import connect_hot
+from awa_fast.db.connections import connect_hot, declare_pooler, preparing, session_dsn
 from awa_fast.db.migrate import require_migrated
 from awa_fast.db.transitions import Target
 from awa_fast.errors import ConfigError
@@ -76,6 +76,8 @@ class Runner:
         count = 1 if processes is None else processes
         if count < 1:
             raise ConfigError(f"processes must be >= 1, got {processes}")
+        if config.transaction_pooling:  # before any part connects, or a worker forks
+            declare_pooler(dsn)
         self.dsn = dsn
         self.handlers = handlers
         self.config = config
@@ -92,7 +94,7 @@ class Runner:
         self.workers: Workers = self._workers(processes)
         self.claimer = self._claimer()
         self.listener = Listener(
-            dsn,
+            session_dsn(dsn, direct=config.direct_dsn),
             ListenerConfig(reconnect_delay=config.poll_interval),
             host=self.host,
             claimer=self.claimer,
@@ -288,7 +290,8 @@ class Runner:
     async def _register(self) -> None:
         """This host's row, and the periodic jobs and descriptors registered on its
         client, on one connection."""
-        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+        params = {"autocommit": True, **preparing(self.dsn)}
+        async with await psycopg.AsyncConnection.connect(self.dsn, **params) as conn:
             await periodic.register(conn, list(self.handlers.schedules.values()))
             await descriptors.register(
                 conn,

@@ -1,0 +1,200 @@
+"""awa-fast behind a real PgBouncer in transaction pooling mode (docs/pgbouncer.md): jobs
+drain, cancels reach running handlers, the leader maintains, and the pooler's server
+sessions carry nothing from awa-fast's clients to the next."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import awa_fast
+from awa_fast.cli import parser, serve_config
+from awa_fast.db.connections import behind_pooler, declare_pooler, session_dsn
+from awa_fast.db.dsn import with_database
+from awa_fast.errors import ConfigError
+from awa_fast.maintenance.leader import Leader
+from awa_fast.runtime.config import RunnerConfig
+from tests.helpers import await_until, job, run, states, wait_until
+from tests.pgbouncer import PgBouncer
+from tests.runtime.pool.conftest import Serve
+from tests.runtime.pooled_app import Flush, FlushSync
+
+NOT_LISTENING = "not listening: the database URL goes through a transaction pooler"
+
+
+@pytest.fixture(scope="module")
+def pgbouncer(server_url: str) -> Iterator[PgBouncer]:
+    bouncer = PgBouncer(server_url)
+    yield bouncer
+    bouncer.stop()
+
+
+@pytest.fixture
+def pooled(dsn: str, pgbouncer: PgBouncer) -> str:
+    """The test database through the pooler."""
+    return pgbouncer.url(dsn)
+
+
+def _carried_over(sessions: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The server sessions holding a prepared statement, a LISTEN or a changed setting."""
+    return [s for s in sessions if (s["prepared"], s["listening"], s["settings"]) != (0, 0, None)]
+
+
+def test_serve_drains_through_the_pooler_and_leaves_its_sessions_clean(
+    dsn: str, pooled: str, pgbouncer: PgBouncer, tmp_path: Path
+) -> None:
+    """`serve --pgbouncer`, no direct URL: two workers run jobs that write to their rows
+    while they run, the leader promotes a scheduled job, and afterwards no server session
+    of the pool holds a prepared statement, a LISTEN or a changed setting."""
+    with awa_fast.Client(dsn) as producer:
+        ids = producer.insert_many([Flush(n) for n in range(40)])
+        ids += producer.insert_many([FlushSync(n) for n in range(40)])
+        later = datetime.now().astimezone() + timedelta(seconds=1)
+        ids.append(producer.insert(Flush(-1), run_at=later).id)
+    server = Serve(
+        pooled,
+        tmp_path,
+        "--pgbouncer",
+        "--processes", "2",
+        "--queue", "default=8",
+        "--set", "promote_interval=0.05",
+        "--set", "poll_interval=0.1",
+        app="tests.runtime.pooled_app",
+    )  # fmt: skip
+    try:
+        wait_until(
+            lambda: states(dsn) == {"completed": len(ids)}, timeout=60, what="every job to end"
+        )
+        server.signal(signal.SIGTERM)
+        assert server.wait(30) == 0
+    finally:
+        server.close()
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT attempt, progress->'percent', metadata->'pid' FROM awa_fast.jobs"
+        ).fetchall()
+    assert {(attempt, percent) for attempt, percent, _ in rows} == {(1, 100)}
+    assert len({pid for _, _, pid in rows}) == 2  # both workers wrote through the pooler
+    assert server.log().count(NOT_LISTENING) == 1
+    assert _carried_over(pgbouncer.server_sessions(dsn)) == []
+
+
+@dataclass
+class Wait:
+    n: int
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct URL", "pooler only"])
+def test_a_cancel_reaches_a_running_handler(
+    dsn: str, pooled: str, pgbouncer: PgBouncer, direct: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With a direct URL the cancel's NOTIFY is heard there (heartbeats are too far apart
+    to bring it in time); without one, the next heartbeat through the pooler brings it."""
+    beats = (
+        {"heartbeat_interval": 60.0, "heartbeat_staleness": 600.0}
+        if direct
+        else {"heartbeat_interval": 0.2}
+    )
+    worker = awa_fast.AsyncClient(pooled)
+    seen: list[int] = []
+
+    @worker.task(Wait)
+    async def wait(job: awa_fast.Job[Wait]) -> None:
+        while not job.is_cancelled():
+            await asyncio.sleep(0.01)
+        seen.append(job.args.n)
+
+    async def main() -> int:
+        async with awa_fast.AsyncClient(dsn) as admin, worker:
+            row = await admin.insert(Wait(1))
+            await worker.start(
+                {"default": 1},
+                transaction_pooling=True,
+                direct_dsn=dsn if direct else None,
+                **beats,
+            )
+            try:
+                await await_until(lambda: job(dsn, row.id)["state"] == "running")
+                assert await admin.cancel(row.id) is not None
+                await await_until(lambda: seen == [1], timeout=10, what="the handler to see it")
+            finally:
+                await worker.shutdown()
+            return row.id
+
+    with caplog.at_level(logging.WARNING, logger="awa_fast.listener"):
+        job_id = run(main())
+    assert job(dsn, job_id)["state"] == "cancelled"
+    assert caplog.text.count(NOT_LISTENING) == (0 if direct else 1)
+    assert _carried_over(pgbouncer.server_sessions(dsn)) == []
+
+
+async def _idle_limit(conn: psycopg.AsyncConnection[tuple[str]]) -> str:
+    cur = await conn.execute("SHOW idle_in_transaction_session_timeout")
+    row = await cur.fetchone()
+    return row[0] if row else ""
+
+
+def test_a_fenced_transaction_limits_its_idle_time_behind_a_pooler(pooled: str) -> None:
+    """The leader's idle limit, a session setting on its own connection, is set in each
+    fenced transaction behind a pooler (which would lend the session on with it)."""
+    declare_pooler(pooled)
+    leader = Leader(pooled, interval=0.5)
+
+    async def main() -> tuple[str, str]:
+        assert await leader.check()
+        conn = await leader.connect(application_name="awa-fast test")
+        try:
+            async with leader.fenced(conn):
+                inside = await _idle_limit(conn)
+            return inside, await _idle_limit(conn)
+        finally:
+            await conn.close()
+            await leader.close()
+
+    assert run(main()) == ("1500ms", "0")
+
+
+def test_a_pooler_is_known_by_its_address(dsn: str, pooled: str) -> None:
+    """Every database behind a declared pooler is behind it; Postgres itself is not, and
+    a session goes to the direct URL, or nowhere without one."""
+    declare_pooler(pooled)
+    elsewhere = with_database(pooled, "postgres")
+    assert behind_pooler(elsewhere) and not behind_pooler(dsn)
+    assert session_dsn(elsewhere, direct=dsn) == dsn
+    assert session_dsn(elsewhere, direct=None) is None
+    assert session_dsn(dsn, direct=None) == dsn
+
+
+def test_a_direct_url_needs_transaction_pooling() -> None:
+    with pytest.raises(ConfigError, match="transaction_pooling"):
+        RunnerConfig(direct_dsn="postgresql:///direct")
+    with pytest.raises(ConfigError, match="direct_dsn"):
+        RunnerConfig(transaction_pooling=True, direct_dsn="")
+    assert RunnerConfig(transaction_pooling=True, direct_dsn="postgresql:///d").direct_dsn
+
+
+def test_serve_options_set_transaction_pooling(monkeypatch: pytest.MonkeyPatch) -> None:
+    def config(*args: str) -> dict[str, object]:
+        return {
+            key: value
+            for key, value in serve_config(parser().parse_args(["serve", "m:c", *args])).items()
+            if key in ("transaction_pooling", "direct_dsn")
+        }
+
+    monkeypatch.delenv("AWA_FAST_DIRECT_DATABASE_URL", raising=False)
+    assert config() == {}
+    assert config("--pgbouncer") == {"transaction_pooling": True, "direct_dsn": None}
+    given = config("--pgbouncer", "--direct-database-url", "postgresql:///d")
+    assert given == {"transaction_pooling": True, "direct_dsn": "postgresql:///d"}
+    monkeypatch.setenv("AWA_FAST_DIRECT_DATABASE_URL", "postgresql:///env")
+    assert config("--pgbouncer")["direct_dsn"] == "postgresql:///env"
+    with pytest.raises(ConfigError, match="transaction_pooling"):
+        RunnerConfig(**config())  # type: ignore[arg-type]

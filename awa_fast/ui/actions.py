@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from awa_fast import admin, batch, validation
+from awa_fast.admin import Op
 from awa_fast.errors import UniqueConflict, ValidationError
 from awa_fast.types import JobRow
 from awa_fast.ui import ops
@@ -133,14 +134,22 @@ def _by_id(verb: str) -> Callable[[Dashboard, Target], Awaitable[Preview]]:
     return preview
 
 
-async def _retry(dash: Dashboard, target: Target, actor: str) -> str:
-    retried = held = 0
+async def _revive_each(
+    dash: Dashboard, target: Target, revive: Callable[[int], Op[int | None]]
+) -> tuple[int, str]:
+    """Revive the jobs one by one: how many came back, and a note on any that a live job
+    holding the same unique key kept where they were."""
+    revived = held = 0
     for job_id in target.ids:
         try:
-            retried += await dash.run(admin.retry(job_id)) is not None
+            revived += await dash.run(revive(job_id)) is not None
         except UniqueConflict:
             held += 1
-    note = f"; {held} held off by a live job with the same unique key" if held else ""
+    return revived, f"; {held} held off by a live job with the same unique key" if held else ""
+
+
+async def _retry(dash: Dashboard, target: Target, actor: str) -> str:
+    retried, note = await _revive_each(dash, target, admin.retry)
     return f"Retried {retried} of {_plural(len(target.ids), 'job')}{note}."
 
 
@@ -226,13 +235,7 @@ def _dlq_by_id(verb: str) -> Callable[[Dashboard, Target], Awaitable[Preview]]:
 
 
 async def _dlq_retry(dash: Dashboard, target: Target, actor: str) -> str:
-    revived = held = 0
-    for job_id in target.ids:
-        try:
-            revived += await dash.run(admin.retry_from_dlq(job_id)) is not None
-        except UniqueConflict:
-            held += 1
-    note = f"; {held} held off by a live job with the same unique key" if held else ""
+    revived, note = await _revive_each(dash, target, admin.retry_from_dlq)
     return f"Moved {revived} of {_plural(len(target.ids), 'job')} back to available{note}."
 
 

@@ -17,7 +17,7 @@ from starlette.responses import Response
 from awa_fast import admin, batch, cron
 from awa_fast.errors import AwaError, ValidationError
 from awa_fast.runtime.config import RunnerConfig
-from awa_fast.types import JOB_STATES, JobRow
+from awa_fast.types import JOB_STATES
 from awa_fast.ui import ops
 from awa_fast.ui.chart import DEFAULT_RANGE, RANGES, Chart, chart
 from awa_fast.ui.dashboard import Dashboard
@@ -29,6 +29,17 @@ SPARKLINE = {"width": 120, "height": 24}
 # hosts for dead past the same age by default.
 STALE_HOST_S = RunnerConfig().heartbeat_staleness
 _UNFINISHED_BATCH = ("pending", "scanning", "running", "cancelling")
+_COUNTS = (  # QueueStat's counts
+    "total_queued",
+    "available",
+    "running",
+    "scheduled",
+    "retryable",
+    "waiting_external",
+    "failed",
+    "cancelled",
+    "completed_last_hour",
+)
 
 
 def text(params: Mapping[str, str], name: str) -> str | None:
@@ -65,17 +76,8 @@ class QueueRow:
 
 def _no_stat(queue: str) -> admin.QueueStat:
     """A queue known only by its history (no job waits or runs there)."""
-    counts = dict.fromkeys(("total_queued", "available", "running", "scheduled"), 0)
-    rest = dict.fromkeys(("retryable", "waiting_external", "failed", "cancelled"), 0)
-    return admin.QueueStat(
-        queue=queue,
-        **counts,
-        **rest,
-        completed_last_hour=0,
-        lag_seconds=None,
-        paused=False,
-        paused_by=None,
-    )
+    zero = dict.fromkeys(_COUNTS, 0)
+    return admin.QueueStat(queue=queue, **zero, lag_seconds=None, paused=False, paused_by=None)
 
 
 class Pages:
@@ -244,6 +246,3 @@ def _next_fire(row: dict[str, Any], now: datetime) -> datetime | None:
         return cron.parse(row["cron_expr"]).next_fire(now, cron.zone(row["timezone"]))
     except AwaError:
         return None
-
-
-__all__ = ["JobRow", "Pages"]

@@ -146,7 +146,7 @@ def test_job_page_shows_args_errors_tracebacks_and_timeline(
     assert "data-live" not in html  # a finished job changes no more
 
 
-def test_job_page_of_a_running_job_parked_on_a_callback_and_a_dead_one(
+def test_job_page_of_a_job_parked_on_a_callback_and_of_a_dead_one(
     http: TestClient, client: awa_fast.Client, conn: psycopg.Connection[Any]
 ) -> None:
     parked = insert_job(conn, state="waiting_external")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from awa_fast import validation
@@ -105,52 +105,34 @@ def run_periodic_now(name: str, *, actor: str) -> Op[int | None]:
     return Op(Q.cron_run_now, params, lambda rows: rows[0]["id"] if rows else None)
 
 
+Counts = dict[str, tuple[int, int]]  # queue -> (completed, failed)
+
+
 @dataclass(frozen=True, slots=True)
-class Throughput:
-    """Finished jobs over time: ``starts`` are the buckets' starts (epoch seconds, oldest
-    first), ``by_queue`` each queue's (completed, failed) in each bucket."""
+class Finished:
+    """Jobs finished per bucket (its start, in epoch seconds), and the database's clock."""
 
-    starts: list[float]
-    bucket_s: int
-    by_queue: dict[str, list[tuple[int, int]]]
-
-    def total(self) -> list[tuple[int, int]]:
-        """Every queue's buckets added up."""
-        series = list(self.by_queue.values())
-        return [
-            (sum(s[i][0] for s in series), sum(s[i][1] for s in series))
-            for i in range(len(self.starts))
-        ]
-
-    def series(self, queue: str) -> list[tuple[int, int]]:
-        """The queue's buckets (each empty for a queue that finished nothing)."""
-        return self.by_queue.get(queue) or [(0, 0)] * len(self.starts)
-
-    def sums(self, queue: str) -> tuple[int, int]:
-        """The queue's completed and failed jobs over the whole window."""
-        series = self.by_queue.get(queue, [])
-        return sum(c for c, _ in series), sum(f for _, f in series)
+    now: float
+    buckets: dict[float, Counts]
 
 
-def throughput(*, window_s: int, bucket_s: int) -> Op[Throughput]:
-    """Completed and failed jobs per ``bucket_s`` over the last ``window_s`` seconds."""
-    count = window_s // bucket_s
+def finished(*, since: float | None, window_s: int, bucket_s: int) -> Op[Finished]:
+    """Completed and failed jobs per ``bucket_s`` and queue since the epoch second
+    ``since`` (None: over the last ``window_s`` seconds)."""
+    params = {
+        "since": None if since is None else datetime.fromtimestamp(since, UTC),
+        "window_s": window_s,
+        "bucket_s": bucket_s,
+    }
 
-    def shape(rows: Rows) -> Throughput:
-        # With nothing finished, which buckets are empty does not depend on whose clock.
-        now = rows[0]["now"] if rows else time.time()
-        last = now // bucket_s * bucket_s
-        starts = [last - (count - 1 - i) * bucket_s for i in range(count)]
-        index = {start: i for i, start in enumerate(starts)}
-        by_queue: dict[str, list[tuple[int, int]]] = {}
+    def shape(rows: Rows) -> Finished:
+        buckets: dict[float, Counts] = {}
         for row in rows:
-            slot = index.get(row["bucket"])
-            if slot is not None:
-                series = by_queue.setdefault(row["queue"], [(0, 0)] * count)
-                series[slot] = (row["completed"], row["failed"])
-        return Throughput(starts, bucket_s, by_queue)
+            buckets.setdefault(row["bucket"], {})[row["queue"]] = (row["completed"], row["failed"])
+        # With nothing finished, which buckets are empty does not depend on whose clock.
+        return Finished(rows[0]["now"] if rows else time.time(), buckets)
 
-    return Op(Q.job_throughput, {"window_s": window_s, "bucket_s": bucket_s}, shape)
+    return Op(Q.job_throughput, params, shape)
 
 
 @dataclass(frozen=True, slots=True)

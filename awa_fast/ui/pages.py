@@ -21,6 +21,7 @@ from awa_fast.types import JOB_STATES
 from awa_fast.ui import ops
 from awa_fast.ui.chart import DEFAULT_RANGE, RANGES, Chart, chart
 from awa_fast.ui.dashboard import Dashboard
+from awa_fast.ui.throughput import Throughput, Window
 
 PAGE_SIZE = 50
 BIG_CHART = {"width": 1200, "height": 140}  # in the SVG's units; the page scales it
@@ -83,13 +84,14 @@ def _no_stat(queue: str) -> admin.QueueStat:
 class Pages:
     def __init__(self, dashboard: Dashboard) -> None:
         self.dash = dashboard
+        # Every page and viewer shares them: each refresh reads only the newest buckets.
+        self.windows = {name: Window(*sizes) for name, sizes in RANGES.items()}
 
-    async def _window(self, request: Request) -> tuple[str, ops.Throughput]:
+    async def _window(self, request: Request) -> tuple[str, Throughput]:
         name = request.query_params.get("range", DEFAULT_RANGE)
         if name not in RANGES:
             raise ValidationError("range", f"must be one of {', '.join(RANGES)}")
-        window_s, bucket_s = RANGES[name]
-        return name, await self.dash.run(ops.throughput(window_s=window_s, bucket_s=bucket_s))
+        return name, await self.windows[name].read(self.dash.run)
 
     async def _fleet(self) -> tuple[ops.Leader, list[ops.Host]]:
         leader = await self.dash.run(ops.leader())

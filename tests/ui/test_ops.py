@@ -152,25 +152,23 @@ def _finished(conn: psycopg.Connection[Any], queue: str, state: str, seconds_ago
     return float(row[0])
 
 
-def test_throughput_counts_finished_jobs_by_queue_and_bucket(
+def test_finished_counts_jobs_by_queue_and_bucket(
     client: awa_fast.Client, conn: psycopg.Connection[Any]
 ) -> None:
     at = _finished(conn, "a", "completed", 300)
     _finished(conn, "a", "completed", 300)
     _finished(conn, "a", "failed", 300)
-    _finished(conn, "b", "completed", 7200)  # outside the window
+    _finished(conn, "b", "completed", 7200)  # before the window
     _finished(conn, "b", "cancelled", 60)  # neither completed nor failed
     dead = insert_job(conn, queue="c")
     finish_jobs(conn, "failed", [dead])
     client.move_failed_to_dlq(dead, "broken")
-    through = client._run(ops.throughput(window_s=3600, bucket_s=60))
-    assert len(through.starts) == 60 and through.bucket_s == 60
-    slot = through.starts.index(at // 60 * 60)
-    assert through.by_queue["a"][slot] == (2, 1)
-    assert through.sums("a") == (2, 1)
-    assert through.sums("c") == (0, 1)  # dead-lettered counts as failed
-    assert "b" not in through.by_queue and through.series("b") == [(0, 0)] * 60
-    assert sum(c for c, _ in through.total()) == 2
+    found = client._run(ops.finished(since=None, window_s=3600, bucket_s=60))
+    assert found.buckets[at // 60 * 60] == {"a": (2, 1)}
+    assert sum(counts.get("c", (0, 0))[1] for counts in found.buckets.values()) == 1
+    assert not any("b" in counts for counts in found.buckets.values())
+    later = client._run(ops.finished(since=at + 1, window_s=3600, bucket_s=60))
+    assert at // 60 * 60 not in later.buckets and abs(later.now - found.now) < 60
 
 
 def test_hosts_show_their_running_attempts_and_which_one_leads(

@@ -94,9 +94,10 @@ WHERE state = 'failed'
   AND (%(queue)s::text IS NULL OR queue = %(queue)s);
 
 -- name: job_throughput
--- Jobs finished in each `bucket_s` bucket of the last `window_s` seconds, by queue:
--- completed, and failed (in jobs_done, through jobs_done_finalized, or dead-lettered).
--- `bucket` is the bucket's start in seconds since the epoch; `now` the database's clock.
+-- Jobs finished in each `bucket_s` bucket since `since` (NULL: the last `window_s`
+-- seconds), by queue: completed, and failed (in jobs_done, through jobs_done_finalized, or
+-- dead-lettered). `bucket` is the bucket's start in seconds since the epoch, `now` the
+-- database's clock.
 SELECT queue,
        (floor(extract(epoch FROM at) / %(bucket_s)s) * %(bucket_s)s)::float8 AS bucket,
        count(*) FILTER (WHERE NOT failed) AS completed,
@@ -104,11 +105,13 @@ SELECT queue,
        extract(epoch FROM now())::float8 AS now
 FROM (
     SELECT queue, finalized_at AS at, state = 'failed' AS failed FROM awa_fast.jobs_done
-    WHERE finalized_at >= now() - make_interval(secs => %(window_s)s)
+    WHERE finalized_at >= COALESCE(%(since)s::timestamptz,
+                                   now() - make_interval(secs => %(window_s)s))
       AND state IN ('completed', 'failed')
     UNION ALL
     SELECT queue, dlq_at, true FROM awa_fast.dlq
-    WHERE dlq_at >= now() - make_interval(secs => %(window_s)s)
+    WHERE dlq_at >= COALESCE(%(since)s::timestamptz,
+                             now() - make_interval(secs => %(window_s)s))
 ) finished
 GROUP BY queue, bucket
 ORDER BY queue, bucket;

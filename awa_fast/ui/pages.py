@@ -14,7 +14,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from awa_fast import admin, batch, cron
+from awa_fast import admin, batch, cron, validation
 from awa_fast.errors import AwaError, ValidationError
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.types import JOB_STATES
@@ -24,6 +24,7 @@ from awa_fast.ui.dashboard import Dashboard
 from awa_fast.ui.throughput import Throughput, Window
 
 PAGE_SIZE = 50
+MAX_ID = 2**63 - 1  # a job id is a bigint
 BIG_CHART = {"width": 1200, "height": 140}  # in the SVG's units; the page scales it
 SPARKLINE = {"width": 120, "height": 24}
 # A host whose heartbeat is older than this is shown as stale: the leader's rescue takes
@@ -46,6 +47,8 @@ _COUNTS = (  # QueueStat's counts
 def text(params: Mapping[str, str], name: str) -> str | None:
     """A query or form field, None when absent or blank."""
     value = params.get(name, "").strip()
+    if "\x00" in value:  # no text column holds one
+        raise ValidationError(name, "contains a NUL character")
     return value or None
 
 
@@ -167,7 +170,7 @@ class Pages:
             search=text(params, "q"),
         )
         before = number(params, "before")
-        if where.search is not None and where.search.isdigit():
+        if where.search is not None and where.search.isdigit() and int(where.search) < MAX_ID:
             # A number is a job's id: that job, wherever it is.
             page = ops.JobPage(await self.dash.run(admin.get_jobs([int(where.search)])), None)
         else:
@@ -183,7 +186,7 @@ class Pages:
         return self.dash.render(request, "jobs", context)
 
     async def job(self, request: Request) -> Response:
-        job_id = int(request.path_params["job_id"])
+        job_id = validation.int_in("job_id", request.path_params["job_id"], 1, MAX_ID)
         dumped = await self.dash.run(admin.dump_job(job_id))
         dump = orjson.loads(dumped)
         job = dump["job"]

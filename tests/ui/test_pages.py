@@ -122,8 +122,11 @@ def test_jobs_list_filters_and_pages(
     assert re.findall(r'class="job-link">(\d+)<', by_id) == [str(other)]
     by_args = get(http, "/jobs?q=%22n%22%3A%2059").text
     assert re.findall(r'class="job-link">(\d+)<', by_args) == [str(ids[59])]
+    huge = "9" * 30  # no id that large: text to find in args instead
+    assert 'class="empty"' in get(http, f"/jobs?q={huge}").text
     assert http.get("/jobs?state=exploded").status_code == 400
     assert http.get("/jobs?before=x").status_code == 400
+    assert http.get("/jobs?kind=a%00b").status_code == 400
 
 
 def test_job_page_shows_args_errors_tracebacks_and_timeline(
@@ -164,6 +167,7 @@ def test_job_page_of_a_job_parked_on_a_callback_and_of_a_dead_one(
     assert "s-dead-lettered" in html and "card declined for good" in html
     assert 'data-action="dlq_retry"' in html and 'data-action="dlq_purge"' in html
     assert http.get("/jobs/999999").status_code == 404
+    assert http.get("/jobs/" + "9" * 30).status_code == 400
 
 
 def test_dlq_page_lists_filters_and_pages(

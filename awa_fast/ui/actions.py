@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from starlette.datastructures import FormData
@@ -55,7 +55,7 @@ class Target:
 
     def described(self) -> dict[str, Any]:
         """The fields given, for the log line."""
-        return {k: v for k, v in _fields(self).items() if v not in (None, ())}
+        return {k: v for k, v in asdict(self).items() if v not in (None, ())}
 
     def batch_filter(self) -> batch.BatchOperationFilter:
         """The filters as a batch operation takes them: only those given."""
@@ -65,10 +65,6 @@ class Target:
             if value is not None:
                 where[key] = value
         return where
-
-
-def _fields(target: Target) -> dict[str, Any]:
-    return {name: getattr(target, name) for name in Target.__dataclass_fields__}
 
 
 def _id(value: object) -> int:

@@ -181,6 +181,7 @@ class Pages:
             "jobs": page.jobs,
             "before": before,
             "next_before": page.next_before,
+            "page_size": PAGE_SIZE,
             "queued_filter": where.search is None and where.state in (None, *batch.QUEUED_STATES),
         }
         return self.dash.render(request, "jobs", context)

@@ -199,6 +199,26 @@ def _cmd_grants(opts: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_ui(opts: argparse.Namespace) -> int:
+    def url() -> str:
+        given = database_url(opts.database_url)
+        ensure_migrated(given)
+        return given
+
+    return _ui_command()(opts, database_url=url, environ=os.environ)
+
+
+def _ui_command() -> Callable[..., int]:
+    """``awa-fast ui``, imported now: the dashboard's libraries are an optional extra."""
+    try:
+        from awa_fast.ui.serve import command
+    except ModuleNotFoundError as e:
+        raise SystemExit(
+            f"awa-fast ui needs the dashboard's libraries ({e}): pip install 'awa-fast[ui]'"
+        ) from None
+    return command
+
+
 def _cmd_enqueue(opts: argparse.Namespace) -> int:
 
     url = database_url(opts.database_url)
@@ -591,6 +611,30 @@ def parser() -> argparse.ArgumentParser:
     )
     grants.add_argument("--role", required=True, help="the role the application connects as")
     grants.set_defaults(run=_cmd_grants)
+
+    ui = command("ui", "serve the web dashboard (pip install 'awa-fast[ui]')")
+    ui.add_argument(
+        "--host", default="127.0.0.1", help="listen here (beyond loopback only with auth)"
+    )
+    ui.add_argument("--port", type=int, default=8080)
+    ui.add_argument("--read-only", action="store_true", help="show everything, change nothing")
+    ui.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="how each action is logged, with who did it (json: one object a line)",
+    )
+    ui.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="ask for the token in this file (default: $AWA_FAST_UI_TOKEN)",
+    )
+    ui.add_argument(
+        "--basic-auth-file",
+        metavar="PATH",
+        help="ask for the USER:PASSWORD in this file (default: $AWA_FAST_UI_BASIC_AUTH)",
+    )
+    ui.set_defaults(run=_cmd_ui)
 
     bench = command("bench", "run benchmark scenarios, each run on a fresh database")
     bench.add_argument(

@@ -121,6 +121,11 @@ def check_cli(page: types.ModuleType, dsn: str) -> None:
     assert count(dsn, "SELECT count(*) FROM awa_fast.queue_meta WHERE paused") == 1
 
 
+def check_ui(page: types.ModuleType, dsn: str) -> None:
+    assert page.overview.status_code == 200
+    assert count(dsn, "SELECT count(*) FROM awa_fast.jobs WHERE queue = 'email'") == 1
+
+
 def check_architecture(page: types.ModuleType, dsn: str) -> None:
     """The outcome table names every record the ring carries (the dead one in its note)."""
     from awa_fast.db.transitions import Target
@@ -147,6 +152,7 @@ CHECKS: dict[str, Check] = {
     "docs/testing.md": check_testing,
     "docs/porting.md": check_porting,
     "docs/cli.md": check_cli,
+    "docs/ui.md": check_ui,
     "docs/architecture.md": check_architecture,
 }
 

@@ -1,0 +1,161 @@
+-- Named queries of the dashboard (awa_fast/ui): what it reads and does beyond the admin
+-- operations it shares with the clients. Every read is bounded, so that a page costs the
+-- same on a table of millions of jobs as on an empty one.
+
+-- name: job_list_page
+-- A page of the jobs list, newest first, below the cursor `before` (NULL: from the top).
+-- The filters (each NULL for any) are applied inside a window of ids that bounds what is
+-- read: the `scan` newest job rows below the cursor, read down the tables' primary keys,
+-- and of the packs (migration 0016) that match, the `packs` whose newest unclaimed job
+-- below the cursor (`top`) is newest. Above the window's floor every job is in it; below
+-- it there may be more. Every row carries the floor (`window_floor`, 0 when the window
+-- reached the oldest job), and when no job in the window matches there is one row with
+-- only the floor: the next page starts below the last job shown when the page is full,
+-- else below the floor. Packs' ranges overlap when producers interleave, hence their
+-- tops: a pack passed over has its every job below the floor.
+WITH scanned AS (
+    SELECT * FROM awa_fast.job_rows
+    WHERE %(before)s::bigint IS NULL OR id < %(before)s
+    ORDER BY id DESC
+    LIMIT %(scan)s
+),
+rows_floor AS (
+    SELECT CASE WHEN count(*) = %(scan)s THEN min(id) ELSE 0 END AS floor FROM scanned
+),
+candidates AS (
+    SELECT p AS pack, (SELECT max(i) FROM unnest(p.ids[p.taken + 1:]) AS i
+                 WHERE %(before)s::bigint IS NULL OR i < %(before)s) AS top
+    FROM awa_fast.job_packs p
+    WHERE (%(state)s::text IS NULL OR %(state)s = 'available')
+      AND (%(kind)s::text IS NULL OR p.kind = %(kind)s)
+      AND (%(queue)s::text IS NULL OR p.queue = %(queue)s)
+      AND (%(tag)s::text IS NULL OR p.tags @> ARRAY[%(tag)s::text])
+      AND int8range(p.ids[1], p.ids[cardinality(p.ids)], '[]')
+          && int8range((SELECT floor FROM rows_floor), %(before)s::bigint, '[)')
+),
+packs AS (
+    SELECT * FROM candidates WHERE top IS NOT NULL ORDER BY top DESC LIMIT %(packs)s + 1
+),
+window_floor AS (
+    -- greatest() passes over the NULL of a packs' floor when no pack was passed over.
+    SELECT greatest(
+        (SELECT floor FROM rows_floor),
+        (SELECT min(top) + 1 FROM packs HAVING count(*) > %(packs)s)) AS floor
+)
+SELECT w.floor AS window_floor, j.*
+FROM window_floor w
+LEFT JOIN LATERAL (
+    SELECT * FROM (
+        SELECT * FROM scanned
+        UNION ALL
+        SELECT pj.* FROM packs p, awa_fast.pack_jobs(p.pack) pj
+        WHERE %(before)s::bigint IS NULL OR pj.id < %(before)s
+    ) m
+    WHERE m.id >= w.floor
+      AND (%(state)s::text IS NULL OR m.state::text = %(state)s)
+      AND (%(kind)s::text IS NULL OR m.kind = %(kind)s)
+      AND (%(queue)s::text IS NULL OR m.queue = %(queue)s)
+      AND (%(tag)s::text IS NULL OR m.tags @> ARRAY[%(tag)s::text])
+      AND (%(search)s::text IS NULL OR strpos(lower(m.args::text), lower(%(search)s)) > 0)
+    ORDER BY m.id DESC
+    LIMIT %(limit)s
+) j ON true
+ORDER BY j.id DESC;
+
+-- name: job_delete_many
+-- Delete the jobs of `ids` that are not running, wherever they wait or lie finished (a
+-- running attempt is cancelled instead, so that its handler hears of it). A job claimed
+-- meanwhile is running by the time its row is locked, and stays. Unique keys need no
+-- care: a claim whose job is gone is taken over by the next insert (migration 0011).
+WITH hot AS (
+    DELETE FROM awa_fast.jobs_hot
+    WHERE id = ANY(%(ids)s::bigint[]) AND state <> 'running'
+    RETURNING id
+),
+deferred AS (
+    DELETE FROM awa_fast.jobs_deferred WHERE id = ANY(%(ids)s::bigint[]) RETURNING id
+),
+done AS (
+    DELETE FROM awa_fast.jobs_done WHERE id = ANY(%(ids)s::bigint[]) RETURNING id
+)
+SELECT id FROM hot UNION ALL SELECT id FROM deferred UNION ALL SELECT id FROM done;
+
+-- name: job_unpack_many
+-- Before acting on the jobs of `ids`: the packs holding any of them unclaimed become
+-- jobs_hot's available rows (migration 0016), as job_unpack does for one.
+SELECT awa_fast.unpack_jobs(NULL, i) FROM unnest(%(ids)s::bigint[]) AS i;
+
+-- name: job_count_failed
+-- The failed jobs retry_failed and discard_failed would act on, for their preview
+-- (through jobs_done_failed).
+SELECT count(*) AS count FROM awa_fast.jobs_done
+WHERE state = 'failed'
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s);
+
+-- name: job_throughput
+-- Jobs finished in each `bucket_s` bucket since `since` (NULL: the last `window_s`
+-- seconds), by queue: completed, and failed (in jobs_done, through jobs_done_finalized, or
+-- dead-lettered). `bucket` is the bucket's start in seconds since the epoch, `now` the
+-- database's clock.
+SELECT queue,
+       (floor(extract(epoch FROM at) / %(bucket_s)s) * %(bucket_s)s)::float8 AS bucket,
+       count(*) FILTER (WHERE NOT failed) AS completed,
+       count(*) FILTER (WHERE failed) AS failed,
+       extract(epoch FROM now())::float8 AS now
+FROM (
+    SELECT queue, finalized_at AS at, state = 'failed' AS failed FROM awa_fast.jobs_done
+    WHERE finalized_at >= COALESCE(%(since)s::timestamptz,
+                                   now() - make_interval(secs => %(window_s)s))
+      AND state IN ('completed', 'failed')
+    UNION ALL
+    SELECT queue, dlq_at, true FROM awa_fast.dlq
+    WHERE dlq_at >= COALESCE(%(since)s::timestamptz,
+                             now() - make_interval(secs => %(window_s)s))
+) finished
+GROUP BY queue, bucket
+ORDER BY queue, bucket;
+
+-- name: dlq_count
+-- The dead-lettered jobs bulk_retry_from_dlq and purge_dlq would act on, for their preview.
+SELECT count(*) AS count FROM awa_fast.dlq
+WHERE (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(tag)s::text IS NULL OR tags @> ARRAY[%(tag)s::text]);
+
+-- name: host_list
+-- Every host with its heartbeat's age and its running attempts by queue (running rows
+-- number at most the fleet's concurrency).
+WITH running AS (
+    SELECT host_id, jsonb_object_agg(queue, n) AS running
+    FROM (
+        SELECT host_id, queue, count(*) AS n FROM awa_fast.jobs_hot
+        WHERE state = 'running'
+        GROUP BY host_id, queue
+    ) per_queue
+    GROUP BY host_id
+)
+SELECT h.id, h.name, h.started_at, h.heartbeat_at,
+       extract(epoch FROM now() - h.heartbeat_at)::float8 AS heartbeat_age,
+       COALESCE(r.running, '{}') AS running
+FROM awa_fast.hosts h
+LEFT JOIN running r ON r.host_id = h.id
+ORDER BY h.name, h.id;
+
+-- name: leader_get
+-- Who holds the leader's term (migration 0020), and whether it is still live; before
+-- the first term its end is -infinity, which Python has no datetime for.
+SELECT term, holder, CASE WHEN isfinite(expires_at) THEN expires_at END AS expires_at,
+       expires_at > now() AS live
+FROM awa_fast.leader;
+
+-- name: cron_run_now
+-- A periodic job's job now, outside its schedule: inserted as cron_enqueue inserts a fire,
+-- marked with who asked instead of a fire time. last_enqueued_at stays, and so does the
+-- schedule's next fire.
+INSERT INTO awa_fast.jobs_hot (kind, queue, args, priority, max_attempts, tags, metadata)
+SELECT kind, queue, args, priority, max_attempts, tags,
+       metadata || jsonb_build_object('cron_name', name, 'cron_run_by', %(actor)s::text)
+FROM awa_fast.cron_jobs
+WHERE name = %(name)s
+RETURNING id;

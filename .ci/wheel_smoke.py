@@ -4,8 +4,9 @@ Builds the abi3 wheel and the sdist with maturin, checks that they carry every f
 package (the SQL and the type stubs among them) and that the wheel's tag is manylinux,
 installs the wheel into a fresh virtualenv whose PATH holds no compiler, and runs it from
 there: the CLI starts a local Postgres and migrates it, a few thousand jobs go in, `awa-fast
-serve` drains them, and its /health and /metrics answer. Run by .ci/run; exits non-zero on
-the first check that fails. A new check of the installed package goes in ``smoke``.
+serve` drains them, its /health and /metrics answer, and so does the dashboard. Run by
+.ci/run; exits non-zero on the first check that fails. A new check of the installed
+package goes in ``smoke``.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def no_compiler_env(work: Path) -> dict[str, str]:
 
 def install(wheel: Path, env: dict[str, str]) -> None:
     """One pip command, as a user types it, with nothing to compile anything with."""
-    run(["pip", "install", "--no-cache-dir", "--quiet", str(wheel)], env=env)
+    run(["pip", "install", "--no-cache-dir", "--quiet", f"{wheel}[ui]"], env=env)
     impl = run(["python", "-c", "import psycopg; print(psycopg.pq.__impl__)"], env=env)
     expect(impl.strip() == "binary", f"psycopg's implementation is binary, not {impl.strip()}")
     cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())["package"]["version"]
@@ -177,11 +178,32 @@ def smoke(work: Path, env: dict[str, str]) -> None:
             expect(health["healthy"] is True, f"/health says healthy: {health}")
         [queue] = json.loads(run(["awa-fast", "status"], env=env))
         expect(queue["completed_last_hour"] == JOBS, f"every job completed: {queue}")
-        print(f"smoke run: serve drained {JOBS} jobs; /health and /metrics answered")
+        dashboard(env)
+        print(f"smoke run: serve drained {JOBS} jobs; /health, /metrics and the dashboard answered")
     finally:
         run(["awa-fast", "local", "stop"], env=env)
     stopped = subprocess.run(["awa-fast", "local", "status"], env=env, capture_output=True)
     expect(stopped.returncode == 3, "local status says stopped after local stop")
+
+
+def dashboard(env: dict[str, str]) -> None:
+    """``awa-fast ui`` (the ui extra) shows the smoke queue on its overview."""
+    port = free_port()
+    server = subprocess.Popen(["awa-fast", "ui", "--port", str(port)], env=env)
+    try:
+        deadline = time.monotonic() + DRAIN_TIMEOUT
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/") as response:
+                    page = response.read().decode()
+                break
+            except OSError:  # not listening yet
+                expect(time.monotonic() < deadline, "the dashboard answers")
+                time.sleep(0.2)
+        expect("smoke" in page, "the dashboard's overview lists the smoke queue")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 @contextmanager

@@ -96,6 +96,24 @@ class UnknownJobKind(AwaError):
     its errors, as the SDK's runtime fails it."""
 
 
+class StorageNotFinalized(AwaError):
+    """The Awa SDK's error for a storage transition not finished, here so that a ported
+    ``except`` clause names a class. awa-fast has one storage engine and nothing to
+    transition to, so no call raises it."""
+
+
+class LiveRuntimesRequireExclusiveWindow(AwaError):
+    """The Awa SDK's error for a migration that needs its workers stopped first, here so
+    that a ported ``except`` clause names a class. No awa-fast migration needs that
+    window (each runs beside live runners), so no call raises it."""
+
+
+class RuntimeVersionFloorNotMet(AwaError):
+    """The Awa SDK's error for a migration that live runtimes too old would not survive,
+    here so that a ported ``except`` clause names a class. awa-fast's migrations set no
+    version floor on live runners, so no call raises it."""
+
+
 class NoRowFound(AwaError, psycopg.errors.NoDataFound):
     """A transaction's ``fetch_one`` found no row. A database error as well (SQLSTATE
     P0002): the Awa SDK raises its ``DatabaseError`` here, so a ported ``except

@@ -287,6 +287,10 @@ class AsyncClient(_AsyncOnly):
 
     async def _conn(self) -> Any:
         if not self._opened:
+            # One connection first, so that a database out of reach raises psycopg's error
+            # (an awa_fast.DatabaseError) at once: the pool would retry in the background,
+            # logging each failure, until its timeout.
+            await (await AsyncConnection.connect(self.dsn, autocommit=True)).close()
             await self._pool.open()
             self._opened = True
         return self._pool.connection()
@@ -672,6 +676,10 @@ class Client(_SyncOnly):
 
     def _conn(self) -> Any:
         if not self._opened:
+            # One connection first, so that a database out of reach raises psycopg's error
+            # (an awa_fast.DatabaseError) at once: the pool would retry in the background,
+            # logging each failure, until its timeout.
+            (Connection.connect(self.dsn, autocommit=True)).close()
             self._pool.open()
             self._opened = True
         return self._pool.connection()

@@ -4,12 +4,16 @@ was recorded by running the same program text against awa-pg 0.6.9 on its own sc
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import logging
+import time
 
 import pytest
 
 import awa_fast as awa
-from tests.helpers import run
+from awa_fast.db.dsn import with_database
+from tests.helpers import free_port, run
 
 # ``sorted(n for n in dir(awa) if not n.startswith("_"))`` under awa-pg 0.6.9, with the
 # exceptions its later releases added (ported code may name those in an except clause).
@@ -98,7 +102,8 @@ def test_the_raw_client_is_both_clients_under_the_sdks_names(dsn: str) -> None:
 
     async def main() -> awa.JobRow | None:
         try:
-            return await raw.cancel(job.id)
+            cancelled: awa.JobRow | None = await raw.cancel(job.id)
+            return cancelled
         finally:
             await raw.close()
 
@@ -106,3 +111,32 @@ def test_the_raw_client_is_both_clients_under_the_sdks_names(dsn: str) -> None:
     assert cancelled is not None and cancelled.state is awa.JobState.Cancelled
     with pytest.raises(AttributeError, match="queue storage engine has no counterpart"):
         raw.install_queue_storage_sync()
+
+
+@pytest.mark.parametrize("where", ["no such database", "nobody listening"])
+def test_a_database_out_of_reach_raises_database_error_at_once(
+    dsn: str, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK's client raises its DatabaseError on the spot (awa-pg 0.6.9: "error
+    returned from database: database ... does not exist"); a pool would instead retry in
+    the background, logging each failure, until its 30 s timeout."""
+    url = (
+        with_database(dsn, "no_such_database")
+        if where == "no such database"
+        else f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+    )
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING), awa.Client(url) as client:
+        with pytest.raises(awa.DatabaseError):
+            client.insert({"to": "ada"}, kind="send_email")
+        with pytest.raises(awa.DatabaseError):  # and again: nothing half-open is kept
+            client.queue_stats()
+
+    async def from_async() -> None:
+        async with awa.AsyncClient(url) as client:
+            await client.get_job(1)
+
+    with caplog.at_level(logging.WARNING), pytest.raises(awa.DatabaseError):
+        asyncio.run(from_async())
+    assert time.monotonic() - started < 10
+    assert [r.getMessage() for r in caplog.records if "connecting" in r.getMessage()] == []

@@ -33,7 +33,7 @@ import psycopg
 
 from awa_fast import producer
 from awa_fast.producer import PreparedJob, Rows, drive, drive_async, insert_steps
-from awa_fast.types import InsertOptions, JobRow
+from awa_fast.types import InsertOptions, JobRow, check_insert_options
 
 # Columns holding JSON that is always an object or an array: a driver that hands jsonb back
 # as text (asyncpg, unless told otherwise) gives them as a str, decoded here.
@@ -46,6 +46,7 @@ async def insert_job(
     """Insert a job on ``conn`` (a psycopg ``AsyncConnection``, an asyncpg connection, or a
     SQLAlchemy ``AsyncConnection``/``AsyncSession``) inside the caller's transaction;
     returns the job's row as a dict. Options as :func:`awa_fast.insert`'s."""
+    check_insert_options("insert_job", options)
     insert = _async_inserter(conn)
     return _as_dict(await insert(producer.prepare(producer.request_of(args, options))))
 
@@ -53,6 +54,7 @@ async def insert_job(
 def insert_job_sync(conn: object, args: object, **options: Unpack[InsertOptions]) -> dict[str, Any]:
     """The synchronous :func:`insert_job`, for a psycopg ``Connection`` or a SQLAlchemy
     ``Connection``/``Session``."""
+    check_insert_options("insert_job_sync", options)
     insert = _sync_inserter(conn)
     return _as_dict(insert(producer.prepare(producer.request_of(args, options))))
 

@@ -37,7 +37,12 @@ from awa_fast.runtime.options import runner_config
 from awa_fast.runtime.runner import Runner
 from awa_fast.runtime.serve import serve
 from awa_fast.transaction import SyncTransaction, Transaction
-from awa_fast.types import DEFAULT_CALLBACK_TIMEOUT, InsertOptions, JobRow
+from awa_fast.types import (
+    DEFAULT_CALLBACK_TIMEOUT,
+    InsertOptions,
+    JobRow,
+    check_insert_options,
+)
 from awa_fast.worker import HandlerFunc, Registry, Worker
 
 F = TypeVar("F", bound=HandlerFunc)
@@ -296,6 +301,7 @@ class AsyncClient(_AsyncOnly):
         return self._pool.connection()
 
     async def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
+        check_insert_options("insert", options)
         async with await self._conn() as conn:
             return await producer.insert_async(conn, args, **options)
 
@@ -306,6 +312,7 @@ class AsyncClient(_AsyncOnly):
     async def insert_many(
         self, items: Iterable[object], **options: Unpack[InsertOptions]
     ) -> list[int]:
+        check_insert_options("insert_many", options)
         async with await self._conn() as conn:
             return await producer.insert_many_async(conn, items, **options)
 
@@ -318,6 +325,7 @@ class AsyncClient(_AsyncOnly):
     ) -> list[JobRow]:
         """:meth:`insert_many` returning the jobs, as the Awa SDK's method of this name does;
         ``opts``, one entry per job or None, sets a job's own ``queue`` or ``ordering_key``."""
+        check_insert_options("insert_many_copy", options)
         laid = producer.with_item_options(items, options, opts)
         return await self._run(admin.get_jobs(await self.insert_many(laid, **options)))
 
@@ -330,6 +338,7 @@ class AsyncClient(_AsyncOnly):
     ) -> int:
         """:meth:`insert_many` returning how many jobs it inserted (the Awa SDK's name);
         ``opts`` as for :meth:`insert_many_copy`."""
+        check_insert_options("enqueue_many_copy", options)
         laid = producer.with_item_options(items, options, opts)
         return len(await self.insert_many(laid, **options))
 
@@ -685,6 +694,7 @@ class Client(_SyncOnly):
         return self._pool.connection()
 
     def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
+        check_insert_options("insert", options)
         with self._conn() as conn:
             return producer.insert(conn, args, **options)
 
@@ -693,6 +703,7 @@ class Client(_SyncOnly):
         return _migrate(self.dsn)
 
     def insert_many(self, items: Iterable[object], **options: Unpack[InsertOptions]) -> list[int]:
+        check_insert_options("insert_many", options)
         with self._conn() as conn:
             return producer.insert_many(conn, items, **options)
 
@@ -705,6 +716,7 @@ class Client(_SyncOnly):
     ) -> list[JobRow]:
         """:meth:`insert_many` returning the jobs, as the Awa SDK's method of this name does;
         ``opts``, one entry per job or None, sets a job's own ``queue`` or ``ordering_key``."""
+        check_insert_options("insert_many_copy", options)
         laid = producer.with_item_options(items, options, opts)
         return self._run(admin.get_jobs(self.insert_many(laid, **options)))
 
@@ -717,6 +729,7 @@ class Client(_SyncOnly):
     ) -> int:
         """:meth:`insert_many` returning how many jobs it inserted (the Awa SDK's name);
         ``opts`` as for :meth:`insert_many_copy`."""
+        check_insert_options("enqueue_many_copy", options)
         laid = producer.with_item_options(items, options, opts)
         return len(self.insert_many(laid, **options))
 

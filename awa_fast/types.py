@@ -74,6 +74,14 @@ class InsertOptions(TypedDict, total=False):
     ordering_key: bytes | str | None
 
 
+def check_insert_options(function: str, options: Mapping[str, object]) -> None:
+    """Refuse a keyword no insert takes with the TypeError Python raises for a function's
+    own signature (``insert(args, queu="x")``), as the Awa SDK's inserts raise it."""
+    unknown = sorted(options.keys() - InsertOptions.__optional_keys__)
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
+
+
 @dataclass(slots=True)
 class InsertRequest:
     """Args plus insert options: what ``insert_many`` items and follow-up ``make`` may return."""

@@ -8,12 +8,15 @@ import asyncio
 import importlib
 import logging
 import time
+from typing import Any
 
+import psycopg
 import pytest
 
 import awa_fast as awa
+from awa_fast.bridge import insert_job_sync
 from awa_fast.db.dsn import with_database
-from tests.helpers import free_port, run
+from tests.helpers import free_port, job, run, run_until, settled
 
 # ``sorted(n for n in dir(awa) if not n.startswith("_"))`` under awa-pg 0.6.9, with the
 # exceptions its later releases added (ported code may name those in an except clause).
@@ -140,3 +143,45 @@ def test_a_database_out_of_reach_raises_database_error_at_once(
         asyncio.run(from_async())
     assert time.monotonic() - started < 10
     assert [r.getMessage() for r in caplog.records if "connecting" in r.getMessage()] == []
+
+
+def test_an_unknown_insert_keyword_is_a_type_error(dsn: str) -> None:
+    """As a Python function raises it (awa-pg 0.6.9: "Client.insert() got an unexpected
+    keyword argument 'queu'"), before anything is written."""
+    typo: dict[str, Any] = {"queu": "x"}
+    with awa.Client(dsn) as client:
+        for insert in (client.insert, client.insert_many_copy, client.enqueue_many_copy):
+            args = {"to": "ada"} if insert is client.insert else [{"to": "ada"}]
+            with pytest.raises(TypeError, match="unexpected keyword argument 'queu'"):
+                insert(args, kind="send_email", **typo)
+        with psycopg.connect(dsn) as conn, pytest.raises(TypeError, match="'queu'"):
+            insert_job_sync(conn, {"to": "ada"}, kind="send_email", **typo)
+
+    async def from_async() -> None:
+        async with awa.AsyncClient(dsn) as client:
+            await client.insert({"to": "ada"}, kind="send_email", **typo)
+
+    with pytest.raises(TypeError, match="insert\\(\\) got an unexpected keyword argument 'queu'"):
+        run(from_async())
+    assert awa.Client(dsn).list_jobs() == []
+
+
+def test_cancel_without_a_reason_records_the_sdks(dsn: str) -> None:
+    """awa-pg 0.6.9 records "cancelled: cancelled by handler" for a bare ``Cancel()``."""
+    client = awa.AsyncClient(dsn)
+
+    @client.task(kind="give_up")
+    async def give_up(job: awa.Job[dict[str, str]]) -> awa.Cancel:
+        return awa.Cancel()
+
+    async def main() -> int:
+        async with client:
+            inserted = await client.insert({"why": "none"}, kind="give_up")
+            await run_until(client, {"default": 1}, lambda: settled(dsn))
+            return inserted.id
+
+    cancelled = job(dsn, run(main()))
+    assert (cancelled["state"], cancelled["errors"][-1]["error"]) == (
+        "cancelled",
+        "cancelled: cancelled by handler",
+    )

@@ -149,13 +149,19 @@ class Job(Generic[T]):
         return self._cancelled()
 
     def set_progress(self, percent: int, message: str | None = None) -> None:
-        """Record progress; it is saved with the attempt's outcome (and kept on retry)."""
-        progress = dict(self.progress) if isinstance(self.progress, dict) else {}
-        progress["percent"] = percent
+        """Record progress, ``percent`` held to 0..100 as in the Awa SDK. It is saved with
+        the attempt's outcome or a flush, kept for a retry to resume from, and cleared
+        when the job completes."""
+        progress = self._progress_object()
+        progress["percent"] = min(max(percent, 0), 100)
         if message is not None:
             progress["message"] = message
         self.progress = progress
         self.progress_changed = True
+
+    def _progress_object(self) -> dict[str, Any]:
+        """A copy of the progress to change (an object, whatever was stored before)."""
+        return dict(self.progress) if isinstance(self.progress, dict) else {}
 
     async def flush_progress(self) -> None:
         """Write the progress and metadata updates recorded so far to the job now, not
@@ -173,7 +179,14 @@ class Job(Generic[T]):
         )
 
     def update_metadata(self, updates: dict[str, Any]) -> None:
-        """Merge ``updates`` into the job's metadata when the attempt's outcome is saved."""
+        """Merge ``updates`` into ``progress["metadata"]``, where the Awa SDK keeps them (so
+        they are saved, kept and cleared as progress is), and into the job's metadata,
+        when the attempt's outcome is saved or its progress flushed."""
+        progress = self._progress_object()
+        saved = progress.get("metadata")
+        progress["metadata"] = {**(saved if isinstance(saved, dict) else {}), **updates}
+        self.progress = progress
+        self.progress_changed = True
         self.metadata.update(updates)
         self._metadata_updates.update(updates)
 

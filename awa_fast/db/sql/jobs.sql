@@ -174,7 +174,8 @@ WHERE id IN (
 
 -- name: job_complete_many
 -- The hot path: every plain completion of a batch in one statement, moving each row from
--- jobs_hot to jobs_done. Like every statement on a batch of attempts, it reaches the rows
+-- jobs_hot to jobs_done. A completed job keeps no progress: progress is a checkpoint for a
+-- retry to resume from (the Awa SDK's), and no retry follows. Like every statement on a batch of attempts, it reaches the rows
 -- by the primary key alone (`id = ANY`, which visits and locks them in id order) and looks
 -- each attempt's lease up in a jsonb map of id -> lease: there is no join for the generic
 -- plan to turn inside out. Joined to unnest(ids, leases), the plan puts all of jobs_hot
@@ -192,7 +193,7 @@ INSERT INTO awa_fast.jobs_done (
     attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
     callback_id, callback_result, deadline_seconds)
 SELECT id, kind, queue, args, 'completed', priority, attempt, max_attempts, run_at,
-       created_at, attempted_at, now(), run_lease, errors, metadata, tags, progress,
+       created_at, attempted_at, now(), run_lease, errors, metadata, tags, NULL,
        unique_key, callback_id, callback_result, deadline_seconds
 FROM finished
 RETURNING id;
@@ -254,7 +255,9 @@ settled AS (
                AS attempt,
            CASE WHEN outcome ? 'error' THEN errors || jsonb_build_array(outcome -> 'error')
                 ELSE errors END AS errors,
-           COALESCE(outcome -> 'progress', progress) AS progress,
+           -- none kept on completion, as in job_complete_many
+           CASE WHEN outcome ->> 'state' = 'completed' THEN NULL
+                ELSE COALESCE(outcome -> 'progress', progress) END AS progress,
            metadata || COALESCE(outcome -> 'metadata', '{}') AS metadata,
            COALESCE(outcome -> 'error' ->> 'error', 'failed') AS dlq_reason
     FROM moved

@@ -79,8 +79,7 @@ class JobNotFound(AwaError, LookupError):
 
 
 class CallbackNotFound(AwaError):
-    """No job waits on this callback id: it is unknown, already answered, timed out, or
-    (for ``resume_external``) its job is parked with no handler waiting for a payload."""
+    """No job waits on this callback id: it is unknown, already answered, or timed out."""
 
     def __init__(self, callback_id: str, detail: str | None = None) -> None:
         message = f"no job waits on callback {callback_id}"

@@ -154,6 +154,20 @@ class _Handlers:
         return {h.queue: DEFAULT_CONCURRENCY for h in self.handlers.registry.handlers.values()}
 
 
+def _check_handled(handlers: Handlers, queues: Mapping[str, int]) -> None:
+    """Refuse to start what would claim nothing, or leave a registered handler's queue
+    unclaimed, as the Awa SDK's ``start`` refuses (an AwaError, and a ValueError)."""
+    registered = handlers.registry.handlers.values()
+    if not registered:
+        raise ConfigError("register at least one handler (client.task) before start()")
+    unrun = sorted({handler.queue for handler in registered} - queues.keys())
+    if unrun:
+        raise ConfigError(
+            f"start() must run the queues its handlers were registered on: {', '.join(unrun)} "
+            "missing"
+        )
+
+
 # The client's own sessions (inserts, admin): autocommit, named in pg_stat_activity as
 # every other part of awa-fast is.
 _SESSION = {"autocommit": True, "application_name": "awa-fast client"}
@@ -196,10 +210,12 @@ class _AsyncOnly(_Handlers):
         (:mod:`awa_fast.runtime.options`)."""
         if self._runner is not None:
             raise RuntimeError("this client is already running; call shutdown() first")
+        parsed = parse_queues(queues if queues is not None else self.default_queues())
+        _check_handled(self.handlers, parsed)
         runner = Runner(
             self.dsn,
             self.handlers,
-            parse_queues(queues if queues is not None else self.default_queues()),
+            parsed,
             runner_config(config, queues=queues),
             processes=processes,
         )
@@ -624,7 +640,8 @@ class AsyncClient(_AsyncOnly):
         return await self._run_locked(op)
 
     async def resume_external(self, callback_id: str, payload: object = None) -> JobRow:
-        """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``."""
+        """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``; a parked
+        job runs again (:func:`awa_fast.admin.callbacks.resume_external`)."""
         return await self._run(admin.resume_external(callback_id, payload))
 
     async def heartbeat_callback(
@@ -1015,7 +1032,8 @@ class Client(_SyncOnly):
         return self._run_locked(op)
 
     def resume_external(self, callback_id: str, payload: object = None) -> JobRow:
-        """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``."""
+        """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``; a parked
+        job runs again (:func:`awa_fast.admin.callbacks.resume_external`)."""
         return self._run(admin.resume_external(callback_id, payload))
 
     def heartbeat_callback(

@@ -163,7 +163,8 @@ def test_an_unknown_insert_keyword_is_a_type_error(dsn: str) -> None:
 
     with pytest.raises(TypeError, match="insert\\(\\) got an unexpected keyword argument 'queu'"):
         run(from_async())
-    assert awa.Client(dsn).list_jobs() == []
+    with awa.Client(dsn) as client:
+        assert client.list_jobs() == []
 
 
 def test_cancel_without_a_reason_records_the_sdks(dsn: str) -> None:
@@ -185,3 +186,114 @@ def test_cancel_without_a_reason_records_the_sdks(dsn: str) -> None:
         "cancelled",
         "cancelled: cancelled by handler",
     )
+
+
+def test_start_refuses_what_the_sdks_start_refuses(dsn: str) -> None:
+    """awa-pg 0.6.9: AwaError "register at least one worker before starting the runtime";
+    ValueError "start() must configure the worker queues declared via
+    @client.worker(..., queue=...): a"."""
+
+    async def main() -> None:
+        async with awa.AsyncClient(dsn) as client:
+            with pytest.raises(awa.AwaError, match="register at least one handler"):
+                await client.start([("email", 2)])
+
+            @client.task(kind="send_email", queue="email")
+            async def send(job: awa.Job[dict[str, str]]) -> None: ...
+
+            with pytest.raises(ValueError, match="queues its handlers were registered on: email"):
+                await client.start([("reports", 2)])
+            assert not (await client.health_check()).healthy  # nothing started
+
+    run(main())
+
+
+def test_progress_and_metadata_as_the_sdk_models_them(dsn: str) -> None:
+    """What awa-pg 0.6.9 showed for the same handler: metadata updates under
+    ``progress["metadata"]`` on the job at once and on its row after a flush, percent held
+    to 0..100 (a negative one, which the SDK refuses with OverflowError, to 0 here), the
+    progress kept for the retry and gone once the job completes."""
+    seen: list[object] = []
+    client = awa.AsyncClient(dsn)
+
+    @client.task(kind="report")
+    async def report(job: awa.Job[dict[str, int]]) -> awa.RetryAfter | None:
+        seen.append(("start", job.attempt, job.progress))
+        if job.attempt == 2:
+            return None
+        job.update_metadata({"a": 1})
+        seen.append(("after update_metadata", job.progress))
+        job.set_progress(200, "hi")
+        seen.append(("after set_progress(200)", job.progress))
+        job.set_progress(-5)
+        seen.append(("after set_progress(-5)", job.progress))
+        await job.flush_progress()
+        seen.append(("row after flush", (await client.get_job(job.id)).progress))
+        return awa.RetryAfter(0)
+
+    async def main() -> tuple[awa.JobRow, awa.JobRow]:
+        async with client:
+            inserted = await client.insert({"n": 1}, kind="report")
+            await run_until(
+                client,
+                {"default": 1},
+                lambda: job(dsn, inserted.id)["state"] == "completed",
+                promote_interval=0.01,
+            )
+            return inserted, await client.get_job(inserted.id)
+
+    _, done = run(main())
+    saved = {"message": "hi", "metadata": {"a": 1}, "percent": 0}
+    assert seen == [
+        ("start", 1, None),
+        ("after update_metadata", {"metadata": {"a": 1}}),
+        ("after set_progress(200)", {"message": "hi", "metadata": {"a": 1}, "percent": 100}),
+        ("after set_progress(-5)", saved),
+        ("row after flush", saved),
+        ("start", 2, saved),  # the retry resumes from the checkpoint
+    ]
+    assert (done.state, done.attempt, done.progress) == (awa.JobState.Completed, 2, None)
+
+
+def test_resume_external_runs_a_parked_job_again(dsn: str) -> None:
+    """awa-pg 0.6.9, a handler that returned WaitForCallback(token): resume_external gives
+    the job back as running, attempt 1; no handler carries it on, so once its heartbeat is
+    stale it is rescued ("heartbeat stale") and attempt 2 runs. The payload stays on the
+    job here, as its callback_result."""
+    client = awa.AsyncClient(dsn)
+    tokens: list[str] = []
+
+    @client.task(kind="charge")
+    async def charge(job: awa.Job[dict[str, int]]) -> awa.WaitForCallback | None:
+        if job.attempt == 1:
+            token = await job.register_callback(timeout_seconds=60)
+            tokens.append(token.id)
+            return awa.WaitForCallback(token)
+        return None
+
+    async def main() -> tuple[awa.JobRow, awa.JobRow]:
+        async with client:
+            row = await client.insert({"cents": 500}, kind="charge")
+            await run_until(client, {"default": 1}, lambda: job(dsn, row.id)["callback_id"])
+            resumed = await client.resume_external(tokens[0], {"paid": True})
+            await run_until(
+                client,
+                {"default": 1},
+                lambda: job(dsn, row.id)["state"] == "completed",
+                heartbeat_staleness=0.5,
+                backstop_interval=0.2,
+                rescue_interval=0.1,
+                promote_interval=0.05,
+            )
+            return resumed, await client.get_job(row.id)
+
+    resumed, done = run(main())
+    assert (resumed.state, resumed.attempt, resumed.callback_result) == (
+        awa.JobState.Running,
+        1,
+        {"paid": True},
+    )
+    assert (done.state, done.attempt, done.callback_result) == ("completed", 2, {"paid": True})
+    assert "heartbeat" in done.errors[-1]["error"]
+    with awa.Client(dsn) as admin, pytest.raises(awa.CallbackNotFound):  # spent
+        admin.resume_external(tokens[0], {"paid": True})

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any, Unpack
 
 import orjson
@@ -70,7 +70,9 @@ def _decoded(rows: Iterable[Mapping[Any, Any]]) -> Rows:
 
 
 def _as_dict(row: JobRow) -> dict[str, Any]:
-    return {f.name: getattr(row, f.name) for f in fields(JobRow)}
+    """The job's columns, its times as the datetimes a driver reads, as the SDK's bridge
+    returns them."""
+    return {**{f.name: getattr(row, f.name) for f in fields(JobRow)}, **asdict(row.datetimes)}
 
 
 # ---- which driver ---------------------------------------------------------------------------

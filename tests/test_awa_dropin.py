@@ -8,6 +8,7 @@ import asyncio
 import importlib
 import logging
 import time
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -16,6 +17,7 @@ import pytest
 import awa_fast as awa
 from awa_fast.bridge import insert_job_sync
 from awa_fast.db.dsn import with_database
+from awa_fast.types import iso
 from tests.helpers import free_port, job, run, run_until, settled
 
 # ``sorted(n for n in dir(awa) if not n.startswith("_"))`` under awa-pg 0.6.9, with the
@@ -297,3 +299,55 @@ def test_resume_external_runs_a_parked_job_again(dsn: str) -> None:
     assert "heartbeat" in done.errors[-1]["error"]
     with awa.Client(dsn) as admin, pytest.raises(awa.CallbackNotFound):  # spent
         admin.resume_external(tokens[0], {"paid": True})
+
+
+def test_times_are_the_sdks_iso_text(dsn: str) -> None:
+    """awa-pg 0.6.9 gives a job's times as ISO 8601 text in UTC (created_at
+    "2026-12-02T06:22:36.374637+00:00", finalized_at None until the job ends, deadline None
+    on a row that has none), which ported code parses with ``datetime.fromisoformat``; the
+    same instants are datetimes under ``datetimes``."""
+    seen: list[tuple[object, ...]] = []
+    client = awa.AsyncClient(dsn)
+
+    @client.task(kind="stamp")
+    async def stamp(job: awa.Job[dict[str, int]]) -> None:
+        parsed = [datetime.fromisoformat(t) for t in (job.run_at, job.created_at, job.deadline)]
+        times = job.datetimes
+        seen.append((job.finalized_at, parsed == [times.run_at, times.created_at, times.deadline]))
+
+    async def main() -> tuple[awa.JobRow, awa.JobRow]:
+        async with client:
+            inserted = await client.insert({"n": 1}, kind="stamp")
+            await run_until(client, {"default": 1}, lambda: settled(dsn))
+            return inserted, await client.get_job(inserted.id)
+
+    inserted, done = run(main())
+    assert seen == [(None, True)]
+    assert isinstance(inserted.created_at, str) and inserted.created_at.endswith("+00:00")
+    assert (inserted.finalized_at, inserted.deadline, inserted.deadline_at) == (None, None, None)
+    assert datetime.fromisoformat(inserted.created_at) == inserted.datetimes.created_at
+    assert done.finalized_at is not None and done.datetimes.finalized_at is not None
+    assert datetime.fromisoformat(done.finalized_at) == done.datetimes.finalized_at
+    assert done.datetimes.created_at.tzinfo is not None
+    assert done.datetimes.finalized_at >= done.datetimes.created_at
+
+
+PLUS_2 = timezone(timedelta(hours=2))
+
+
+@pytest.mark.parametrize(
+    ("at", "text"),
+    [
+        (datetime(2026, 1, 2, 3, 4, 5, 374637, tzinfo=UTC), "2026-01-02T03:04:05.374637+00:00"),
+        (datetime(2026, 1, 2, 3, 4, 5, 374000, tzinfo=UTC), "2026-01-02T03:04:05.374+00:00"),
+        (datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), "2026-01-02T03:04:05+00:00"),
+        (
+            datetime(2026, 1, 2, 5, 4, 5, tzinfo=timezone(timedelta(hours=2))),
+            "2026-01-02T03:04:05+00:00",
+        ),
+    ],
+)
+def test_times_read_as_the_sdk_writes_them(at: datetime, text: str) -> None:
+    """The SDK's text (chrono's RFC 3339 in UTC): as many decimals as the second needs, in
+    threes."""
+    assert iso(at) == text

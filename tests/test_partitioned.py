@@ -252,7 +252,7 @@ def test_routed_jobs_run_in_their_partitions(dsn: str) -> None:
 
     @worker.task(Order)
     async def handle(job: awa_fast.Job[Order]) -> None:
-        job.update_metadata({"ran_in": job.queue, "deadline": job.deadline.isoformat()})
+        job.update_metadata({"ran_in": job.queue, "deadline": job.datetimes.deadline.isoformat()})
 
     async def main() -> None:
         async with worker:

@@ -40,7 +40,7 @@ from awa_fast.runtime.packwatch import PackWatch
 from awa_fast.runtime.ratelimit import TokenBucket, check_rate_limit
 from awa_fast.runtime.standby import Standby
 from awa_fast.runtime.supervisor import retry_delay
-from awa_fast.types import JobRow, JobState
+from awa_fast.types import JobRow, JobState, iso
 from awa_fast.worker import instant
 
 log = logging.getLogger("awa_fast.claimer")
@@ -471,8 +471,8 @@ def started_row(job: Claimed) -> JobRow:
         priority=job.priority,
         attempt=job.attempt,
         max_attempts=job.max_attempts,
-        run_at=instant(job.run_at),
-        created_at=instant(job.created_at),
+        run_at=iso(instant(job.run_at)),
+        created_at=iso(instant(job.created_at)),
         run_lease=job.run_lease,
         tags=job.tags,
     )

@@ -240,14 +240,17 @@ def test_a_callback_heartbeat_moves_the_timeout_and_the_deadline_waits(dsn: str)
                 assert 290 < left.total_seconds() <= 300
                 beat = await client.heartbeat_callback(callback_id, timeout_seconds=7200)
                 assert beat.state == "waiting_external" and beat.callback_timeout_at is not None
-                moved = beat.callback_timeout_at - before["callback_timeout_at"]
+                times = beat.datetimes
+                assert times.callback_timeout_at is not None and times.deadline_at is not None
+                moved = times.callback_timeout_at - before["callback_timeout_at"]
                 assert 7100 < moved.total_seconds() <= 7200
-                assert beat.deadline_at == before["deadline_at"] + moved
+                assert times.deadline_at == before["deadline_at"] + moved
                 # The resumed row, as the resume left it: the handler may finish the job
                 # (and clear its deadline) before a read of it here could run.
                 resumed = await client.resume_external(callback_id)
-                assert resumed.deadline_at is not None
-                remaining = resumed.deadline_at - datetime.now(UTC)
+                resumed_deadline = resumed.datetimes.deadline_at
+                assert resumed_deadline is not None
+                remaining = resumed_deadline - datetime.now(UTC)
                 assert 280 < remaining.total_seconds() <= left.total_seconds()
                 await await_until(lambda: row_of(dsn, row.id)["state"] == "completed")
             finally:

@@ -146,8 +146,9 @@ def test_deadline_per_queue_and_per_job(dsn: str) -> None:
     @client.task(Mark)
     async def mark(job: awa_fast.Job[Mark]) -> None:
         row = await client.get_job(job.id)
-        assert row is not None and row.deadline_at and row.attempted_at
-        seen[job.args.label] = (row.deadline_at - row.attempted_at).total_seconds()
+        times = row.datetimes if row is not None else None
+        assert times is not None and times.deadline_at and times.attempted_at
+        seen[job.args.label] = (times.deadline_at - times.attempted_at).total_seconds()
 
     async def main() -> None:
         async with client:

@@ -382,10 +382,8 @@ UPDATE awa_fast.hosts SET heartbeat_at = now() WHERE id = %(id)s RETURNING id;
 -- name: host_forget
 DELETE FROM awa_fast.hosts WHERE id = %(id)s;
 
--- name: job_insert_many
--- Insert rows given as parallel arrays; rows due now go to jobs_hot, future rows to
--- jobs_deferred as scheduled. A unique job's id comes from the caller (nextval) so its
--- claim can be taken first; other ids may be NULL and are drawn here.
+-- fragment: insert_rows
+-- The jobs of job_insert_many and job_insert_scheduled, given as parallel arrays: `d`.
 WITH d AS (
     SELECT * FROM unnest(
         %(ids)s::bigint[], %(kinds)s::text[], %(queues)s::text[], %(args)s::jsonb[],
@@ -394,8 +392,14 @@ WITH d AS (
         %(deadlines)s::float8[]
     ) AS d(id, kind, queue, args, priority, max_attempts, run_at, tags, metadata, unique_key,
            deadline_seconds)
-),
-hot AS (
+)
+
+-- name: job_insert_many
+-- Insert rows given as parallel arrays; rows due now go to jobs_hot, future rows to
+-- jobs_deferred as scheduled. A unique job's id comes from the caller (nextval) so its
+-- claim can be taken first; other ids may be NULL and are drawn here.
+-- include: insert_rows
+, hot AS (
     INSERT INTO awa_fast.jobs_hot (id, kind, queue, args, state, priority, max_attempts, run_at,
                                    tags, metadata, unique_key, deadline_seconds)
     SELECT COALESCE(id, nextval('awa_fast.job_id_seq')), kind, queue, args, 'available',
@@ -416,6 +420,18 @@ deferred AS (
 SELECT * FROM hot
 UNION ALL
 SELECT * FROM deferred;
+
+-- name: job_insert_scheduled
+-- job_insert_many for the bridge, as the Awa SDK's bridge inserts: a job given a run_at
+-- starts scheduled in jobs_deferred, due or not, for the promoter to make available.
+-- include: insert_rows
+INSERT INTO awa_fast.jobs_deferred (id, kind, queue, args, state, priority, max_attempts,
+                                    run_at, tags, metadata, unique_key, deadline_seconds)
+SELECT COALESCE(id, nextval('awa_fast.job_id_seq')), kind, queue, args, 'scheduled',
+       priority, max_attempts, run_at,
+       ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key, deadline_seconds
+FROM d
+RETURNING *;
 
 -- name: job_insert_uniform
 -- A batch of args of one kind under one set of options, due now, none unique, in one

@@ -123,7 +123,7 @@ def test_plain_def_handler_runs_on_a_thread_and_completes(tc: AwaTestClient) -> 
     assert result.is_completed()
     assert threads and threads[0] != threading.main_thread().name
     job = job_of(result)
-    assert job.progress == {"percent": 50, "message": "half"} and job.metadata == {"sent": True}
+    assert job.progress is None and job.metadata == {"sent": True}  # completed: no checkpoint
 
 
 def test_retry_after_makes_the_job_retryable_at_its_time(tc: AwaTestClient) -> None:

@@ -92,7 +92,7 @@ def test_paused_queue_is_not_claimed(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO awa_fast.queue_meta (queue, paused) VALUES ('held', true)")
     client = awa_fast.AsyncClient(dsn)
-    client.task(Mark)(lambda job: None)
+    client.task(Mark, queue="open")(lambda job: None)  # a queue the runner runs
 
     async def main() -> tuple[int, int]:
         async with client:
@@ -143,7 +143,7 @@ def test_deadline_per_queue_and_per_job(dsn: str) -> None:
     client = awa_fast.AsyncClient(dsn)
     seen: dict[str, float] = {}
 
-    @client.task(Mark)
+    @client.task(Mark, queue="q")  # a queue the runner runs, as start() asks
     async def mark(job: awa_fast.Job[Mark]) -> None:
         row = await client.get_job(job.id)
         times = row.datetimes if row is not None else None

@@ -28,7 +28,7 @@ def test_a_handler_sees_its_attempts_deadline(dsn: str, processes: int | None) -
     so it falls after the handler's start and within those seconds of it."""
     client = awa_fast.AsyncClient(dsn)
 
-    @client.task(Timed)
+    @client.task(Timed, queue="plain")  # a queue the runner runs, as start() asks
     async def timed(job: awa_fast.Job[Timed]) -> None:
         started = datetime.now(UTC)
         job.update_metadata(

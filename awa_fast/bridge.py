@@ -205,7 +205,6 @@ def _django_insert(conn: Any, job: PreparedJob) -> JobRow:
         return drive(_steps(job), execute)
 
 
-
 _NAMED = re.compile(r"%\((\w+)\)s")
 
 

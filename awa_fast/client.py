@@ -207,18 +207,15 @@ class _AsyncOnly(_Handlers):
         """Start handlers for ``queues`` from this event loop: in this process, or in
         ``processes`` forked worker processes. Returns the running runner. ``config`` takes
         :class:`RunnerConfig`'s fields or the Awa SDK's option names
-        (:mod:`awa_fast.runtime.options`)."""
+        (:mod:`awa_fast.runtime.options`), ``global_max_workers`` with queue dicts of
+        ``min_workers`` and ``weight`` for its weighted mode (:mod:`awa_fast.runtime.shares`)."""
         if self._runner is not None:
             raise RuntimeError("this client is already running; call shutdown() first")
-        parsed = parse_queues(queues if queues is not None else self.default_queues())
+        settings = runner_config(config, queues=queues)
+        given = queues if queues is not None else self.default_queues()
+        parsed = parse_queues(given, config=settings)
         _check_handled(self.handlers, parsed)
-        runner = Runner(
-            self.dsn,
-            self.handlers,
-            parsed,
-            runner_config(config, queues=queues),
-            processes=processes,
-        )
+        runner = Runner(self.dsn, self.handlers, parsed, settings, processes=processes)
         await runner.start()
         self._runner = runner
         return runner

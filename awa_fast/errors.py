@@ -55,6 +55,11 @@ class ConfigError(AwaError, ValueError):
     """Invalid runtime configuration (queues, concurrency, handlers)."""
 
 
+class ConfigTypeError(ConfigError, TypeError):
+    """A runner option or queue setting of the wrong type, or one ``start`` does not take:
+    a TypeError too, as Python and the Awa SDK's ``start`` raise for those."""
+
+
 class LeaseLost(AwaError):
     """The attempt no longer owns its job: it was cancelled, rescued or resolved by its
     callback while the handler ran (or waited for the callback). Whatever the handler does

@@ -17,8 +17,10 @@ import pytest
 import awa_fast as awa
 from awa_fast.bridge import insert_job_sync
 from awa_fast.db.dsn import with_database
+from awa_fast.runtime.config import RunnerConfig, parse_queues
+from awa_fast.runtime.options import runner_config
 from awa_fast.types import iso
-from tests.helpers import free_port, job, run, run_until, settled
+from tests.helpers import await_until, free_port, job, run, run_until, settled, states
 
 # ``sorted(n for n in dir(awa) if not n.startswith("_"))`` under awa-pg 0.6.9, with the
 # exceptions its later releases added (ported code may name those in an except clause).
@@ -351,3 +353,182 @@ def test_times_read_as_the_sdk_writes_them(at: datetime, text: str) -> None:
     """The SDK's text (chrono's RFC 3339 in UTC): as many decimals as the second needs, in
     threes."""
     assert iso(at) == text
+
+
+# ---- start()'s options, weighted mode and the per-queue claim settings ----------------------
+
+
+@pytest.mark.parametrize(
+    ("queues", "options", "error", "message"),
+    [
+        ([("a", 4)], {"global_max_workers": 4}, ValueError, "not a \\(name, max_workers\\)"),
+        (
+            [{"name": "a", "max_workers": 2, "min_workers": 1}],
+            {"global_max_workers": 4},
+            ValueError,
+            "max_workers .* or min_workers .*, not both",
+        ),
+        (
+            [{"name": "a", "min_workers": 3}, {"name": "b", "min_workers": 3}],
+            {"global_max_workers": 4},
+            awa.AwaError,
+            "sum of min_workers \\(6\\) exceeds global_max_workers \\(4\\)",
+        ),
+        ([{"name": "a", "weight": 0}], {"global_max_workers": 4}, ValueError, "weight must be"),
+        ([{"name": "a", "max_workers": 2, "claim_batch_size": 0}], {}, ValueError, "claim_batch"),
+        ([{"name": "a", "max_workers": "2"}], {}, TypeError, "must be an integer, got '2'"),
+        ([{"name": "a", "max_workers": 2.0}], {}, TypeError, "must be an integer, got 2.0"),
+        ([("a", 2)], {"poll_interval_ms": "200"}, TypeError, "must be a number, got '200'"),
+        ([("a", 2)], {"global_max_workers": "4"}, TypeError, "must be an integer, got '4'"),
+        ([("a", 2)], {"poll_intervall_ms": 5}, TypeError, "unknown runner option"),
+    ],
+)
+def test_start_refuses_bad_options_as_the_sdk_does(
+    dsn: str, queues: Any, options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    """The error class awa-pg 0.6.9's start raised for each (its message may differ)."""
+    client = awa.AsyncClient(dsn)
+    client.task(kind="noop", queue="a")(lambda job: None)
+
+    async def main() -> None:
+        async with client:
+            with pytest.raises(error, match=message):
+                await client.start(queues, **options)
+
+    run(main())
+
+
+def test_the_sdks_storage_engine_options_are_accepted_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """awa-pg 0.6.9 took terminal_count_rollup_interval_ms and storage_transition_role
+    (and its queue_storage_* options, on its own engine); here they change nothing."""
+    options = {"terminal_count_rollup_interval_ms": 1000, "storage_transition_role": "auto"}
+    with caplog.at_level(logging.WARNING, logger="awa_fast.runtime.options"):
+        first = runner_config({**options, "queue_storage_schema": "awa_exp"})
+        again = runner_config(options)
+    assert first == again == RunnerConfig()
+    logged = [r.getMessage().split()[0] for r in caplog.records]
+    assert sorted(logged) == sorted([*options, "queue_storage_schema"])  # each once
+
+
+def test_per_queue_claim_settings_and_weights_become_the_runners() -> None:
+    queues = [
+        {"name": "a", "min_workers": 2, "weight": 3, "claim_batch_size": 16, "claimers": 4},
+        {"name": "b", "priority_aging_interval_ms": 1500, "deadline_duration_ms": 9000},
+    ]
+    config = runner_config({"global_max_workers": 10}, queues=queues)
+    assert config.queue_weights == {"a": (2, 3), "b": (0, 1)}
+    assert (config.queue_claim_batches, config.claimers) == ({"a": 16}, 4)
+    assert (config.queue_aging, config.queue_deadlines) == ({"b": 1.5}, {"b": 9.0})
+    # each queue may run up to its minimum and all the minimums leave of the pool
+    assert parse_queues(queues, config=config) == {"a": 10, "b": 8}
+
+
+def _running(dsn: str) -> dict[str, int]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT queue, count(*) FROM awa_fast.jobs WHERE state = 'running' GROUP BY queue"
+        ).fetchall()
+    return dict(rows)
+
+
+@pytest.mark.parametrize(
+    ("queues", "busy", "bounds"),
+    [
+        # both busy: the pool of 8 shared 3:1
+        (
+            [{"name": "a", "weight": 3}, {"name": "b", "weight": 1}],
+            "ab",
+            {"a": (6, 6), "b": (2, 2)},
+        ),
+        # b's guaranteed 3, and each at most half the pool of 5 (rounded up) on top
+        ([{"name": "a"}, {"name": "b", "min_workers": 3}], "ab", {"a": (2, 3), "b": (5, 6)}),
+        # b idle: its share goes to a, which runs the whole pool
+        ([{"name": "a", "weight": 1}, {"name": "b", "weight": 3}], "a", {"a": (8, 8)}),
+    ],
+)
+def test_weighted_mode_runs_minimums_then_the_pool_by_weight(
+    dsn: str, queues: list[dict[str, Any]], busy: str, bounds: dict[str, tuple[int, int]]
+) -> None:
+    """``global_max_workers=8``: handlers hold their jobs until the runner is saturated;
+    then what runs per queue is the minimums and the shares of the pool."""
+    client = awa.AsyncClient(dsn)
+    release = asyncio.Event()
+
+    async def hold(job: awa.Job[dict[str, int]]) -> None:
+        await release.wait()
+
+    for queue in ("a", "b"):
+        client.task(kind=f"hold_{queue}", queue=queue)(hold)
+    seen: dict[str, int] = {}
+
+    async def main() -> None:
+        async with client:
+            for queue in busy:
+                await client.enqueue_many_copy(
+                    [{"n": i} for i in range(12)], kind=f"hold_{queue}", queue=queue
+                )
+            await client.start(queues, global_max_workers=8, poll_interval_ms=50)
+            try:
+                await await_until(lambda: sum(_running(dsn).values()) == 8)
+                seen.update(_running(dsn))
+            finally:
+                release.set()
+                await client.shutdown()
+
+    run(main())
+    assert seen.keys() == bounds.keys()
+    assert all(low <= seen[q] <= high for q, (low, high) in bounds.items()), seen
+
+
+def _claim_order(dsn: str, queue: str, **aging: int) -> list[str]:
+    """The order a one-at-a-time runner of ``queue`` takes an old job of priority 4 and a
+    new one of priority 1 in."""
+    client = awa.AsyncClient(dsn)
+    done: list[str] = []
+
+    @client.task(kind="step", queue=queue)
+    async def step(job: awa.Job[dict[str, str]]) -> None:
+        done.append(job.args["name"])
+
+    async def main() -> None:
+        async with client:
+            old = datetime.now(UTC) - timedelta(seconds=10)
+            await client.insert({"name": "old"}, kind="step", queue=queue, priority=4, run_at=old)
+            await client.insert({"name": "new"}, kind="step", queue=queue, priority=1)
+            await run_until(
+                client,
+                [{"name": queue, "max_workers": 1, "claim_batch_size": 1, **aging}],
+                lambda: len(done) == 2,
+            )
+
+    run(main())
+    return done
+
+
+def test_priority_aging_claims_an_old_low_priority_job_first(dsn: str) -> None:
+    """With ``priority_aging_interval_ms`` a job waiting ten intervals is claimed as if of
+    priority 1, ahead of a newer one of priority 1; without it, priority decides."""
+    assert _claim_order(dsn, "aged", priority_aging_interval_ms=1000) == ["old", "new"]
+    assert _claim_order(dsn, "plain") == ["new", "old"]
+    with psycopg.connect(dsn) as conn:  # the stored priority is the given one
+        assert conn.execute("SELECT max(priority) FROM awa_fast.jobs").fetchone() == (4,)
+
+
+def test_a_queues_claim_batch_size_bounds_each_claim(dsn: str) -> None:
+    client = awa.AsyncClient(dsn)
+    client.task(kind="tick", queue="q")(lambda job: None)
+
+    async def main() -> int:
+        async with client:
+            await client.enqueue_many_copy([{"n": i} for i in range(6)], kind="tick", queue="q")
+            runner = await client.start([{"name": "q", "max_workers": 10, "claim_batch_size": 2}])
+            try:
+                await await_until(lambda: states(dsn) == {"completed": 6})
+            finally:
+                await client.shutdown()
+            return runner.snapshot().claimed["q"], runner.snapshot().claims["q"]
+
+    claimed, claims = run(main())
+    assert claimed == 6 and claims >= 3  # two at most a claim

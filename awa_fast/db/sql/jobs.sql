@@ -29,6 +29,51 @@ j.priority, j.tags, NULLIF(j.metadata, '{}') AS metadata,
 NULLIF(j.errors, '[]') AS errors, j.progress, j.run_at, j.created_at,
 j.deadline_at
 
+-- fragment: claim_queue_open
+-- Whether the claimed queue is open (not paused), for job_claim_batch and job_claim_aged.
+WITH queue_open AS (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM awa_fast.queue_meta m WHERE m.queue = %(queue)s AND m.paused
+    ) AS open
+),
+
+-- fragment: claim_merge
+-- The candidates of job_claim_batch and job_claim_aged (candidate_rows and candidate_packs,
+-- each ranked: its priority, aged or not) merged in claim order, a pack counting as its
+-- unclaimed jobs at its first one's place, and taken up to `limit`.
+candidates AS (
+    SELECT ctid, NULL::bigint AS pack, rank, run_at, id, 0 AS taken, 1 AS size
+    FROM candidate_rows
+    UNION ALL
+    SELECT NULL::tid, pack, rank, run_at, id, taken, size FROM candidate_packs
+),
+ahead AS (
+    SELECT *, sum(size) OVER (ORDER BY rank, run_at, id ROWS UNBOUNDED PRECEDING)
+              - size AS before
+    FROM candidates
+),
+chosen AS (
+    SELECT ctid, pack, taken, size, least(size, %(limit)s - before) AS k
+    FROM ahead WHERE before < %(limit)s
+),
+
+-- fragment: claim_start_packs
+-- The chosen packs' jobs started, and every claimed job returned (job_claim_batch and
+-- job_claim_aged).
+started AS (
+    -- Each pack's taken jobs, started by awa_fast.start_packed (migration 0016), called
+    -- once a pack from the select list: a claim that takes no pack runs none of it.
+    SELECT (t.job).* FROM (
+        SELECT awa_fast.start_packed(c.pack, c.k::integer, %(host_id)s, %(deadline_s)s) AS job
+        FROM chosen c
+        WHERE c.pack IS NOT NULL
+    ) t
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT * FROM started
+ORDER BY priority, run_at, id;
+
 -- name: job_claim_rows
 -- job_claim_batch for a queue that holds no packs, as far as the runner has heard
 -- (awa_fast.runtime.packwatch): jobs_hot's available rows alone, in claim order. Its plan
@@ -71,41 +116,23 @@ SELECT * FROM claimed ORDER BY priority, run_at, id;
 -- still available) is invisible to the TID scan: it is left for the next claim, never
 -- lost or taken twice. A pack is at least 64 jobs (job_insert_packed) and only the first
 -- one in claim order can be partly taken, so `limit` / 64 + 2 packs cover a claim.
-WITH queue_open AS (
-    SELECT NOT EXISTS (
-        SELECT 1 FROM awa_fast.queue_meta m WHERE m.queue = %(queue)s AND m.paused
-    ) AS open
-),
+-- include: claim_queue_open
 candidate_rows AS (
-    SELECT ctid, priority, run_at, id FROM awa_fast.jobs_hot
+    SELECT ctid, priority AS rank, run_at, id FROM awa_fast.jobs_hot
     WHERE state = 'available' AND queue = %(queue)s AND (SELECT open FROM queue_open)
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
 candidate_packs AS (
-    SELECT id AS pack, priority, run_at, next_id AS id, taken, size - taken AS size
+    SELECT id AS pack, priority AS rank, run_at, next_id AS id, taken, size - taken AS size
     FROM awa_fast.job_packs
     WHERE queue = %(queue)s AND (SELECT open FROM queue_open)
     ORDER BY priority, run_at, next_id
     LIMIT %(limit)s / 64 + 2
     FOR UPDATE SKIP LOCKED
 ),
-candidates AS (
-    SELECT ctid, NULL::bigint AS pack, priority, run_at, id, 0 AS taken, 1 AS size
-    FROM candidate_rows
-    UNION ALL
-    SELECT NULL::tid, pack, priority, run_at, id, taken, size FROM candidate_packs
-),
-ahead AS (
-    SELECT *, sum(size) OVER (ORDER BY priority, run_at, id ROWS UNBOUNDED PRECEDING)
-              - size AS before
-    FROM candidates
-),
-chosen AS (
-    SELECT ctid, pack, taken, size, least(size, %(limit)s - before) AS k
-    FROM ahead WHERE before < %(limit)s
-),
+-- include: claim_merge
 claimed AS (
     UPDATE awa_fast.jobs_hot j
     -- include: claim_set
@@ -113,19 +140,51 @@ claimed AS (
     RETURNING
     -- include: claim_columns
 ),
-started AS (
-    -- Each pack's taken jobs, started by awa_fast.start_packed (migration 0016), called
-    -- once a pack from the select list: a claim that takes no pack runs none of it.
-    SELECT (t.job).* FROM (
-        SELECT awa_fast.start_packed(c.pack, c.k::integer, %(host_id)s, %(deadline_s)s) AS job
-        FROM chosen c
-        WHERE c.pack IS NOT NULL
-    ) t
-)
-SELECT * FROM claimed
-UNION ALL
-SELECT * FROM started
-ORDER BY priority, run_at, id;
+-- include: claim_start_packs
+
+-- name: job_claim_aged
+-- job_claim_batch with the Awa SDK's priority aging (priority_aging_interval_ms): a job
+-- that has waited `aging_s` since its run_at is claimed as if its priority were one higher,
+-- and one higher again after each further interval, up to 1, so older jobs of a lower
+-- priority go ahead of newer ones of a higher. Within a priority, the oldest age most: the
+-- first `limit` candidates of each priority, taken from the claim index in run_at order,
+-- hold the first `limit` in aged order, which the merge then takes. The stored priority
+-- does not change.
+-- include: claim_queue_open
+candidate_rows AS (
+    SELECT c.ctid, c.run_at, c.id,
+           greatest(1, c.priority - floor(extract(epoch FROM now() - c.run_at) / %(aging_s)s))
+               AS rank
+    FROM generate_series(1, 4) AS p(priority), LATERAL (
+        SELECT ctid, priority, run_at, id FROM awa_fast.jobs_hot
+        WHERE state = 'available' AND queue = %(queue)s AND priority = p.priority
+          AND (SELECT open FROM queue_open)
+        ORDER BY run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) c
+),
+candidate_packs AS (
+    SELECT c.id AS pack, c.run_at, c.next_id AS id, c.taken, c.size - c.taken AS size,
+           greatest(1, c.priority - floor(extract(epoch FROM now() - c.run_at) / %(aging_s)s))
+               AS rank
+    FROM generate_series(1, 4) AS p(priority), LATERAL (
+        SELECT id, priority, run_at, next_id, taken, size FROM awa_fast.job_packs
+        WHERE queue = %(queue)s AND priority = p.priority AND (SELECT open FROM queue_open)
+        ORDER BY run_at, next_id
+        LIMIT %(limit)s / 64 + 2
+        FOR UPDATE SKIP LOCKED
+    ) c
+),
+-- include: claim_merge
+claimed AS (
+    UPDATE awa_fast.jobs_hot j
+    -- include: claim_set
+    WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM chosen WHERE pack IS NULL))
+    RETURNING
+    -- include: claim_columns
+),
+-- include: claim_start_packs
 
 -- name: standby_collect
 -- This host's standby claims (migration 0018), each with its queue and id: those still

@@ -32,14 +32,18 @@ class Undone(Exception):
     """Raised inside an atomic block to roll it back."""
 
 
+# Configured as the module loads: django.db's connection proxy reads the settings whenever
+# anything inspects it (a gc walk of every object, in another test), not only here.
+if not settings.configured:
+    settings.configure(
+        DATABASES={"default": {"ENGINE": "django.db.backends.postgresql"}}, USE_TZ=True
+    )
+    django.setup()
+
+
 @pytest.fixture
 def django_connection(dsn: str) -> Iterator[Any]:
     """Django's default connection, on this test's database."""
-    if not settings.configured:
-        settings.configure(
-            DATABASES={"default": {"ENGINE": "django.db.backends.postgresql"}}, USE_TZ=True
-        )
-        django.setup()
     given = conninfo.conninfo_to_dict(dsn)
     connection.settings_dict.update(
         NAME=given["dbname"],

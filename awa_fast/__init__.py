@@ -11,7 +11,7 @@ from awa_fast.batch import (
     BatchOperationPreview,
     BatchOperationState,
 )
-from awa_fast.client import AsyncClient, Client
+from awa_fast.client import AsyncClient, Client, RawClient
 from awa_fast.codec import kind_of as derive_kind
 from awa_fast.db.migrate import (
     current_migration_version,
@@ -28,8 +28,11 @@ from awa_fast.errors import (
     DatabaseError,
     JobNotFound,
     LeaseLost,
+    LiveRuntimesRequireExclusiveWindow,
+    RuntimeVersionFloorNotMet,
     SchemaNotMigrated,
     SerializationError,
+    StorageNotFinalized,
     TelemetryError,
     TerminalError,
     UniqueConflict,
@@ -79,17 +82,21 @@ __all__ = [
     "JobRow",
     "JobState",
     "LeaseLost",
+    "LiveRuntimesRequireExclusiveWindow",
     "OutcomeContext",
     "PartitionedQueue",
     "QueueHealth",
     "QueueStat",
+    "RawClient",
     "ResolveResult",
     "RetryAfter",
     "RetryFailedResult",
     "RunnerConfig",
+    "RuntimeVersionFloorNotMet",
     "SchemaNotMigrated",
     "SerializationError",
     "Snooze",
+    "StorageNotFinalized",
     "SyncTransaction",
     "TelemetryError",
     "TerminalError",

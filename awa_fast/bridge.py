@@ -14,26 +14,37 @@ caller's transaction commits). Only how each statement reaches Postgres differs 
   (SQLAlchemy opens it implicitly at the first statement; a bare asyncpg connection gets
   one here).
 
-asyncpg and SQLAlchemy are not dependencies: a connection is recognised by its type's
-module, as the SDK does, and SQLAlchemy's classes are imported only for its connections.
-Django's connection is refused by name (untested here); the psycopg 3 connection under it
-(``django.db.connection.connection``) can be passed instead.
+* Django's connection (``django.db.connection``) runs them on its cursors, inside
+  ``transaction.atomic`` (a savepoint in the caller's atomic block, else a transaction of
+  its own).
+
+A job given a ``run_at`` starts scheduled, due or not, as the SDK's bridge inserts it; the
+promoter makes it available when due (:func:`awa_fast.insert` makes a due one available at
+once).
+
+asyncpg, SQLAlchemy and Django are not dependencies: a connection is recognised by its
+type's module, as the SDK does, and a driver's classes are imported only for its
+connections.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any, Unpack
 
 import orjson
 import psycopg
+from psycopg.rows import dict_row
 
 from awa_fast import producer
-from awa_fast.producer import PreparedJob, Rows, drive, drive_async, insert_steps
-from awa_fast.types import InsertOptions, JobRow
+from awa_fast.db.queries import Q
+from awa_fast.producer import InsertSteps, PreparedJob, Rows, drive, drive_async, insert_steps
+from awa_fast.producer import _transaction as transaction
+from awa_fast.types import InsertOptions, JobRow, check_insert_options
 
 # Columns holding JSON that is always an object or an array: a driver that hands jsonb back
 # as text (asyncpg, unless told otherwise) gives them as a str, decoded here.
@@ -46,6 +57,7 @@ async def insert_job(
     """Insert a job on ``conn`` (a psycopg ``AsyncConnection``, an asyncpg connection, or a
     SQLAlchemy ``AsyncConnection``/``AsyncSession``) inside the caller's transaction;
     returns the job's row as a dict. Options as :func:`awa_fast.insert`'s."""
+    check_insert_options("insert_job", options)
     insert = _async_inserter(conn)
     return _as_dict(await insert(producer.prepare(producer.request_of(args, options))))
 
@@ -53,6 +65,7 @@ async def insert_job(
 def insert_job_sync(conn: object, args: object, **options: Unpack[InsertOptions]) -> dict[str, Any]:
     """The synchronous :func:`insert_job`, for a psycopg ``Connection`` or a SQLAlchemy
     ``Connection``/``Session``."""
+    check_insert_options("insert_job_sync", options)
     insert = _sync_inserter(conn)
     return _as_dict(insert(producer.prepare(producer.request_of(args, options))))
 
@@ -68,7 +81,9 @@ def _decoded(rows: Iterable[Mapping[Any, Any]]) -> Rows:
 
 
 def _as_dict(row: JobRow) -> dict[str, Any]:
-    return {f.name: getattr(row, f.name) for f in fields(JobRow)}
+    """The job's columns, its times as the datetimes a driver reads, as the SDK's bridge
+    returns them."""
+    return {**{f.name: getattr(row, f.name) for f in fields(JobRow)}, **asdict(row.datetimes)}
 
 
 # ---- which driver ---------------------------------------------------------------------------
@@ -76,7 +91,9 @@ def _as_dict(row: JobRow) -> dict[str, Any]:
 
 def _sync_inserter(conn: object) -> Callable[[PreparedJob], JobRow]:
     if isinstance(conn, psycopg.Connection):
-        return functools.partial(producer.insert_prepared, conn)
+        return functools.partial(_psycopg_insert, conn)
+    if _module(conn) == "django":
+        return functools.partial(_django_insert, conn)
     if _module(conn) == "sqlalchemy":
         from sqlalchemy.engine import Connection
         from sqlalchemy.orm import Session
@@ -85,18 +102,18 @@ def _sync_inserter(conn: object) -> Callable[[PreparedJob], JobRow]:
             conn = conn.connection()
         if isinstance(conn, Connection):
             run = functools.partial(_sqlalchemy_rows, conn)
-            return lambda job: drive(insert_steps(job), run)
+            return lambda job: drive(_steps(job), run)
     raise _unsupported(
         conn,
         "insert_job_sync",
-        "a psycopg Connection, or a SQLAlchemy Connection or Session "
+        "a psycopg Connection, a SQLAlchemy Connection or Session, or Django's connection "
         "(for an async one, use insert_job)",
     )
 
 
 def _async_inserter(conn: object) -> Callable[[PreparedJob], Awaitable[JobRow]]:
     if isinstance(conn, psycopg.AsyncConnection):
-        return functools.partial(producer.insert_prepared_async, conn)
+        return functools.partial(_psycopg_insert_async, conn)
     if _module(conn) == "asyncpg":
         return functools.partial(_asyncpg_insert, conn)
     if _module(conn) == "sqlalchemy":
@@ -118,17 +135,74 @@ def _module(conn: object) -> str:
 
 def _unsupported(conn: object, function: str, supported: str) -> TypeError:
     name = f"{type(conn).__module__}.{type(conn).__qualname__}"
-    if _module(conn) == "django":
-        return TypeError(
-            f"{function}() does not take a Django connection ({name}); pass the psycopg 3 "
-            "connection under it instead (django.db.connection.connection)"
-        )
     return TypeError(
         f"{function}() cannot insert on a connection of type {name}: it takes {supported}"
     )
 
 
+# ---- the statements ---------------------------------------------------------------------------
+
+
+def _steps(job: PreparedJob) -> InsertSteps:
+    """The producer's statements for ``job``; one given a run_at goes in scheduled."""
+    steps = insert_steps(job)
+    return steps if job.options.run_at is None else _scheduled(steps)
+
+
+def _scheduled(steps: InsertSteps) -> InsertSteps:
+    """``steps`` with the job's insert made job_insert_scheduled's."""
+    step = next(steps)
+    while True:
+        sql, params = step
+        try:
+            rows = yield (Q.job_insert_scheduled if sql == Q.job_insert_many else sql), params
+            step = steps.send(rows)
+        except StopIteration as done:
+            row: JobRow = done.value
+            return row
+
+
 # ---- each driver's way to run one statement ---------------------------------------------------
+
+
+def _psycopg_insert(conn: psycopg.Connection[Any], job: PreparedJob) -> JobRow:
+    if job.options.run_at is None:
+        return producer.insert_prepared(conn, job)
+    with transaction(conn, one_statement=False), conn.cursor(row_factory=dict_row) as cur:
+
+        def execute(sql: str, params: dict[str, Any]) -> Rows:
+            cur.execute(sql, params)
+            return cur.fetchall()
+
+        return drive(_steps(job), execute)
+
+
+async def _psycopg_insert_async(conn: psycopg.AsyncConnection[Any], job: PreparedJob) -> JobRow:
+    if job.options.run_at is None:
+        return await producer.insert_prepared_async(conn, job)
+    async with (
+        transaction(conn, one_statement=False),
+        conn.cursor(row_factory=dict_row) as cur,
+    ):
+
+        async def execute(sql: str, params: dict[str, Any]) -> Rows:
+            await cur.execute(sql, params)
+            return await cur.fetchall()
+
+        return await drive_async(_steps(job), execute)
+
+
+def _django_insert(conn: Any, job: PreparedJob) -> JobRow:
+    atomic = importlib.import_module("django.db.transaction").atomic  # untyped: no stubs
+
+    def execute(sql: str, params: dict[str, Any]) -> Rows:
+        with conn.cursor() as cur:
+            cur.execute(sql, params)
+            columns = [column[0] for column in cur.description]
+            return _decoded(dict(zip(columns, row, strict=True)) for row in cur.fetchall())
+
+    with atomic(using=conn.alias):
+        return drive(_steps(job), execute)
 
 
 _NAMED = re.compile(r"%\((\w+)\)s")
@@ -163,9 +237,9 @@ async def _asyncpg_insert(conn: Any, job: PreparedJob) -> JobRow:
         return _decoded(await conn.fetch(numbered, *args))
 
     if conn.is_in_transaction():
-        return await drive_async(insert_steps(job), execute)
+        return await drive_async(_steps(job), execute)
     async with conn.transaction():  # a unique insert's statements stand or fall together
-        return await drive_async(insert_steps(job), execute)
+        return await drive_async(_steps(job), execute)
 
 
 def _sqlalchemy_rows(conn: Any, sql: str, params: dict[str, Any]) -> Rows:
@@ -183,4 +257,4 @@ async def _sqlalchemy_insert_async(conn: Any, job: PreparedJob) -> JobRow:
         result = await connection.exec_driver_sql(*statement)
         return _decoded(result.mappings().all())
 
-    return await drive_async(insert_steps(job), execute)
+    return await drive_async(_steps(job), execute)

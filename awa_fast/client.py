@@ -37,7 +37,12 @@ from awa_fast.runtime.options import runner_config
 from awa_fast.runtime.runner import Runner
 from awa_fast.runtime.serve import serve
 from awa_fast.transaction import SyncTransaction, Transaction
-from awa_fast.types import DEFAULT_CALLBACK_TIMEOUT, InsertOptions, JobRow
+from awa_fast.types import (
+    DEFAULT_CALLBACK_TIMEOUT,
+    InsertOptions,
+    JobRow,
+    check_insert_options,
+)
 from awa_fast.worker import HandlerFunc, Registry, Worker
 
 F = TypeVar("F", bound=HandlerFunc)
@@ -149,6 +154,20 @@ class _Handlers:
         return {h.queue: DEFAULT_CONCURRENCY for h in self.handlers.registry.handlers.values()}
 
 
+def _check_handled(handlers: Handlers, queues: Mapping[str, int]) -> None:
+    """Refuse to start what would claim nothing, or leave a registered handler's queue
+    unclaimed, as the Awa SDK's ``start`` refuses (an AwaError, and a ValueError)."""
+    registered = handlers.registry.handlers.values()
+    if not registered:
+        raise ConfigError("register at least one handler (client.task) before start()")
+    unrun = sorted({handler.queue for handler in registered} - queues.keys())
+    if unrun:
+        raise ConfigError(
+            f"start() must run the queues its handlers were registered on: {', '.join(unrun)} "
+            "missing"
+        )
+
+
 # The client's own sessions (inserts, admin): autocommit, named in pg_stat_activity as
 # every other part of awa-fast is.
 _SESSION = {"autocommit": True, "application_name": "awa-fast client"}
@@ -188,16 +207,15 @@ class _AsyncOnly(_Handlers):
         """Start handlers for ``queues`` from this event loop: in this process, or in
         ``processes`` forked worker processes. Returns the running runner. ``config`` takes
         :class:`RunnerConfig`'s fields or the Awa SDK's option names
-        (:mod:`awa_fast.runtime.options`)."""
+        (:mod:`awa_fast.runtime.options`), ``global_max_workers`` with queue dicts of
+        ``min_workers`` and ``weight`` for its weighted mode (:mod:`awa_fast.runtime.shares`)."""
         if self._runner is not None:
             raise RuntimeError("this client is already running; call shutdown() first")
-        runner = Runner(
-            self.dsn,
-            self.handlers,
-            parse_queues(queues if queues is not None else self.default_queues()),
-            runner_config(config, queues=queues),
-            processes=processes,
-        )
+        settings = runner_config(config, queues=queues)
+        given = queues if queues is not None else self.default_queues()
+        parsed = parse_queues(given, config=settings)
+        _check_handled(self.handlers, parsed)
+        runner = Runner(self.dsn, self.handlers, parsed, settings, processes=processes)
         await runner.start()
         self._runner = runner
         return runner
@@ -222,6 +240,42 @@ class _AsyncOnly(_Handlers):
     async def _stop_handlers(self) -> None:
         """On close, stop the handlers ``start`` started."""
         await self.shutdown()
+
+
+# The Awa SDK's queue storage engine, which RawClient (like the clients) has no part of.
+_STORAGE_ENGINE_METHODS = frozenset(
+    {"install_queue_storage", "prepare_queue_storage_schema", "install_queue_storage_sync"}
+)
+
+
+class RawClient:
+    """The Awa SDK's raw client (its PyO3 ``Client``), for legacy code written against it:
+    its asynchronous methods are :class:`AsyncClient`'s and each ``name_sync`` is
+    :class:`Client`'s ``name``, each side on a pool of its own. The SDK's storage-engine
+    methods have no counterpart here, and raise AttributeError saying so."""
+
+    def __init__(self, database_url: str, max_connections: int = 10) -> None:
+        self._async = AsyncClient(database_url, max_connections=max_connections)
+        self._sync = Client(database_url, max_connections=max_connections)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _STORAGE_ENGINE_METHODS:
+            raise AttributeError(
+                f"RawClient.{name}: the Awa SDK's queue storage engine has no counterpart "
+                "in awa-fast, which has one storage"
+            )
+        if name.endswith("_sync"):
+            return getattr(self._sync, name.removesuffix("_sync"))
+        return getattr(self._async, name)
+
+    async def close(self) -> None:
+        """Close both sides' pools (and stop handlers started here)."""
+        await self._async.close()
+        self._sync.close()
+
+    def close_sync(self) -> None:
+        """Close the synchronous side's pool: the SDK's name for it."""
+        self._sync.close()
 
 
 # ---- asyncio source: the synchronous code at the end is generated from it ----
@@ -251,11 +305,16 @@ class AsyncClient(_AsyncOnly):
 
     async def _conn(self) -> Any:
         if not self._opened:
+            # One connection first, so that a database out of reach raises psycopg's error
+            # (an awa_fast.DatabaseError) at once: the pool would retry in the background,
+            # logging each failure, until its timeout.
+            await (await AsyncConnection.connect(self.dsn, autocommit=True)).close()
             await self._pool.open()
             self._opened = True
         return self._pool.connection()
 
     async def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
+        check_insert_options("insert", options)
         async with await self._conn() as conn:
             return await producer.insert_async(conn, args, **options)
 
@@ -266,6 +325,7 @@ class AsyncClient(_AsyncOnly):
     async def insert_many(
         self, items: Iterable[object], **options: Unpack[InsertOptions]
     ) -> list[int]:
+        check_insert_options("insert_many", options)
         async with await self._conn() as conn:
             return await producer.insert_many_async(conn, items, **options)
 
@@ -278,6 +338,7 @@ class AsyncClient(_AsyncOnly):
     ) -> list[JobRow]:
         """:meth:`insert_many` returning the jobs, as the Awa SDK's method of this name does;
         ``opts``, one entry per job or None, sets a job's own ``queue`` or ``ordering_key``."""
+        check_insert_options("insert_many_copy", options)
         laid = producer.with_item_options(items, options, opts)
         return await self._run(admin.get_jobs(await self.insert_many(laid, **options)))
 
@@ -290,6 +351,7 @@ class AsyncClient(_AsyncOnly):
     ) -> int:
         """:meth:`insert_many` returning how many jobs it inserted (the Awa SDK's name);
         ``opts`` as for :meth:`insert_many_copy`."""
+        check_insert_options("enqueue_many_copy", options)
         laid = producer.with_item_options(items, options, opts)
         return len(await self.insert_many(laid, **options))
 
@@ -575,7 +637,8 @@ class AsyncClient(_AsyncOnly):
         return await self._run_locked(op)
 
     async def resume_external(self, callback_id: str, payload: object = None) -> JobRow:
-        """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``."""
+        """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``; a parked
+        job runs again (:func:`awa_fast.admin.callbacks.resume_external`)."""
         return await self._run(admin.resume_external(callback_id, payload))
 
     async def heartbeat_callback(
@@ -636,11 +699,16 @@ class Client(_SyncOnly):
 
     def _conn(self) -> Any:
         if not self._opened:
+            # One connection first, so that a database out of reach raises psycopg's error
+            # (an awa_fast.DatabaseError) at once: the pool would retry in the background,
+            # logging each failure, until its timeout.
+            (Connection.connect(self.dsn, autocommit=True)).close()
             self._pool.open()
             self._opened = True
         return self._pool.connection()
 
     def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
+        check_insert_options("insert", options)
         with self._conn() as conn:
             return producer.insert(conn, args, **options)
 
@@ -649,6 +717,7 @@ class Client(_SyncOnly):
         return _migrate(self.dsn)
 
     def insert_many(self, items: Iterable[object], **options: Unpack[InsertOptions]) -> list[int]:
+        check_insert_options("insert_many", options)
         with self._conn() as conn:
             return producer.insert_many(conn, items, **options)
 
@@ -661,6 +730,7 @@ class Client(_SyncOnly):
     ) -> list[JobRow]:
         """:meth:`insert_many` returning the jobs, as the Awa SDK's method of this name does;
         ``opts``, one entry per job or None, sets a job's own ``queue`` or ``ordering_key``."""
+        check_insert_options("insert_many_copy", options)
         laid = producer.with_item_options(items, options, opts)
         return self._run(admin.get_jobs(self.insert_many(laid, **options)))
 
@@ -673,6 +743,7 @@ class Client(_SyncOnly):
     ) -> int:
         """:meth:`insert_many` returning how many jobs it inserted (the Awa SDK's name);
         ``opts`` as for :meth:`insert_many_copy`."""
+        check_insert_options("enqueue_many_copy", options)
         laid = producer.with_item_options(items, options, opts)
         return len(self.insert_many(laid, **options))
 
@@ -958,7 +1029,8 @@ class Client(_SyncOnly):
         return self._run_locked(op)
 
     def resume_external(self, callback_id: str, payload: object = None) -> JobRow:
-        """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``."""
+        """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``; a parked
+        job runs again (:func:`awa_fast.admin.callbacks.resume_external`)."""
         return self._run(admin.resume_external(callback_id, payload))
 
     def heartbeat_callback(

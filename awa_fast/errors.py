@@ -55,6 +55,11 @@ class ConfigError(AwaError, ValueError):
     """Invalid runtime configuration (queues, concurrency, handlers)."""
 
 
+class ConfigTypeError(ConfigError, TypeError):
+    """A runner option or queue setting of the wrong type, or one ``start`` does not take:
+    a TypeError too, as Python and the Awa SDK's ``start`` raise for those."""
+
+
 class LeaseLost(AwaError):
     """The attempt no longer owns its job: it was cancelled, rescued or resolved by its
     callback while the handler ran (or waited for the callback). Whatever the handler does
@@ -79,8 +84,7 @@ class JobNotFound(AwaError, LookupError):
 
 
 class CallbackNotFound(AwaError):
-    """No job waits on this callback id: it is unknown, already answered, timed out, or
-    (for ``resume_external``) its job is parked with no handler waiting for a payload."""
+    """No job waits on this callback id: it is unknown, already answered, or timed out."""
 
     def __init__(self, callback_id: str, detail: str | None = None) -> None:
         message = f"no job waits on callback {callback_id}"
@@ -94,6 +98,24 @@ class UnknownJobKind(AwaError):
     AttributeError itself, in the error path). No call raises it: a claimed job whose kind
     has no handler in the claiming process fails, terminal, with "unknown job kind: ..." in
     its errors, as the SDK's runtime fails it."""
+
+
+class StorageNotFinalized(AwaError):
+    """The Awa SDK's error for a storage transition not finished, here so that a ported
+    ``except`` clause names a class. awa-fast has one storage engine and nothing to
+    transition to, so no call raises it."""
+
+
+class LiveRuntimesRequireExclusiveWindow(AwaError):
+    """The Awa SDK's error for a migration that needs its workers stopped first, here so
+    that a ported ``except`` clause names a class. No awa-fast migration needs that
+    window (each runs beside live runners), so no call raises it."""
+
+
+class RuntimeVersionFloorNotMet(AwaError):
+    """The Awa SDK's error for a migration that live runtimes too old would not survive,
+    here so that a ported ``except`` clause names a class. awa-fast's migrations set no
+    version floor on live runners, so no call raises it."""
 
 
 class NoRowFound(AwaError, psycopg.errors.NoDataFound):

@@ -46,9 +46,10 @@ class Snooze:
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
-    """Give up on the job: it ends cancelled with ``reason`` recorded."""
+    """Give up on the job: it ends cancelled with ``reason`` recorded (the Awa SDK's
+    "cancelled by handler" when none is given)."""
 
-    reason: str = ""
+    reason: str = "cancelled by handler"
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from awa_fast import validation
-from awa_fast.errors import ConfigError, ValidationError
-from awa_fast.runtime.config import _QUEUE_KEYS_REFUSED
+from awa_fast.errors import ValidationError
 from awa_fast.runtime.ratelimit import check_rate_limit
 from awa_fast.types import InsertOptions
 
@@ -31,16 +30,6 @@ _FNV_PRIME = 1_099_511_628_211
 _DOMAIN = 0x9D4D_1B2F_53A7_0C91
 
 Key = bytes | bytearray | memoryview | str  # a str routes as its UTF-8
-
-# queue_configs arguments awa-fast cannot honour -> the queue dict key the runner refuses
-# for the same reason (awa_fast.runtime.config), with the value that asks for nothing.
-_REFUSED: dict[str, tuple[str, object]] = {
-    "min_workers_per_partition": ("min_workers", None),
-    "weight": ("weight", 1),
-    "priority_aging_interval_ms": ("priority_aging_interval_ms", None),
-    "claimers": ("claimers", None),
-    "claim_batch_size": ("claim_batch_size", None),
-}
 
 
 def partition_hash(key: bytes) -> int:
@@ -153,27 +142,30 @@ class PartitionedQueue:
         claim_batch_size: int | None = None,
     ) -> list[dict[str, Any]]:
         """One ``client.start`` queue dict per partition, each with the per-partition
-        settings: ``max_workers``, ``rate_limit`` and ``deadline_duration_ms`` when given.
-        The SDK's other settings have no counterpart here (the runner refuses them in a
-        queue dict, for the reasons it gives); asking for one raises ConfigError naming
-        it rather than handing back queues that would not do what it says."""
-        given = {
-            "min_workers_per_partition": min_workers_per_partition,
-            "weight": weight,
+        settings given, as the SDK's: ``max_workers``, or in weighted mode (with
+        ``global_max_workers``) ``min_workers`` and ``weight``; ``rate_limit``,
+        ``priority_aging_interval_ms``, ``deadline_duration_ms``, ``claimers`` and
+        ``claim_batch_size`` when given."""
+        _check_workers(max_workers_per_partition, min_workers_per_partition)
+        settings: dict[str, Any] = (
+            {"max_workers": max_workers_per_partition}
+            if max_workers_per_partition is not None
+            else {
+                "min_workers": _at_least("min_workers_per_partition", min_workers_per_partition, 0),
+                "weight": _at_least("weight", weight, 1),
+            }
+        )
+        if rate_limit_per_partition is not None:
+            settings["rate_limit"] = check_rate_limit(self._logical_queue, rate_limit_per_partition)
+        optional = {
             "priority_aging_interval_ms": priority_aging_interval_ms,
+            "deadline_duration_ms": deadline_duration_ms,
             "claimers": claimers,
             "claim_batch_size": claim_batch_size,
         }
-        _check_workers(max_workers_per_partition, min_workers_per_partition)
-        for argument, value in given.items():
-            _refuse(argument, value)
-        settings: dict[str, Any] = {"max_workers": max_workers_per_partition}
-        if rate_limit_per_partition is not None:
-            settings["rate_limit"] = check_rate_limit(self._logical_queue, rate_limit_per_partition)
-        if deadline_duration_ms is not None:
-            settings["deadline_duration_ms"] = _positive(
-                "deadline_duration_ms", deadline_duration_ms
-            )
+        for field, value in optional.items():
+            if value is not None:
+                settings[field] = _at_least(field, value, 1)
         return [{"name": queue, **settings} for queue in self._physical_queues]
 
     def _partition(self, key: bytes) -> int:
@@ -240,18 +232,12 @@ def _check_workers(max_workers: int | None, min_workers: int | None) -> None:
             "queue_configs requires max_workers_per_partition or min_workers_per_partition",
         )
     if max_workers is not None:
-        _positive("max_workers_per_partition", max_workers)
+        _at_least("max_workers_per_partition", max_workers, 1)
 
 
-def _refuse(argument: str, value: object) -> None:
-    key, default = _REFUSED[argument]
-    if value != default or isinstance(value, bool):
-        raise ConfigError(
-            f"queue_configs: {argument}={value!r} not supported ({_QUEUE_KEYS_REFUSED[key]})"
-        )
-
-
-def _positive(field: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValidationError(field, f"must be an integer > 0, got {value!r}")
+def _at_least(field: str, value: object, low: int) -> int:
+    """An integer setting of at least ``low`` (0 or 1)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        bound = "> 0" if low else ">= 0"
+        raise ValidationError(field, f"must be an integer {bound}, got {value!r}")
     return value

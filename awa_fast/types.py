@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, TypedDict
 
@@ -74,6 +74,14 @@ class InsertOptions(TypedDict, total=False):
     ordering_key: bytes | str | None
 
 
+def check_insert_options(function: str, options: Mapping[str, object]) -> None:
+    """Refuse a keyword no insert takes with the TypeError Python raises for a function's
+    own signature (``insert(args, queu="x")``), as the Awa SDK's inserts raise it."""
+    unknown = sorted(options.keys() - InsertOptions.__optional_keys__)
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
+
+
 @dataclass(slots=True)
 class InsertRequest:
     """Args plus insert options: what ``insert_many`` items and follow-up ``make`` may return."""
@@ -90,9 +98,44 @@ class InsertRequest:
     deadline: float | None = None  # seconds per attempt; None: the queue's deadline
 
 
+def iso(at: datetime) -> str:
+    """``at`` as the Awa SDK gives a job's times: ISO 8601 in UTC, with as many decimals
+    of the second as it needs, in threes (none, milliseconds or microseconds)."""
+    micros = at.microsecond
+    spec = "seconds" if not micros else "milliseconds" if not micros % 1000 else "microseconds"
+    return at.astimezone(UTC).isoformat(timespec=spec)
+
+
+def _instant(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+@dataclass(frozen=True, slots=True)
+class JobTimes:
+    """A job's times as timezone-aware datetimes in UTC: :attr:`JobRow.datetimes`."""
+
+    run_at: datetime
+    created_at: datetime
+    attempted_at: datetime | None
+    finalized_at: datetime | None
+    heartbeat_at: datetime | None
+    deadline_at: datetime | None
+    callback_timeout_at: datetime | None
+
+    @property
+    def deadline(self) -> datetime | None:
+        return self.deadline_at
+
+
+# JobRow's times, which it holds as the Awa SDK's text and JobTimes as datetimes.
+_TIMES = tuple(f.name for f in fields(JobTimes))
+
+
 @dataclass(frozen=True, slots=True)
 class JobRow:
-    """A job as stored. ``args`` is the decoded JSON object (a dict)."""
+    """A job as stored. ``args`` is the decoded JSON object (a dict). Its times are ISO
+    8601 text in UTC, as the Awa SDK gives them (``datetime.fromisoformat(row.run_at)``);
+    :attr:`datetimes` has them as datetimes."""
 
     id: int
     kind: str
@@ -102,25 +145,33 @@ class JobRow:
     priority: int
     attempt: int
     max_attempts: int
-    run_at: datetime
-    created_at: datetime
-    attempted_at: datetime | None = None
-    finalized_at: datetime | None = None
-    heartbeat_at: datetime | None = None
-    deadline_at: datetime | None = None
+    run_at: str
+    created_at: str
+    attempted_at: str | None = None
+    finalized_at: str | None = None
+    heartbeat_at: str | None = None
+    deadline_at: str | None = None
     run_lease: int = 0
     errors: list[dict[str, Any]] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
     progress: Any = None
     callback_id: str | None = None
-    callback_timeout_at: datetime | None = None
+    callback_timeout_at: str | None = None
     callback_result: Any = None
 
     @property
-    def deadline(self) -> datetime | None:
+    def deadline(self) -> str | None:
         """``deadline_at`` by the Awa SDK's name for it (its ``Job.deadline``)."""
         return self.deadline_at
+
+    @property
+    def datetimes(self) -> JobTimes:
+        """The times as timezone-aware datetimes in UTC, for awa-fast's own code:
+        ``row.datetimes.created_at``."""
+        run_at, created_at, *rest = (_instant(getattr(self, name)) for name in _TIMES)
+        assert run_at is not None and created_at is not None
+        return JobTimes(run_at, created_at, *rest)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> JobRow:
@@ -128,6 +179,9 @@ class JobRow:
         values = {f.name: row[f.name] for f in _ROW_FIELDS if f.name in row}
         if values.get("callback_id") is not None:
             values["callback_id"] = str(values["callback_id"])
+        for name in _TIMES:
+            if values.get(name) is not None:
+                values[name] = iso(values[name])
         values["state"] = JobState(values["state"])
         return cls(**values)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from awa_fast import callback_rules
 from awa_fast.codec import Decoder, decoder_for, kind_of
 from awa_fast.errors import ConfigError, ValidationError
-from awa_fast.types import DEFAULT_CALLBACK_TIMEOUT
+from awa_fast.types import DEFAULT_CALLBACK_TIMEOUT, iso
 
 if TYPE_CHECKING:
     from awa_fast.runtime.attempt_writer import AttemptWriter
@@ -56,9 +56,19 @@ def micros_of(at: datetime) -> int:
     return (at - POSTGRES_EPOCH) // timedelta(microseconds=1)
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptTimes:
+    """An attempt's times as timezone-aware datetimes in UTC: :attr:`Job.datetimes`."""
+
+    run_at: datetime
+    created_at: datetime
+    deadline: datetime
+
+
 class Job(Generic[T]):
     """One attempt of a job, as a handler sees it. ``run_at``, ``created_at`` and
-    ``deadline`` are timezone-aware datetimes in UTC."""
+    ``deadline`` are ISO 8601 text in UTC, as the Awa SDK gives them; :attr:`datetimes`
+    has them as datetimes."""
 
     __slots__ = (
         "_cancelled",
@@ -126,15 +136,28 @@ class Job(Generic[T]):
         self._metadata_updates: dict[str, Any] = {}
 
     @property
-    def run_at(self) -> datetime:
-        return instant(self._run_at_us)
+    def run_at(self) -> str:
+        return iso(instant(self._run_at_us))
 
     @property
-    def created_at(self) -> datetime:
-        return instant(self._created_at_us)
+    def created_at(self) -> str:
+        return iso(instant(self._created_at_us))
 
     @property
-    def deadline(self) -> datetime:
+    def finalized_at(self) -> None:
+        """None: a job whose handler runs has not finished (the Awa SDK's field)."""
+        return None
+
+    @property
+    def datetimes(self) -> AttemptTimes:
+        """``run_at``, ``created_at`` and ``deadline`` as datetimes, for awa-fast's own
+        code: ``job.datetimes.deadline``."""
+        return AttemptTimes(
+            instant(self._run_at_us), instant(self._created_at_us), instant(self._deadline_at_us)
+        )
+
+    @property
+    def deadline(self) -> str:
         """When this attempt's deadline passes: the time of its claim plus the job's own
         ``deadline`` seconds, else its queue's. Past it the attempt is cancelled
         (``is_cancelled()`` turns true within a heartbeat) and a handler still running
@@ -142,20 +165,26 @@ class Job(Generic[T]):
         killed): a handler with long work can
         check this before each step rather than be cut off in one. A wait in
         :meth:`wait_for_callback` does not count, and moves it later."""
-        return instant(self._deadline_at_us)
+        return iso(instant(self._deadline_at_us))
 
     def is_cancelled(self) -> bool:
         """True once the job was cancelled (admin cancel, deadline, shutdown): stop soon."""
         return self._cancelled()
 
     def set_progress(self, percent: int, message: str | None = None) -> None:
-        """Record progress; it is saved with the attempt's outcome (and kept on retry)."""
-        progress = dict(self.progress) if isinstance(self.progress, dict) else {}
-        progress["percent"] = percent
+        """Record progress, ``percent`` held to 0..100 as in the Awa SDK. It is saved with
+        the attempt's outcome or a flush, kept for a retry to resume from, and cleared
+        when the job completes."""
+        progress = self._progress_object()
+        progress["percent"] = min(max(percent, 0), 100)
         if message is not None:
             progress["message"] = message
         self.progress = progress
         self.progress_changed = True
+
+    def _progress_object(self) -> dict[str, Any]:
+        """A copy of the progress to change (an object, whatever was stored before)."""
+        return dict(self.progress) if isinstance(self.progress, dict) else {}
 
     async def flush_progress(self) -> None:
         """Write the progress and metadata updates recorded so far to the job now, not
@@ -173,7 +202,14 @@ class Job(Generic[T]):
         )
 
     def update_metadata(self, updates: dict[str, Any]) -> None:
-        """Merge ``updates`` into the job's metadata when the attempt's outcome is saved."""
+        """Merge ``updates`` into ``progress["metadata"]``, where the Awa SDK keeps them (so
+        they are saved, kept and cleared as progress is), and into the job's metadata,
+        when the attempt's outcome is saved or its progress flushed."""
+        progress = self._progress_object()
+        saved = progress.get("metadata")
+        progress["metadata"] = {**(saved if isinstance(saved, dict) else {}), **updates}
+        self.progress = progress
+        self.progress_changed = True
         self.metadata.update(updates)
         self._metadata_updates.update(updates)
 

@@ -95,8 +95,6 @@ def test_sdk_runner_options_become_runner_config_fields() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"global_max_workers": 10}, "global_max_workers: an Awa SDK option with no counterpart"),
-        ({"queue_storage_schema": "q"}, "queue_storage_schema: .*storage engine"),
         ({"poll_interval": 1.0, "poll_interval_ms": 200}, "poll_interval: given twice"),
         ({"poll_interval_ms": "200"}, "poll_interval_ms must be a number, got '200'"),
         ({"cleanup_batch_size": 10.5}, "cleanup_batch_size must be an integer"),
@@ -133,15 +131,13 @@ def test_descriptor_retention_days_0_disables_retention_and_none_keeps_the_defau
     assert half_day == pytest.approx(43200.0)
 
 
-def test_weighted_queue_configs_are_refused_by_name() -> None:
+def test_weighted_queue_keys_need_the_global_pool() -> None:
     assert parse_queues([{"name": "email", "max_workers": 4}, ("bulk", 2)]) == {
         "email": 4,
         "bulk": 2,
     }
-    with pytest.raises(ConfigError, match=r"queue 'email': min_workers not supported \(the SDK"):
+    with pytest.raises(ConfigError, match=r"queue 'email': min_workers, weight need global_"):
         parse_queues([{"name": "email", "min_workers": 1, "weight": 3}])
-    with pytest.raises(ConfigError, match="queue 'email': claim_batch_size not supported"):
-        parse_queues([{"name": "email", "max_workers": 4, "claim_batch_size": 64}])
     with pytest.raises(ConfigError, match=r"queue 'email': unknown key\(s\) max_worker;"):
         parse_queues([{"name": "email", "max_worker": 4}])
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 import pytest
 
@@ -209,21 +208,36 @@ def test_queue_configs_are_the_sdks_for_what_awa_fast_honours() -> None:
     }
 
 
-@pytest.mark.parametrize(
-    ("options", "named"),
-    [
-        ({"min_workers_per_partition": 2}, "min_workers_per_partition=2"),
-        ({"max_workers_per_partition": 2, "weight": 3}, "weight=3"),
-        ({"max_workers_per_partition": 2, "priority_aging_interval_ms": 0}, "priority_aging"),
-        ({"max_workers_per_partition": 2, "claimers": 2}, "claimers=2"),
-        ({"max_workers_per_partition": 2, "claim_batch_size": 64}, "claim_batch_size=64"),
-    ],
-)
-def test_queue_configs_refuse_what_awa_fast_cannot_honour(
-    options: dict[str, Any], named: str
-) -> None:
-    with pytest.raises(ConfigError, match=f"queue_configs: {named}.* not supported"):
-        PartitionedQueue("emails", 2).queue_configs(**options)
+def test_queue_configs_give_the_sdks_weighted_and_claim_settings() -> None:
+    """What awa-pg 0.6.9's queue_configs returned for these arguments."""
+    pq = PartitionedQueue("orders", 2)
+    weighted = pq.queue_configs(
+        min_workers_per_partition=2,
+        weight=3,
+        claimers=2,
+        claim_batch_size=16,
+        priority_aging_interval_ms=500,
+        deadline_duration_ms=1000,
+        rate_limit_per_partition=(5.0, 2),
+    )
+    assert weighted[1] == {
+        "name": "orders__p1",
+        "min_workers": 2,
+        "weight": 3,
+        "rate_limit": (5.0, 2),
+        "priority_aging_interval_ms": 500,
+        "deadline_duration_ms": 1000,
+        "claimers": 2,
+        "claim_batch_size": 16,
+    }
+    assert pq.queue_configs(min_workers_per_partition=0)[0] == {
+        "name": "orders",
+        "min_workers": 0,
+        "weight": 1,
+    }
+    assert pq.queue_configs(4, weight=2)[0] == {"name": "orders", "max_workers": 4}
+    with pytest.raises(ValidationError, match="weight: must be an integer > 0"):
+        pq.queue_configs(min_workers_per_partition=1, weight=0)
 
 
 def test_a_bad_rate_limit_is_refused() -> None:
@@ -250,9 +264,9 @@ def test_routed_jobs_run_in_their_partitions(dsn: str) -> None:
 
     worker = awa_fast.AsyncClient(dsn)
 
-    @worker.task(Order)
+    @worker.task(Order, queue="orders")  # a queue the runner runs, as start() asks
     async def handle(job: awa_fast.Job[Order]) -> None:
-        job.update_metadata({"ran_in": job.queue, "deadline": job.deadline.isoformat()})
+        job.update_metadata({"ran_in": job.queue, "deadline": job.datetimes.deadline.isoformat()})
 
     async def main() -> None:
         async with worker:

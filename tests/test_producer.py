@@ -63,7 +63,7 @@ def test_run_at_as_the_sdk_gives_it_naive_utc_or_iso_text(client: awa_fast.Clien
     naive = client.insert(SendEmail("naive"), run_at=due.replace(tzinfo=None))
     text = client.insert(SendEmail("text"), run_at="2030-01-01T14:00:00+02:00")
     bare = client.insert(SendEmail("bare"), run_at="2030-01-01T12:00:00")
-    assert [j.run_at for j in (naive, text, bare)] == [due, due, due]
+    assert [j.datetimes.run_at for j in (naive, text, bare)] == [due, due, due]
     assert {j.state for j in (naive, text, bare)} == {"scheduled"}
 
 

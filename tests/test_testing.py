@@ -123,7 +123,7 @@ def test_plain_def_handler_runs_on_a_thread_and_completes(tc: AwaTestClient) -> 
     assert result.is_completed()
     assert threads and threads[0] != threading.main_thread().name
     job = job_of(result)
-    assert job.progress == {"percent": 50, "message": "half"} and job.metadata == {"sent": True}
+    assert job.progress is None and job.metadata == {"sent": True}  # completed: no checkpoint
 
 
 def test_retry_after_makes_the_job_retryable_at_its_time(tc: AwaTestClient) -> None:
@@ -133,7 +133,7 @@ def test_retry_after_makes_the_job_retryable_at_its_time(tc: AwaTestClient) -> N
     assert result.is_retryable() and result.error is None
     job = job_of(result)
     assert (job.state, job.attempt) == ("retryable", 1)
-    assert before + timedelta(seconds=29) < job.run_at < before + timedelta(seconds=60)
+    assert before + timedelta(seconds=29) < job.datetimes.run_at < before + timedelta(seconds=60)
     assert run(tc.work_one(SendEmail, returning(None))).is_no_job()  # not due yet
 
 
@@ -152,7 +152,7 @@ def test_snooze_schedules_the_job_and_gives_the_attempt_back(tc: AwaTestClient) 
     assert result.is_snoozed() and result.outcome == "snoozed" and result.error is None
     job = job_of(result)
     assert (job.state, job.attempt, job.run_lease) == ("scheduled", 0, 1)
-    assert job.run_at > before + timedelta(seconds=59)
+    assert job.datetimes.run_at > before + timedelta(seconds=59)
 
 
 def test_cancel_cancels_the_job_with_its_reason(tc: AwaTestClient) -> None:
@@ -206,7 +206,7 @@ def test_an_exception_with_attempts_left_retries_with_backoff(tc: AwaTestClient)
     assert result.is_retryable() and result.error == "smtp down"
     job = job_of(result)
     assert (job.state, job.attempt) == ("retryable", 1)
-    assert job.run_at > before  # the runner's backoff: about a second for a first attempt
+    assert job.datetimes.run_at > before  # the runner's backoff: about a second for a first attempt
     assert job.errors[-1]["error"] == "ValueError: smtp down" and "traceback" in job.errors[-1]
 
 

@@ -125,23 +125,13 @@ def _resolved_as(verdict: callback_rules.Verdict, job: JobRow) -> ResolveResult:
 
 
 def resume_external(callback_id: str, payload: object = None) -> Op[JobRow]:
-    """Hand ``payload`` to the handler waiting on ``callback_id`` (``job.wait_for_callback``):
-    its job goes back to running, the same attempt, and the handler decides the outcome. A
-    parked job (its handler returned WaitForCallback) has no handler to resume: it is
-    resolved by complete/fail/retry_external, and resuming it raises CallbackNotFound."""
+    """Hand ``payload`` to the job on ``callback_id``: it goes back to running, the same
+    attempt, with ``payload`` as its callback_result. A handler waiting on the callback
+    (``job.wait_for_callback``) carries on and decides the outcome; a parked job (its
+    handler returned WaitForCallback) has none to carry on, so, as in the Awa SDK, the
+    leader rescues it once its heartbeat is stale, for another attempt."""
     params = {"callback_id": _callback_id(callback_id), "payload": _payload(payload)}
-
-    def shape(rows: Rows) -> JobRow:
-        if rows and not rows[0]["resumed"]:
-            raise CallbackNotFound(
-                callback_id,
-                f"job {rows[0]['id']} is parked (its handler returned WaitForCallback and "
-                "waits for no payload): resolve it with complete_external, fail_external "
-                "or retry_external",
-            )
-        return _answered(callback_id)(rows)
-
-    return Op(Q.callback_resume, params, shape)
+    return Op(Q.callback_resume, params, _answered(callback_id))
 
 
 def heartbeat_callback(

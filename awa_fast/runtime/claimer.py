@@ -39,9 +39,10 @@ from awa_fast.runtime.hooks import EventType, HookDispatcher
 from awa_fast.runtime.host import Host
 from awa_fast.runtime.packwatch import PackWatch
 from awa_fast.runtime.ratelimit import TokenBucket, check_rate_limit
+from awa_fast.runtime.shares import Shares, Weights, within
 from awa_fast.runtime.standby import Standby
 from awa_fast.runtime.supervisor import retry_delay
-from awa_fast.types import JobRow, JobState
+from awa_fast.types import JobRow, JobState, iso
 from awa_fast.worker import instant
 
 log = logging.getLogger("awa_fast.claimer")
@@ -55,6 +56,10 @@ class ClaimerConfig:
     capacity_recheck: float = 0.05  # between looks at capacity while a claim waits for it
     deadlines: tuple[float, ...] = ()  # an attempt's run time, by queue index
     rate_limits: tuple[tuple[float, int] | None, ...] = ()  # (rate, burst), by queue index
+    # by queue index: a claim batch of its own, and seconds of priority aging
+    claim_batches: tuple[int | None, ...] = ()
+    agings: tuple[float | None, ...] = ()
+    weights: Weights | None = None  # weighted mode (awa_fast.runtime.shares)
 
     @classmethod
     def of(cls, config: RunnerConfig, queues: list[str]) -> ClaimerConfig:
@@ -67,7 +72,18 @@ class ClaimerConfig:
             rate_limits=tuple(
                 check_rate_limit(q, limits[q]) if q in limits else None for q in queues
             ),
+            claim_batches=tuple(config.queue_claim_batches.get(q) for q in queues),
+            agings=tuple(config.queue_aging.get(q) for q in queues),
+            weights=Weights.of(config.global_max_workers, config.queue_weights, queues),
         )
+
+    def batch(self, queue_index: int) -> int:
+        """The most jobs one claim of ``queue_index`` takes."""
+        own = self.claim_batches[queue_index] if self.claim_batches else None
+        return self.claim_batch if own is None else own
+
+    def aging(self, queue_index: int) -> float | None:
+        return self.agings[queue_index] if self.agings else None
 
 
 @dataclass(slots=True)
@@ -108,6 +124,9 @@ class Claimer:
         self._buckets = [
             None if limit is None else TokenBucket(*limit) for limit in config.rate_limits
         ]
+        self._shares = Shares(
+            config.weights, lambda: list(in_flight_by_queue(capacity, inflight).values())
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
         self._watch = asyncio.Lock()  # held by the one idle claim loop waiting for news
@@ -246,6 +265,7 @@ class Claimer:
                 done.starved = True
                 continue
             jobs = await self._claim_queue(cur, queue_index, queue, reserved)
+            self._shares.claimed(queue_index, wanted=want, got=len(jobs))
             self._dispatch(jobs, queue_index, reserved)
             self.claimed_by_queue[queue_index] += len(jobs)
             done.claimed[queue_index] = len(jobs)
@@ -274,9 +294,13 @@ class Claimer:
             "limit": want,
             "deadline_s": self.config.deadlines[queue_index],
             "host_id": self._host.id,
+            "aging_s": self.config.aging(queue_index),
         }
+        statement = Q.job_claim_rows if packs is None else Q.job_claim_batch
+        if params["aging_s"] is not None:
+            statement = Q.job_claim_aged  # rows and packs alike, in aged order
         try:
-            await cur.execute(Q.job_claim_rows if packs is None else Q.job_claim_batch, params)
+            await cur.execute(statement, params)
             jobs = [Claimed._make(row) for row in await cur.fetchall()]
         except BaseException:
             for worker, n in reserved:
@@ -302,10 +326,13 @@ class Claimer:
         free = self._free_units(queue_index)
         total_free = sum(f for f, _, _ in free)
         capacity = sum(self._inflight.capacity(cap) for _, cap, _ in free)
-        threshold = max(1, min(self.config.claim_batch // 2, capacity // 2))
+        ceiling = self._shares.ceiling(queue_index)
+        capacity = capacity if ceiling is None else min(capacity, ceiling)
+        batch = self.config.batch(queue_index)
+        threshold = max(1, min(batch // 2, capacity // 2))
         if total_free < threshold and total_free < capacity:
             return []
-        remaining = self.config.claim_batch
+        remaining = batch
         bucket = self._buckets[queue_index]
         if bucket is not None:
             now = time.monotonic()
@@ -319,9 +346,11 @@ class Claimer:
         return reserved
 
     def _free_units(self, queue_index: int) -> list[tuple[int, int, int]]:
-        """(free units, capacity index, worker) of each accepting worker, most free first."""
+        """(free units, capacity index, worker) of each accepting worker, most free first,
+        no more in all than the queue's share allows."""
         caps = [(self._capacity.index(queue_index, w), w) for w in self._workers.accepting()]
-        return sorted(((self._inflight.free(cap), cap, w) for cap, w in caps), reverse=True)
+        free = sorted(((self._inflight.free(cap), cap, w) for cap, w in caps), reverse=True)
+        return within(free, self._shares.room(queue_index))
 
     def _reserve_units(self, free: list[tuple[int, int, int]], count: int) -> list[tuple[int, int]]:
         """Reserve up to ``count`` units from ``free`` (:meth:`_free_units`), in its order."""
@@ -494,8 +523,8 @@ def started_row(job: Claimed) -> JobRow:
         priority=job.priority,
         attempt=job.attempt,
         max_attempts=job.max_attempts,
-        run_at=instant(job.run_at),
-        created_at=instant(job.created_at),
+        run_at=iso(instant(job.run_at)),
+        created_at=iso(instant(job.created_at)),
         run_lease=job.run_lease,
         tags=job.tags,
     )

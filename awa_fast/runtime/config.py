@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from awa_fast.db import transitions as tr
-from awa_fast.errors import ConfigError
+from awa_fast.errors import ConfigError, ConfigTypeError
 from awa_fast.runtime.ratelimit import check_rate_limit
 from awa_fast.validation import MAX_NAME_LENGTH
 
@@ -90,6 +90,16 @@ class RunnerConfig:
     queue_retention: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     # queue -> (max_rate jobs/s, burst) this runner may start (awa_fast.runtime.ratelimit)
     queue_rate_limits: Mapping[str, tuple[float, int]] = field(default_factory=dict)
+    # The Awa SDK's weighted mode (awa_fast.runtime.shares): this runner starts at most
+    # global_max_workers attempts; queue -> (min_workers, weight), each queue's guaranteed
+    # minimum and its weight in sharing the rest.
+    global_max_workers: int | None = None
+    queue_weights: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # queue -> the most jobs one claim takes there (claim_batch for the others)
+    queue_claim_batches: Mapping[str, int] = field(default_factory=dict)
+    # queue -> seconds after which a waiting job is claimed as if a priority higher, and
+    # again after each further interval (the SDK's priority_aging_interval_ms)
+    queue_aging: Mapping[str, float] = field(default_factory=dict)
     # Serve /metrics and /health on 127.0.0.1 at this port (awa_fast.runtime.metrics).
     metrics_port: int | None = None
     # The database URL reaches Postgres through a transaction pooler (PgBouncer's
@@ -105,6 +115,10 @@ class RunnerConfig:
             "no_dlq": [q for q, on in self.dlq_queues.items() if not on],
             "dlq": [q for q, on in self.dlq_queues.items() if on],
         }
+
+    def claim_batch_for(self, queue: str) -> int:
+        """The most jobs one claim takes in ``queue``."""
+        return self.queue_claim_batches.get(queue, self.claim_batch)
 
     def deadline_for(self, queue: str) -> float:
         """Seconds an attempt of ``queue`` may run (a job's own deadline overrides it)."""
@@ -176,6 +190,7 @@ class RunnerConfig:
         self._check_descriptor_retention()
         for queue, limit in self.queue_rate_limits.items():
             check_rate_limit(queue, limit)
+        self._check_weights()
         port = self.metrics_port
         if port is not None and (
             isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
@@ -195,6 +210,17 @@ class RunnerConfig:
                 "direct_dsn (serve --direct-database-url) is for a database URL behind a "
                 "transaction pooler: set transaction_pooling=True (serve --pgbouncer) too"
             )
+
+    def _check_weights(self) -> None:
+        """A global pool large enough for every queue's guaranteed minimum."""
+        total = self.global_max_workers
+        if total is not None:
+            count("global_max_workers", total, low=1)
+            minimums = sum(low for low, _ in self.queue_weights.values())
+            if minimums > total:
+                raise ConfigError(
+                    f"sum of min_workers ({minimums}) exceeds global_max_workers ({total})"
+                )
 
     def _check_descriptor_retention(self) -> None:
         """0 (never delete) or a finite number of seconds long enough for live hosts to
@@ -216,25 +242,48 @@ class RunnerConfig:
             )
 
 
-# The keys of a queue given as a dict, as the Awa SDK's hard-reserved queue configs are:
-# its concurrency here; the others become RunnerConfig's per-queue settings
-# (awa_fast.runtime.options.queue_settings).
-QUEUE_KEYS = frozenset({"name", "max_workers", "rate_limit", "deadline_duration_ms", "retention"})
-# The SDK's other keys, refused by name: nothing here would act on them.
-_QUEUE_KEYS_REFUSED = {
-    "min_workers": "the SDK's weighted mode; give the queue max_workers",
-    "weight": "the SDK's weighted mode; give the queue max_workers",
-    "priority_aging_interval_ms": "a queue here claims in priority, run_at, id order",
-    "claimers": "claimers serve every queue here (RunnerConfig.claimers)",
-    "claim_batch_size": "one claim batch serves every queue here (RunnerConfig.claim_batch)",
-}
+# The keys of a queue given as a dict, as the Awa SDK's queue configs have them: its
+# concurrency here (max_workers; min_workers and weight in weighted mode); the others
+# become RunnerConfig's per-queue settings (awa_fast.runtime.options.queue_settings).
+QUEUE_KEYS = frozenset(
+    {
+        "name",
+        "max_workers",
+        "min_workers",
+        "weight",
+        "rate_limit",
+        "deadline_duration_ms",
+        "retention",
+        "claim_batch_size",
+        "claimers",
+        "priority_aging_interval_ms",
+    }
+)
+WEIGHTED_KEYS = frozenset({"min_workers", "weight"})
+
+
+def count(what: str, value: object, *, low: int) -> int:
+    """An integer setting: a TypeError for another type (a bool too), as the Awa SDK
+    raises one, and a ConfigError below ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigTypeError(f"{what} must be an integer, got {value!r}")
+    if value < low:
+        raise ConfigError(f"{what} must be an integer >= {low}, got {value!r}")
+    return value
 
 
 def parse_queues(
-    queues: QueueSpec, *, default_concurrency: int = DEFAULT_CONCURRENCY
+    queues: QueueSpec,
+    *,
+    default_concurrency: int = DEFAULT_CONCURRENCY,
+    config: RunnerConfig | None = None,
 ) -> dict[str, int]:
     """``{"email": 64}``, ``[("email", 64)]``, ``[{"name": "email", "max_workers": 64}]`` or
-    ``["email"]`` → ``{"email": 64}``; bad input raises :class:`ConfigError` naming it."""
+    ``["email"]`` → ``{"email": 64}``; bad input raises :class:`ConfigError` naming it. In
+    ``config``'s weighted mode a queue is a dict of min_workers and weight, and may run up
+    to its minimum plus what the minimums leave of the global pool."""
+    if config is not None and config.global_max_workers is not None:
+        return _weighted_queues(queues, config.global_max_workers, config.queue_weights)
     items: list[tuple[object, object]] = []
     if isinstance(queues, Mapping):
         items = list(queues.items())
@@ -243,35 +292,66 @@ def parse_queues(
             if isinstance(entry, str):
                 items.append((entry, default_concurrency))
             elif isinstance(entry, Mapping):
-                _check_queue_keys(entry)
+                _check_queue_keys(entry, weighted=False)
                 items.append((entry.get("name"), entry.get("max_workers", default_concurrency)))
-            else:
+            elif isinstance(entry, tuple | list):
                 items.append(tuple(entry))  # type: ignore[arg-type]
+            else:
+                raise ConfigTypeError(
+                    f"a queue must be a name, a (name, max_workers) tuple or a dict, got {entry!r}"
+                )
     parsed: dict[str, int] = {}
     for name, concurrency in items:
-        if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
-            raise ConfigError(f"queue name must be a non-empty string, got {name!r}")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigError(
-                f"queue {name!r}: concurrency must be an integer >= 1, got {concurrency!r}"
-            )
-        if name in parsed:
-            raise ConfigError(f"queue {name!r} given twice")
-        parsed[name] = concurrency
+        _add(parsed, name, count(f"queue {name!r}: concurrency", concurrency, low=1))
     if not parsed:
         raise ConfigError("at least one queue is required")
     return parsed
 
 
-def _check_queue_keys(entry: Mapping[str, Any]) -> None:
+def _weighted_queues(
+    queues: QueueSpec, total: int, weights: Mapping[str, tuple[int, int]]
+) -> dict[str, int]:
+    """Weighted mode's queues, each at its ceiling: its minimum and the shared pool."""
+    entries = [] if isinstance(queues, Mapping) else list(queues)
+    if not entries or not all(isinstance(entry, Mapping) for entry in entries):
+        raise ConfigError(
+            "with global_max_workers every queue is a dict with min_workers and weight "
+            "(the SDK's weighted mode), not a (name, max_workers) tuple"
+        )
+    pool = total - sum(low for low, _ in weights.values())
+    parsed: dict[str, int] = {}
+    for entry in entries:
+        assert isinstance(entry, Mapping)
+        _check_queue_keys(entry, weighted=True)
+        name = entry.get("name")
+        _add(parsed, name, weights.get(str(name), (0, 1))[0] + pool)
+    return parsed
+
+
+def _add(parsed: dict[str, int], name: object, concurrency: int) -> None:
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
+        raise ConfigError(f"queue name must be a non-empty string, got {name!r}")
+    if name in parsed:
+        raise ConfigError(f"queue {name!r} given twice")
+    parsed[name] = concurrency
+
+
+def _check_queue_keys(entry: Mapping[str, Any], *, weighted: bool) -> None:
     name = entry.get("name")
-    for key in sorted(map(str, entry.keys() - QUEUE_KEYS)):
-        reason = _QUEUE_KEYS_REFUSED.get(key)
-        if reason is not None:
-            raise ConfigError(f"queue {name!r}: {key} not supported ({reason})")
     unknown = sorted(map(str, entry.keys() - QUEUE_KEYS))
     if unknown:
         raise ConfigError(
             f"queue {name!r}: unknown key(s) {', '.join(unknown)}; a queue dict takes "
             f"{', '.join(sorted(QUEUE_KEYS))}"
+        )
+    if weighted and "max_workers" in entry:
+        raise ConfigError(
+            f"queue {name!r}: use max_workers for hard-reserved mode or min_workers for "
+            "weighted mode (global_max_workers), not both"
+        )
+    given = sorted(WEIGHTED_KEYS & entry.keys())
+    if not weighted and given:
+        raise ConfigError(
+            f"queue {name!r}: {', '.join(given)} need global_max_workers (the SDK's "
+            "weighted mode); without it, give the queue max_workers"
         )

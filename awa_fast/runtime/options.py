@@ -4,21 +4,24 @@ SDK's, so that ``client.start(queues, poll_interval_ms=200)`` written for the SD
 Each SDK option with a counterpart becomes that field, milliseconds, hours and days turned
 into seconds. The SDK's three rescue intervals set the one sweep that rescues here, at the
 shortest given: sweeping more often serves each of them. An SDK option given as None means
-its default, as in the SDK. Any other name, or an SDK option with nothing to act on here
-(a fleet-wide worker cap, the SDK's storage engine), is refused by name: dropping it
-silently would leave the caller believing it took effect.
+its default, as in the SDK. The SDK's storage-engine options tune an engine awa-fast does
+not have: they are accepted, and a warning says once that they change nothing. Any other
+name is refused as Python refuses an unknown keyword (a TypeError).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any
 
-from awa_fast.errors import ConfigError
-from awa_fast.runtime.config import QueueSpec, RunnerConfig
+from awa_fast.errors import ConfigError, ConfigTypeError
+from awa_fast.runtime.config import QueueSpec, RunnerConfig, count
 from awa_fast.runtime.ratelimit import check_rate_limit
+
+log = logging.getLogger("awa_fast.runtime.options")
 
 # SDK name -> (RunnerConfig field, factor to that field's unit; None for a count)
 AWA_OPTIONS: Mapping[str, tuple[str, float | None]] = {
@@ -36,20 +39,22 @@ AWA_OPTIONS: Mapping[str, tuple[str, float | None]] = {
     "cleanup_batch_size": ("cleanup_batch", None),
 }
 
-_NO_COUNTERPART = "an Awa SDK option with no counterpart in awa-fast"
-AWA_UNSUPPORTED: Mapping[str, str] = {
-    "global_max_workers": "there is no fleet-wide cap; give each queue its concurrency",
-    "terminal_count_rollup_interval_ms": "it tunes the SDK's storage engine",
-    "storage_transition_role": "it tunes the SDK's storage engine",
-    "queue_storage_schema": "it tunes the SDK's storage engine",
-    "queue_storage_queue_slot_count": "it tunes the SDK's storage engine",
-    "queue_storage_lease_slot_count": "it tunes the SDK's storage engine",
-    "queue_storage_claim_slot_count": "it tunes the SDK's storage engine",
-    "queue_storage_queue_stripe_count": "it tunes the SDK's storage engine",
-    "queue_storage_queue_rotate_interval_ms": "it tunes the SDK's storage engine",
-    "queue_storage_lease_rotate_interval_ms": "it tunes the SDK's storage engine",
-    "queue_storage_claim_rotate_interval_ms": "it tunes the SDK's storage engine",
-}
+# The SDK's storage-engine options: awa-fast has one storage, which they do not tune.
+AWA_STORAGE_OPTIONS = frozenset(
+    {
+        "terminal_count_rollup_interval_ms",
+        "storage_transition_role",
+        "queue_storage_schema",
+        "queue_storage_queue_slot_count",
+        "queue_storage_lease_slot_count",
+        "queue_storage_claim_slot_count",
+        "queue_storage_queue_stripe_count",
+        "queue_storage_queue_rotate_interval_ms",
+        "queue_storage_lease_rotate_interval_ms",
+        "queue_storage_claim_rotate_interval_ms",
+    }
+)
+_warned_ignored: set[str] = set()  # each storage option is logged once a process
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(RunnerConfig))
 
@@ -57,16 +62,16 @@ _FIELDS = frozenset(f.name for f in dataclasses.fields(RunnerConfig))
 def runner_config(options: Mapping[str, Any], *, queues: QueueSpec | None = None) -> RunnerConfig:
     """A validated :class:`RunnerConfig` from ``options`` and the per-queue settings of
     ``queues`` given as the SDK's dicts (:func:`queue_settings`); a name it cannot honour
-    raises :class:`ConfigError` naming it."""
+    raises :class:`ConfigError` naming it. A queue's ``claimers`` raises the runner's,
+    whose claim loops serve every queue, to at least that many."""
     config = _runner_options(options)
     settings = queue_settings(queues or (), config)
-    merged = {field: _merged(field, getattr(config, field), s) for field, s in settings.items()}
-    return dataclasses.replace(
-        config,
-        queue_rate_limits=merged["queue_rate_limits"],
-        queue_deadlines=merged["queue_deadlines"],
-        queue_retention=merged["queue_retention"],
-    )
+    per_queue_claimers = settings.pop("claimers")
+    merged: dict[str, Any] = {
+        field: _merged(field, getattr(config, field), s) for field, s in settings.items()
+    }
+    claimers = max(config.claimers, *per_queue_claimers.values(), 0)
+    return dataclasses.replace(config, claimers=claimers, **merged)
 
 
 def _merged(field: str, given: Mapping[str, Any], from_queues: dict[str, Any]) -> dict[str, Any]:
@@ -80,24 +85,47 @@ def queue_settings(queues: QueueSpec, config: RunnerConfig) -> dict[str, dict[st
     """RunnerConfig's per-queue settings from SDK queue dicts: ``rate_limit`` (max_rate,
     burst) → queue_rate_limits, ``deadline_duration_ms`` → queue_deadlines (seconds),
     ``retention`` {completed_hours, failed_hours} → queue_retention (seconds; one left
-    out keeps ``config``'s)."""
+    out keeps ``config``'s), ``claim_batch_size`` → queue_claim_batches,
+    ``priority_aging_interval_ms`` → queue_aging (seconds), and in weighted mode
+    ``min_workers`` (0) and ``weight`` (1) → queue_weights; ``claimers`` by queue."""
     settings: dict[str, dict[str, Any]] = {
         "queue_rate_limits": {},
         "queue_deadlines": {},
         "queue_retention": {},
+        "queue_weights": {},
+        "queue_claim_batches": {},
+        "queue_aging": {},
+        "claimers": {},
     }
     entries = [] if isinstance(queues, Mapping) else queues
     for entry in entries:
         if not isinstance(entry, Mapping):
             continue
-        name = str(entry["name"])  # checked by parse_queues
-        if entry.get("rate_limit") is not None:
-            settings["queue_rate_limits"][name] = check_rate_limit(name, entry["rate_limit"])
-        if entry.get("deadline_duration_ms") is not None:
-            ms = _number(f"queue {name!r}: deadline_duration_ms", entry["deadline_duration_ms"])
+        name = str(entry.get("name"))
+        given = {key: value for key, value in entry.items() if value is not None}
+        if "rate_limit" in given:
+            settings["queue_rate_limits"][name] = check_rate_limit(name, given["rate_limit"])
+        if "deadline_duration_ms" in given:
+            ms = _number(f"queue {name!r}: deadline_duration_ms", given["deadline_duration_ms"])
             settings["queue_deadlines"][name] = ms / 1000
-        if entry.get("retention") is not None:
-            settings["queue_retention"][name] = _retention(name, entry["retention"], config)
+        if "retention" in given:
+            settings["queue_retention"][name] = _retention(name, given["retention"], config)
+        if "priority_aging_interval_ms" in given:
+            ms = _number(
+                f"queue {name!r}: priority_aging_interval_ms", given["priority_aging_interval_ms"]
+            )
+            settings["queue_aging"][name] = ms / 1000
+        for key, field, low in (
+            ("claim_batch_size", "queue_claim_batches", 1),
+            ("claimers", "claimers", 1),
+        ):
+            if key in given:
+                settings[field][name] = count(f"queue {name!r}: {key}", given[key], low=low)
+        if config.global_max_workers is not None:
+            settings["queue_weights"][name] = (
+                count(f"queue {name!r}: min_workers", given.get("min_workers", 0), low=0),
+                count(f"queue {name!r}: weight", given.get("weight", 1), low=1),
+            )
     return settings
 
 
@@ -118,7 +146,9 @@ def _retention(name: str, retention: object, config: RunnerConfig) -> tuple[floa
 
 
 def _number(what: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigTypeError(f"{what} must be a number > 0, got {value!r}")
+    if not 0 < value < math.inf:
         raise ConfigError(f"{what} must be a number > 0, got {value!r}")
     return float(value)
 
@@ -135,26 +165,34 @@ def _runner_options(options: Mapping[str, Any]) -> RunnerConfig:
                 converted = _converted(name, value)
                 # The rescue intervals share one field: the shortest serves each.
                 translated[field] = min(translated.get(field, converted), converted)
-        elif name in AWA_UNSUPPORTED:
-            if value is not None:
-                raise ConfigError(f"{name}: {_NO_COUNTERPART} ({AWA_UNSUPPORTED[name]})")
+        elif name in AWA_STORAGE_OPTIONS:
+            _ignored(name, value)
         else:
             known = ", ".join(sorted(_FIELDS))
-            raise ConfigError(f"unknown runner option {name!r}; the options are {known}")
+            raise ConfigTypeError(f"unknown runner option {name!r}; the options are {known}")
     for field in own.keys() & translated.keys():
         given = [n for n, (f, _) in AWA_OPTIONS.items() if f == field and n in options]
         raise ConfigError(f"{field}: given twice, as {field} and as {', '.join(given)}")
     return RunnerConfig(**own, **translated)
 
 
+def _ignored(name: str, value: object) -> None:
+    """Log, once a process, that a storage-engine option changes nothing here."""
+    if value is not None and name not in _warned_ignored:
+        _warned_ignored.add(name)
+        log.warning(
+            "%s ignored: it tunes the Awa SDK's queue storage engine, and awa-fast has one "
+            "storage (docs/porting.md)",
+            name,
+        )
+
+
 def _converted(name: str, value: object) -> float:
     factor = AWA_OPTIONS[name][1]
     if factor is None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{name} must be an integer, got {value!r}")
-        return value
+        return count(name, value, low=1)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{name} must be a number, got {value!r}")
+        raise ConfigTypeError(f"{name} must be a number, got {value!r}")
     if not 0 <= value < math.inf:  # the SDK's own check of its durations
         raise ConfigError(f"{name} must be a non-negative finite number, got {value!r}")
     return value * factor

@@ -81,7 +81,10 @@ def test_retry_from_dlq_at_a_later_time(
     later, due = _dead(client, conn), _dead(client, conn)
     when = datetime.now(UTC) + timedelta(hours=1)
     scheduled = client.retry_from_dlq(later, run_at=when)
-    assert scheduled is not None and (scheduled.state, scheduled.run_at) == ("scheduled", when)
+    assert scheduled is not None and (scheduled.state, scheduled.datetimes.run_at) == (
+        "scheduled",
+        when,
+    )
     past = client.retry_from_dlq(due, run_at=datetime.now(UTC) - timedelta(minutes=1))
     assert past is not None and past.state == "available"
     with pytest.raises(awa_fast.ValidationError, match="run_at"):

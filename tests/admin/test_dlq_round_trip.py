@@ -23,7 +23,7 @@ def test_dlq_round_trip(dsn: str) -> None:
     events: list[EventType] = []
     should_fail = {"yes": True}
 
-    @client.task(Flaky)
+    @client.task(Flaky, queue="dl")  # a queue each runner runs, as start() asks
     async def flaky(job: awa_fast.Job[Flaky]) -> None:
         if should_fail["yes"]:
             raise TerminalError("broken") if job.args.fail else RuntimeError("flaky")

@@ -67,7 +67,7 @@ def test_pause_records_who_paused_until_resumed(client: awa_fast.Client) -> None
 
 def test_pause_stops_claiming_and_resume_restarts_it(dsn: str) -> None:
     client = awa_fast.AsyncClient(dsn)
-    client.task(Note)(lambda job: None)
+    client.task(Note, queue="open")(lambda job: None)  # a queue the runner runs
 
     async def main() -> None:
         async with client:

@@ -240,14 +240,17 @@ def test_a_callback_heartbeat_moves_the_timeout_and_the_deadline_waits(dsn: str)
                 assert 290 < left.total_seconds() <= 300
                 beat = await client.heartbeat_callback(callback_id, timeout_seconds=7200)
                 assert beat.state == "waiting_external" and beat.callback_timeout_at is not None
-                moved = beat.callback_timeout_at - before["callback_timeout_at"]
+                times = beat.datetimes
+                assert times.callback_timeout_at is not None and times.deadline_at is not None
+                moved = times.callback_timeout_at - before["callback_timeout_at"]
                 assert 7100 < moved.total_seconds() <= 7200
-                assert beat.deadline_at == before["deadline_at"] + moved
+                assert times.deadline_at == before["deadline_at"] + moved
                 # The resumed row, as the resume left it: the handler may finish the job
                 # (and clear its deadline) before a read of it here could run.
                 resumed = await client.resume_external(callback_id)
-                assert resumed.deadline_at is not None
-                remaining = resumed.deadline_at - datetime.now(UTC)
+                resumed_deadline = resumed.datetimes.deadline_at
+                assert resumed_deadline is not None
+                remaining = resumed_deadline - datetime.now(UTC)
                 assert 280 < remaining.total_seconds() <= left.total_seconds()
                 await await_until(lambda: row_of(dsn, row.id)["state"] == "completed")
             finally:
@@ -256,7 +259,7 @@ def test_a_callback_heartbeat_moves_the_timeout_and_the_deadline_waits(dsn: str)
     run(main())
 
 
-def test_callback_calls_refuse_unknown_ids_parked_jobs_and_bad_input(
+def test_callback_calls_refuse_unknown_ids_and_bad_input(
     client: awa_fast.Client, conn: psycopg.Connection[Any]
 ) -> None:
     parked = insert_job(conn, state="waiting_external", attempt=1, run_lease=1)
@@ -266,10 +269,8 @@ def test_callback_calls_refuse_unknown_ids_parked_jobs_and_bad_input(
         " callback_timeout_at = now() + interval '1 hour' WHERE id = %s",
         (callback_id, parked),
     )
-    with pytest.raises(awa_fast.CallbackNotFound, match="parked"):
-        client.resume_external(callback_id, {"x": 1})
     assert client.heartbeat_callback(callback_id, 60).callback_timeout_at is not None
-    assert row_of(client.dsn, parked)["state"] == "waiting_external"  # untouched by resume
+    assert row_of(client.dsn, parked)["state"] == "waiting_external"
     unknown = str(uuid.uuid4())
     for call in (
         lambda: client.resume_external(unknown),
@@ -339,8 +340,6 @@ def test_a_wait_cut_short_by_shutdown_leaves_the_job_parked(dsn: str) -> None:
                 callback_id,
             )
             assert (parked["heartbeat_at"], parked["deadline_at"]) == (None, None)
-            with pytest.raises(awa_fast.CallbackNotFound, match="parked"):
-                await client.resume_external(callback_id)
             done = await client.complete_external(callback_id, {"late": True})
             assert done.state == "completed"
             return row.id, callback_id

@@ -158,7 +158,7 @@ def test_the_earliest_and_latest_due_times_read_back_in_any_session_time_zone(
     with awa_fast.Client(dsn) as client:
         ids = [client.insert(SendEmail("edge"), run_at=due).id for due in EDGES]
     with awa_fast.Client(conninfo.make_conninfo(dsn, options=f"-c TimeZone={zone}")) as reader:
-        listed = {job.id: job.run_at for job in reader.list_jobs()}
+        listed = {job.id: job.datetimes.run_at for job in reader.list_jobs()}
     assert listed == dict(zip(ids, EDGES, strict=True))
 
 

@@ -93,7 +93,7 @@ def test_paused_queue_is_not_claimed(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO awa_fast.queue_meta (queue, paused) VALUES ('held', true)")
     client = awa_fast.AsyncClient(dsn)
-    client.task(Mark)(lambda job: None)
+    client.task(Mark, queue="open")(lambda job: None)  # a queue the runner runs
 
     async def main() -> tuple[int, int]:
         async with client:
@@ -144,11 +144,12 @@ def test_deadline_per_queue_and_per_job(dsn: str) -> None:
     client = awa_fast.AsyncClient(dsn)
     seen: dict[str, float] = {}
 
-    @client.task(Mark)
+    @client.task(Mark, queue="q")  # a queue the runner runs, as start() asks
     async def mark(job: awa_fast.Job[Mark]) -> None:
         row = await client.get_job(job.id)
-        assert row is not None and row.deadline_at and row.attempted_at
-        seen[job.args.label] = (row.deadline_at - row.attempted_at).total_seconds()
+        times = row.datetimes if row is not None else None
+        assert times is not None and times.deadline_at and times.attempted_at
+        seen[job.args.label] = (times.deadline_at - times.attempted_at).total_seconds()
 
     async def main() -> None:
         async with client:

@@ -63,7 +63,7 @@ def test_flushed_progress_is_on_the_job_while_it_runs(
         return seen
 
     seen = run(main())
-    assert seen["progress"] == {"percent": 40, "message": "reading"}
+    assert seen["progress"] == {"percent": 40, "message": "reading", "metadata": {"rows": 400}}
     assert seen["metadata"] == {"team": "ops", "rows": 400}
 
 

@@ -28,10 +28,12 @@ def test_a_handler_sees_its_attempts_deadline(dsn: str, processes: int | None) -
     so it falls after the handler's start and within those seconds of it."""
     client = awa_fast.AsyncClient(dsn)
 
-    @client.task(Timed)
+    @client.task(Timed, queue="plain")  # a queue the runner runs, as start() asks
     async def timed(job: awa_fast.Job[Timed]) -> None:
         started = datetime.now(UTC)
-        job.update_metadata({"deadline": job.deadline.isoformat(), "started": started.isoformat()})
+        job.update_metadata(
+            {"deadline": job.datetimes.deadline.isoformat(), "started": started.isoformat()}
+        )
 
     async def main() -> dict[int, float]:
         async with client:
@@ -67,9 +69,11 @@ def test_a_wait_for_a_callback_moves_the_deadline(dsn: str, processes: int | Non
 
     @client.task(Timed)
     async def waits(job: awa_fast.Job[Timed]) -> None:
-        before = job.deadline
+        before = job.datetimes.deadline
         await job.wait_for_callback(await job.register_callback(timeout_seconds=600))
-        job.update_metadata({"before": before.isoformat(), "after": job.deadline.isoformat()})
+        job.update_metadata(
+            {"before": before.isoformat(), "after": job.datetimes.deadline.isoformat()}
+        )
 
     async def main() -> tuple[int, datetime | None]:
         async with client:
@@ -85,7 +89,7 @@ def test_a_wait_for_a_callback_moves_the_deadline(dsn: str, processes: int | Non
                 await await_until(lambda: row_of(dsn, row.id)["state"] == "completed")
             finally:
                 await client.shutdown()
-            return row.id, resumed.deadline  # the SDK's name for deadline_at
+            return row.id, resumed.datetimes.deadline  # the SDK's name for deadline_at
 
     job_id, resumed_deadline = run(main())
     row = row_of(dsn, job_id)

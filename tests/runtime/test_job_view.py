@@ -82,8 +82,9 @@ def test_a_handler_sees_the_stored_timestamps_and_numbers(dsn: str, processes: i
 
         @client.task(Look)
         async def look(job: awa_fast.Job[Look]) -> None:
-            offsets = [str(at.utcoffset()) for at in (job.run_at, job.created_at)]
-            saw = {"run_at": job.run_at.timestamp(), "created_at": job.created_at.timestamp()}
+            times = job.datetimes
+            offsets = [str(at.utcoffset()) for at in (times.run_at, times.created_at)]
+            saw = {"run_at": times.run_at.timestamp(), "created_at": times.created_at.timestamp()}
             saw |= {"offsets": offsets, "priority": job.priority, "max_attempts": job.max_attempts}
             job.update_metadata({"saw": saw})
 

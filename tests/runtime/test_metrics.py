@@ -183,6 +183,7 @@ def test_health_says_503_while_draining_and_gauges_show_what_runs(dsn: str) -> N
 )
 def test_requests_other_than_the_two_gets_are_refused(dsn: str, raw: bytes, status: int) -> None:
     client = awa_fast.AsyncClient(dsn)
+    client.task(kind="idle", queue="q")(lambda job: None)  # start() needs a handler
     port = free_port()
 
     async def main() -> None:
@@ -200,6 +201,7 @@ def test_requests_other_than_the_two_gets_are_refused(dsn: str, raw: bytes, stat
 
 def test_a_silent_client_is_dropped_after_the_read_timeout(dsn: str) -> None:
     client = awa_fast.AsyncClient(dsn)
+    client.task(kind="idle", queue="q")(lambda job: None)  # start() needs a handler
     port = free_port()
 
     async def main() -> None:
@@ -226,6 +228,7 @@ def test_a_bad_metrics_port_names_the_field(port: Any) -> None:
 
 def test_a_port_in_use_refuses_to_start_with_nothing_left_running(dsn: str) -> None:
     client = awa_fast.AsyncClient(dsn)
+    client.task(kind="idle", queue="q")(lambda job: None)  # start() needs a handler
 
     async def main() -> None:
         async with client:

@@ -25,6 +25,7 @@ def test_connections_past_the_limit_are_closed_at_once_and_health_answers_after(
     dsn: str,
 ) -> None:
     client = awa_fast.AsyncClient(dsn)
+    client.task(kind="idle", queue="q")(lambda job: None)  # start() needs a handler
     port = free_port()
 
     async def main() -> None:

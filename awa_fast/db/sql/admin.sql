@@ -427,7 +427,10 @@ finished AS (
         callback_result, deadline_seconds)
     SELECT id, kind, queue, args, %(state)s::awa_fast.job_state, priority, attempt,
            max_attempts, run_at, created_at, attempted_at, now(), run_lease, new_errors,
-           metadata, tags, progress, unique_key, payload, deadline_seconds
+           metadata, tags,
+           -- none kept on completion, as in job_complete_many
+           CASE WHEN %(state)s = 'completed' THEN NULL ELSE progress END,
+           unique_key, payload, deadline_seconds
     FROM resolved_with WHERE %(state)s IN ('completed', 'failed')
     RETURNING *
 ),

@@ -47,31 +47,26 @@ WHERE id = %(id)s AND run_lease = %(lease)s AND state::text = 'waiting_external'
 RETURNING id;
 
 -- name: callback_resume
--- resume_external: the job whose handler waits on the callback (or, having registered it,
--- is about to) runs on, the same attempt, with the payload in callback_result. The callback
--- is spent, its expressions with it. A row the timeout sweep rescues at the same moment is
--- locked by one of the two statements first, and the other then finds it in another state:
--- exactly one wins. A parked job is returned with resumed = false (no handler waits for
--- its payload).
-WITH resumed AS (
-    UPDATE awa_fast.jobs_hot
-    SET state = 'running',
-        callback_id = NULL,
-        callback_timeout_at = NULL,
-        callback_rules = NULL,
-        callback_result = %(payload)s::jsonb,
-        deadline_at = CASE WHEN state = 'waiting_external'
-                           THEN now() + (deadline_at - callback_timeout_at)
-                           ELSE deadline_at END
-    WHERE callback_id = %(callback_id)s::uuid AND state IN ('waiting_external', 'running')
-      AND heartbeat_at IS NOT NULL
-    RETURNING *
-)
-SELECT *, true AS resumed FROM resumed
-UNION ALL
-SELECT *, false AS resumed FROM awa_fast.jobs_hot
-WHERE callback_id = %(callback_id)s::uuid AND state = 'waiting_external'
-  AND heartbeat_at IS NULL AND NOT EXISTS (SELECT 1 FROM resumed);
+-- resume_external: the job on the callback runs on, the same attempt, with the payload in
+-- callback_result; the callback is spent, its expressions with it. A handler that waits on
+-- it (or, having registered it, is about to) carries on. A parked job (its handler
+-- returned WaitForCallback: no heartbeat) has no handler left to carry on: it is running,
+-- as the Awa SDK leaves it, with a heartbeat from now that nobody renews, so the leader's
+-- stale sweep rescues it for another attempt, which finds the payload in callback_result.
+-- A row the timeout sweep rescues at the same moment is locked by one of the two
+-- statements first, and the other then finds it in another state: exactly one wins.
+UPDATE awa_fast.jobs_hot
+SET state = 'running',
+    callback_id = NULL,
+    callback_timeout_at = NULL,
+    callback_rules = NULL,
+    callback_result = %(payload)s::jsonb,
+    heartbeat_at = COALESCE(heartbeat_at, now()),
+    deadline_at = CASE WHEN state = 'waiting_external' AND heartbeat_at IS NOT NULL
+                       THEN now() + (deadline_at - callback_timeout_at)
+                       ELSE deadline_at END
+WHERE callback_id = %(callback_id)s::uuid AND state IN ('waiting_external', 'running')
+RETURNING *;
 
 -- name: callback_heartbeat
 -- heartbeat_callback: the external system is still at work; the callback times out

@@ -29,6 +29,51 @@ j.priority, j.tags, NULLIF(j.metadata, '{}') AS metadata,
 NULLIF(j.errors, '[]') AS errors, j.progress, j.run_at, j.created_at,
 j.deadline_at
 
+-- fragment: claim_queue_open
+-- Whether the claimed queue is open (not paused), for job_claim_batch and job_claim_aged.
+WITH queue_open AS (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM awa_fast.queue_meta m WHERE m.queue = %(queue)s AND m.paused
+    ) AS open
+),
+
+-- fragment: claim_merge
+-- The candidates of job_claim_batch and job_claim_aged (candidate_rows and candidate_packs,
+-- each ranked: its priority, aged or not) merged in claim order, a pack counting as its
+-- unclaimed jobs at its first one's place, and taken up to `limit`.
+candidates AS (
+    SELECT ctid, NULL::bigint AS pack, rank, run_at, id, 0 AS taken, 1 AS size
+    FROM candidate_rows
+    UNION ALL
+    SELECT NULL::tid, pack, rank, run_at, id, taken, size FROM candidate_packs
+),
+ahead AS (
+    SELECT *, sum(size) OVER (ORDER BY rank, run_at, id ROWS UNBOUNDED PRECEDING)
+              - size AS before
+    FROM candidates
+),
+chosen AS (
+    SELECT ctid, pack, taken, size, least(size, %(limit)s - before) AS k
+    FROM ahead WHERE before < %(limit)s
+),
+
+-- fragment: claim_start_packs
+-- The chosen packs' jobs started, and every claimed job returned (job_claim_batch and
+-- job_claim_aged).
+started AS (
+    -- Each pack's taken jobs, started by awa_fast.start_packed (migration 0016), called
+    -- once a pack from the select list: a claim that takes no pack runs none of it.
+    SELECT (t.job).* FROM (
+        SELECT awa_fast.start_packed(c.pack, c.k::integer, %(host_id)s, %(deadline_s)s) AS job
+        FROM chosen c
+        WHERE c.pack IS NOT NULL
+    ) t
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT * FROM started
+ORDER BY priority, run_at, id;
+
 -- name: job_claim_rows
 -- job_claim_batch for a queue that holds no packs, as far as the runner has heard
 -- (awa_fast.runtime.packwatch): jobs_hot's available rows alone, in claim order. Its plan
@@ -71,41 +116,23 @@ SELECT * FROM claimed ORDER BY priority, run_at, id;
 -- still available) is invisible to the TID scan: it is left for the next claim, never
 -- lost or taken twice. A pack is at least 64 jobs (job_insert_packed) and only the first
 -- one in claim order can be partly taken, so `limit` / 64 + 2 packs cover a claim.
-WITH queue_open AS (
-    SELECT NOT EXISTS (
-        SELECT 1 FROM awa_fast.queue_meta m WHERE m.queue = %(queue)s AND m.paused
-    ) AS open
-),
+-- include: claim_queue_open
 candidate_rows AS (
-    SELECT ctid, priority, run_at, id FROM awa_fast.jobs_hot
+    SELECT ctid, priority AS rank, run_at, id FROM awa_fast.jobs_hot
     WHERE state = 'available' AND queue = %(queue)s AND (SELECT open FROM queue_open)
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
 candidate_packs AS (
-    SELECT id AS pack, priority, run_at, next_id AS id, taken, size - taken AS size
+    SELECT id AS pack, priority AS rank, run_at, next_id AS id, taken, size - taken AS size
     FROM awa_fast.job_packs
     WHERE queue = %(queue)s AND (SELECT open FROM queue_open)
     ORDER BY priority, run_at, next_id
     LIMIT %(limit)s / 64 + 2
     FOR UPDATE SKIP LOCKED
 ),
-candidates AS (
-    SELECT ctid, NULL::bigint AS pack, priority, run_at, id, 0 AS taken, 1 AS size
-    FROM candidate_rows
-    UNION ALL
-    SELECT NULL::tid, pack, priority, run_at, id, taken, size FROM candidate_packs
-),
-ahead AS (
-    SELECT *, sum(size) OVER (ORDER BY priority, run_at, id ROWS UNBOUNDED PRECEDING)
-              - size AS before
-    FROM candidates
-),
-chosen AS (
-    SELECT ctid, pack, taken, size, least(size, %(limit)s - before) AS k
-    FROM ahead WHERE before < %(limit)s
-),
+-- include: claim_merge
 claimed AS (
     UPDATE awa_fast.jobs_hot j
     -- include: claim_set
@@ -113,19 +140,51 @@ claimed AS (
     RETURNING
     -- include: claim_columns
 ),
-started AS (
-    -- Each pack's taken jobs, started by awa_fast.start_packed (migration 0016), called
-    -- once a pack from the select list: a claim that takes no pack runs none of it.
-    SELECT (t.job).* FROM (
-        SELECT awa_fast.start_packed(c.pack, c.k::integer, %(host_id)s, %(deadline_s)s) AS job
-        FROM chosen c
-        WHERE c.pack IS NOT NULL
-    ) t
-)
-SELECT * FROM claimed
-UNION ALL
-SELECT * FROM started
-ORDER BY priority, run_at, id;
+-- include: claim_start_packs
+
+-- name: job_claim_aged
+-- job_claim_batch with the Awa SDK's priority aging (priority_aging_interval_ms): a job
+-- that has waited `aging_s` since its run_at is claimed as if its priority were one higher,
+-- and one higher again after each further interval, up to 1, so older jobs of a lower
+-- priority go ahead of newer ones of a higher. Within a priority, the oldest age most: the
+-- first `limit` candidates of each priority, taken from the claim index in run_at order,
+-- hold the first `limit` in aged order, which the merge then takes. The stored priority
+-- does not change.
+-- include: claim_queue_open
+candidate_rows AS (
+    SELECT c.ctid, c.run_at, c.id,
+           greatest(1, c.priority - floor(extract(epoch FROM now() - c.run_at) / %(aging_s)s))
+               AS rank
+    FROM generate_series(1, 4) AS p(priority), LATERAL (
+        SELECT ctid, priority, run_at, id FROM awa_fast.jobs_hot
+        WHERE state = 'available' AND queue = %(queue)s AND priority = p.priority
+          AND (SELECT open FROM queue_open)
+        ORDER BY run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) c
+),
+candidate_packs AS (
+    SELECT c.id AS pack, c.run_at, c.next_id AS id, c.taken, c.size - c.taken AS size,
+           greatest(1, c.priority - floor(extract(epoch FROM now() - c.run_at) / %(aging_s)s))
+               AS rank
+    FROM generate_series(1, 4) AS p(priority), LATERAL (
+        SELECT id, priority, run_at, next_id, taken, size FROM awa_fast.job_packs
+        WHERE queue = %(queue)s AND priority = p.priority AND (SELECT open FROM queue_open)
+        ORDER BY run_at, next_id
+        LIMIT %(limit)s / 64 + 2
+        FOR UPDATE SKIP LOCKED
+    ) c
+),
+-- include: claim_merge
+claimed AS (
+    UPDATE awa_fast.jobs_hot j
+    -- include: claim_set
+    WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM chosen WHERE pack IS NULL))
+    RETURNING
+    -- include: claim_columns
+),
+-- include: claim_start_packs
 
 -- name: standby_collect
 -- This host's standby claims (migration 0018), each with its queue and id: those still
@@ -174,7 +233,8 @@ WHERE id IN (
 
 -- name: job_complete_many
 -- The hot path: every plain completion of a batch in one statement, moving each row from
--- jobs_hot to jobs_done. Like every statement on a batch of attempts, it reaches the rows
+-- jobs_hot to jobs_done. A completed job keeps no progress: progress is a checkpoint for a
+-- retry to resume from (the Awa SDK's), and no retry follows. Like every statement on a batch of attempts, it reaches the rows
 -- by the primary key alone (`id = ANY`, which visits and locks them in id order) and looks
 -- each attempt's lease up in a jsonb map of id -> lease: there is no join for the generic
 -- plan to turn inside out. Joined to unnest(ids, leases), the plan puts all of jobs_hot
@@ -192,7 +252,7 @@ INSERT INTO awa_fast.jobs_done (
     attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
     callback_id, callback_result, deadline_seconds)
 SELECT id, kind, queue, args, 'completed', priority, attempt, max_attempts, run_at,
-       created_at, attempted_at, now(), run_lease, errors, metadata, tags, progress,
+       created_at, attempted_at, now(), run_lease, errors, metadata, tags, NULL,
        unique_key, callback_id, callback_result, deadline_seconds
 FROM finished
 RETURNING id;
@@ -254,7 +314,9 @@ settled AS (
                AS attempt,
            CASE WHEN outcome ? 'error' THEN errors || jsonb_build_array(outcome -> 'error')
                 ELSE errors END AS errors,
-           COALESCE(outcome -> 'progress', progress) AS progress,
+           -- none kept on completion, as in job_complete_many
+           CASE WHEN outcome ->> 'state' = 'completed' THEN NULL
+                ELSE COALESCE(outcome -> 'progress', progress) END AS progress,
            metadata || COALESCE(outcome -> 'metadata', '{}') AS metadata,
            COALESCE(outcome -> 'error' ->> 'error', 'failed') AS dlq_reason
     FROM moved
@@ -386,10 +448,8 @@ UPDATE awa_fast.hosts SET heartbeat_at = now() WHERE id = %(id)s RETURNING id;
 -- name: host_forget
 DELETE FROM awa_fast.hosts WHERE id = %(id)s;
 
--- name: job_insert_many
--- Insert rows given as parallel arrays; rows due now go to jobs_hot, future rows to
--- jobs_deferred as scheduled. A unique job's id comes from the caller (nextval) so its
--- claim can be taken first; other ids may be NULL and are drawn here.
+-- fragment: insert_rows
+-- The jobs of job_insert_many and job_insert_scheduled, given as parallel arrays: `d`.
 WITH d AS (
     SELECT * FROM unnest(
         %(ids)s::bigint[], %(kinds)s::text[], %(queues)s::text[], %(args)s::jsonb[],
@@ -398,8 +458,14 @@ WITH d AS (
         %(deadlines)s::float8[]
     ) AS d(id, kind, queue, args, priority, max_attempts, run_at, tags, metadata, unique_key,
            deadline_seconds)
-),
-hot AS (
+)
+
+-- name: job_insert_many
+-- Insert rows given as parallel arrays; rows due now go to jobs_hot, future rows to
+-- jobs_deferred as scheduled. A unique job's id comes from the caller (nextval) so its
+-- claim can be taken first; other ids may be NULL and are drawn here.
+-- include: insert_rows
+, hot AS (
     INSERT INTO awa_fast.jobs_hot (id, kind, queue, args, state, priority, max_attempts, run_at,
                                    tags, metadata, unique_key, deadline_seconds)
     SELECT COALESCE(id, nextval('awa_fast.job_id_seq')), kind, queue, args, 'available',
@@ -420,6 +486,18 @@ deferred AS (
 SELECT * FROM hot
 UNION ALL
 SELECT * FROM deferred;
+
+-- name: job_insert_scheduled
+-- job_insert_many for the bridge, as the Awa SDK's bridge inserts: a job given a run_at
+-- starts scheduled in jobs_deferred, due or not, for the promoter to make available.
+-- include: insert_rows
+INSERT INTO awa_fast.jobs_deferred (id, kind, queue, args, state, priority, max_attempts,
+                                    run_at, tags, metadata, unique_key, deadline_seconds)
+SELECT COALESCE(id, nextval('awa_fast.job_id_seq')), kind, queue, args, 'scheduled',
+       priority, max_attempts, run_at,
+       ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key, deadline_seconds
+FROM d
+RETURNING *;
 
 -- name: job_insert_uniform
 -- A batch of args of one kind under one set of options, due now, none unique, in one

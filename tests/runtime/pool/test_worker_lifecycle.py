@@ -92,6 +92,7 @@ def test_a_replacement_that_cannot_be_forked_is_forked_again_later(
 
     async def main() -> None:
         async with awa_fast.AsyncClient(dsn) as client:
+            client.task(kind="idle", queue="q")(lambda job: None)  # start() needs a handler
             runner = await client.start({"q": 1}, processes=1)
             assert isinstance(runner.workers, ForkedWorkers)
             workers = runner.workers

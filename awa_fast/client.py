@@ -22,7 +22,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from awa_fast import admin, batch, producer
-from awa_fast.db.connections import keepalives
+from awa_fast.db.connections import behind_pooler, keepalives
 from awa_fast.db.migrate import migrate as _migrate
 from awa_fast.db.transitions import Outcome
 from awa_fast.descriptors import DescriptorOptions, descriptor
@@ -289,6 +289,14 @@ async def _execute_async(conn: AsyncConnection[Any], op: admin.Op[T]) -> T:
     return op.shape(await cur.fetchall() if cur.description else [])
 
 
+async def _configure_async(conn: AsyncConnection[Any]) -> None:
+    """No prepared statements on a pool connection that reaches Postgres through a
+    transaction pooler (docs/pgbouncer.md): a runner may declare the pooler after the
+    client is built, and the pool opens its connections later."""
+    if behind_pooler(conn.info.dsn):
+        conn.prepare_threshold = None
+
+
 class AsyncClient(_AsyncOnly):
     """The asyncio client: insert jobs, administer them, run handlers."""
 
@@ -300,6 +308,7 @@ class AsyncClient(_AsyncOnly):
             max_size=max_connections,
             open=False,
             kwargs={**_SESSION, **keepalives(dsn)},
+            configure=_configure_async,
         )
         self._opened = False
 
@@ -683,6 +692,14 @@ def _execute(conn: Connection[Any], op: admin.Op[T]) -> T:
     return op.shape(cur.fetchall() if cur.description else [])
 
 
+def _configure(conn: Connection[Any]) -> None:
+    """No prepared statements on a pool connection that reaches Postgres through a
+    transaction pooler (docs/pgbouncer.md): a runner may declare the pooler after the
+    client is built, and the pool opens its connections later."""
+    if behind_pooler(conn.info.dsn):
+        conn.prepare_threshold = None
+
+
 class Client(_SyncOnly):
     """The synchronous client: insert jobs, administer them, run handlers."""
 
@@ -694,6 +711,7 @@ class Client(_SyncOnly):
             max_size=max_connections,
             open=False,
             kwargs={**_SESSION, **keepalives(dsn)},
+            configure=_configure,
         )
         self._opened = False
 

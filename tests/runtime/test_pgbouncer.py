@@ -198,3 +198,28 @@ def test_serve_options_set_transaction_pooling(monkeypatch: pytest.MonkeyPatch) 
     assert config("--pgbouncer")["direct_dsn"] == "postgresql:///env"
     with pytest.raises(ConfigError, match="transaction_pooling"):
         RunnerConfig(**config())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_client_built_before_the_pooler_is_declared_prepares_nothing_through_it(
+    pooled: str, pgbouncer: PgBouncer, sync: bool
+) -> None:
+    """A client made first, then a runner declaring the pooler (as `client.start(...,
+    transaction_pooling=True)` does): the same statement run many times on one pooled
+    connection is never prepared, so it fails on no server session and leaves none
+    holding a statement."""
+    items = [Flush(n) for n in range(12)]
+    if sync:
+        with awa_fast.Client(pooled, max_connections=1) as client:
+            declare_pooler(pooled)
+            ids = [client.insert(item).id for item in items]
+    else:
+
+        async def main() -> list[int]:
+            async with awa_fast.AsyncClient(pooled, max_connections=1) as client:
+                declare_pooler(pooled)
+                return [(await client.insert(item)).id for item in items]
+
+        ids = run(main())
+    assert len(set(ids)) == 12
+    assert _carried_over(pgbouncer.server_sessions(pooled)) == []

@@ -30,7 +30,7 @@ from psycopg.types.json import JsonbDumper
 
 from awa_fast import admin, producer
 from awa_fast.errors import AwaError, NoRowFound, ValidationError
-from awa_fast.types import InsertOptions, JobRow
+from awa_fast.types import InsertOptions, JobRow, check_insert_options
 
 _CLOSED = "the transaction was already committed or rolled back"
 _ABORTED = (
@@ -166,12 +166,14 @@ class Transaction(_Handle):
     async def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
         """Insert a job in this transaction (validated as :func:`awa_fast.insert` does); a
         unique conflict raises and leaves the transaction usable."""
+        check_insert_options("insert", options)
         return await producer.insert_async(self._live(), args, **options)
 
     async def insert_many(
         self, jobs: Iterable[object], **options: Unpack[InsertOptions]
     ) -> list[JobRow]:
         """Insert jobs in this transaction; returns them, in order, as the SDK's does."""
+        check_insert_options("insert_many", options)
         conn = self._live()
         op = admin.get_jobs(await producer.insert_many_async(conn, jobs, **options))
         async with conn.cursor(row_factory=dict_row) as cur:
@@ -263,10 +265,12 @@ class SyncTransaction(_Handle):
     def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
         """Insert a job in this transaction (validated as :func:`awa_fast.insert` does); a
         unique conflict raises and leaves the transaction usable."""
+        check_insert_options("insert", options)
         return producer.insert(self._live(), args, **options)
 
     def insert_many(self, jobs: Iterable[object], **options: Unpack[InsertOptions]) -> list[JobRow]:
         """Insert jobs in this transaction; returns them, in order, as the SDK's does."""
+        check_insert_options("insert_many", options)
         conn = self._live()
         op = admin.get_jobs(producer.insert_many(conn, jobs, **options))
         with conn.cursor(row_factory=dict_row) as cur:

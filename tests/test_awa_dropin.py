@@ -123,6 +123,11 @@ def test_an_unknown_insert_keyword_is_a_type_error(dsn: str) -> None:
                 insert(args, kind="send_email", **typo)
         with psycopg.connect(dsn) as conn, pytest.raises(TypeError, match="'queu'"):
             insert_job_sync(conn, {"to": "ada"}, kind="send_email", **typo)
+        with client.transaction() as tx:
+            for tx_insert in (tx.insert, tx.insert_many):
+                tx_args = {"to": "ada"} if tx_insert is tx.insert else [{"to": "ada"}]
+                with pytest.raises(TypeError, match="unexpected keyword argument 'queu'"):
+                    tx_insert(tx_args, kind="send_email", **typo)
 
     async def from_async() -> None:
         async with awa.AsyncClient(dsn) as client:

@@ -430,6 +430,7 @@ def test_weighted_mode_runs_minimums_then_the_pool_by_weight(
     for queue in ("a", "b"):
         client.task(kind=f"hold_{queue}", queue=queue)(hold)
     seen: dict[str, int] = {}
+    health: dict[str, Any] = {}
 
     async def main() -> None:
         async with client:
@@ -441,6 +442,7 @@ def test_weighted_mode_runs_minimums_then_the_pool_by_weight(
             try:
                 await await_until(lambda: sum(_running(dsn).values()) == 8)
                 seen.update(_running(dsn))
+                health.update((await client.health_check()).queues)
             finally:
                 release.set()
                 await client.shutdown()
@@ -448,6 +450,13 @@ def test_weighted_mode_runs_minimums_then_the_pool_by_weight(
     run(main())
     assert seen.keys() == bounds.keys()
     assert all(low <= seen[q] <= high for q, (low, high) in bounds.items()), seen
+    # health_check reports each queue's weighted settings, and what runs past its minimum
+    for queue in queues:
+        low, weight = queue.get("min_workers", 0), queue.get("weight", 1)
+        found = health[queue["name"]]
+        running = seen.get(queue["name"], 0)
+        assert (found.min_workers, found.weight) == (low, weight)
+        assert (found.in_flight, found.overflow_held) == (running, max(0, running - low))
 
 
 def _claim_order(dsn: str, queue: str, **aging: int) -> list[str]:

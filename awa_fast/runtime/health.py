@@ -28,25 +28,12 @@ class QueueHealth:
     available: int  # jobs of this queue waiting to be claimed, by any client
     max_workers: int  # this client's concurrency for the queue
 
-    # The SDK's weighted-queue fields. awa-fast refuses weighted queue configs
-    # (min_workers / weight), so they are always None here, as the SDK reports them for a
-    # queue that does not use them; they exist so that ported code reading or logging
-    # them keeps working.
-
-    @property
-    def min_workers(self) -> int | None:
-        """Always None: no weighted queues here."""
-        return None
-
-    @property
-    def weight(self) -> int | None:
-        """Always None: no weighted queues here."""
-        return None
-
-    @property
-    def overflow_held(self) -> int | None:
-        """Always None: no weighted queues, so no overflow capacity to hold."""
-        return None
+    # The SDK's weighted-mode fields (global_max_workers): the queue's guaranteed minimum,
+    # its weight in sharing the rest, and how many of its running attempts are past its
+    # minimum, on the shared pool. None for a queue outside weighted mode, as in the SDK.
+    min_workers: int | None = None
+    weight: int | None = None
+    overflow_held: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +91,19 @@ def health_of(runtime: Snapshot | None, counts: Mapping[str, int] | None) -> Hea
         leader=runtime.leader,
         loops_down=runtime.loops_down,
         queues={
-            queue: QueueHealth(
-                runtime.in_flight[queue] - runtime.prefetched[queue],
-                (counts or {}).get(queue, 0),
-                concurrency,
-            )
+            queue: _queue_health(runtime, queue, concurrency, (counts or {}).get(queue, 0))
             for queue, concurrency in runtime.queues.items()
         },
     )
+
+
+def _queue_health(runtime: Snapshot, queue: str, concurrency: int, available: int) -> QueueHealth:
+    running = runtime.in_flight[queue] - runtime.prefetched[queue]
+    weighted = runtime.weights.get(queue)
+    if weighted is None:
+        return QueueHealth(running, available, concurrency)
+    low, weight = weighted
+    return QueueHealth(running, available, concurrency, low, weight, max(0, running - low))
 
 
 async def probe(dsn: str, runner: Observed | None) -> HealthCheck:

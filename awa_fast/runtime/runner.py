@@ -51,6 +51,7 @@ from awa_fast.runtime.local import LocalWorkers
 from awa_fast.runtime.metrics import serve_metrics
 from awa_fast.runtime.packwatch import PackWatch
 from awa_fast.runtime.pool import EXIT_CAUSES, ForkedWorkers
+from awa_fast.runtime.shares import Weights
 from awa_fast.runtime.snapshot import LIVE, Snapshot
 from awa_fast.runtime.standby import Standby
 from awa_fast.runtime.supervisor import Supervisor, retry_delay
@@ -198,6 +199,7 @@ class Runner:
         stats, upkeep = self.committer.stats, self.maintenance.stats
         return Snapshot(
             queues=dict(self.queues),
+            weights=self._weights(),
             in_flight=in_flight_by_queue(self.capacity, self.inflight),
             prefetched=self._prefetched(),
             claimed=by_queue(self.claimer.claimed_by_queue),
@@ -221,6 +223,14 @@ class Runner:
             stopping=self._stopping,
             loops_down=self._loops_down(),
         )
+
+    def _weights(self) -> dict[str, tuple[int, int]]:
+        """Weighted mode's (min_workers, weight) of each queue; none outside it."""
+        config, queues = self.config, list(self.queues)
+        weights = Weights.of(config.global_max_workers, config.queue_weights, queues)
+        if weights is None:
+            return {}
+        return {q: (weights.minimums[i], weights.weights[i]) for i, q in enumerate(queues)}
 
     def _prefetched(self) -> dict[str, int]:
         """Jobs claimed ahead and waiting in their worker, by queue."""

@@ -37,8 +37,10 @@ class Served(Protocol):
 
 def serve(client: Served, queues: QueueSpec | None, *, processes: int | None, **config: Any) -> int:
     """Run ``client``'s handlers until signalled; ``processes=None`` runs them in-process."""
-    parsed = parse_queues(queues if queues is not None else client.default_queues())
     settings = runner_config(config, queues=queues)
+    parsed = parse_queues(
+        queues if queues is not None else client.default_queues(), config=settings
+    )
     runner = Runner(client.dsn, client.handlers, parsed, settings, processes=processes)
     runner.prefork()
     with collector.settled():  # the process runs jobs until it returns

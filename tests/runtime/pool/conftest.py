@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[3]
 class Serve:
     """A running process that serves the handlers of ``app`` (a module with a ``client``,
     tests.runtime.pool.app unless given): `awa-fast serve APP:client ARGS...`, or with
-    ``in_process``, `client.run()` (no CLI: handlers in the serving process itself)."""
+    ``in_process``, `client.run()` or the call ``run`` (no CLI: handlers in the serving
+    process itself)."""
 
     def __init__(
         self,
@@ -28,12 +29,13 @@ class Serve:
         *args: str,
         in_process: bool = False,
         app: str = "tests.runtime.pool.app",
+        run: str = "client.run()",
     ) -> None:
         self.log_path = tmp_path / f"serve-{len(list(tmp_path.glob('serve-*.log')))}.log"
         env = {**os.environ, "AWA_FAST_TEST_APP_DSN": dsn, "PYTHONPATH": str(ROOT)}
         self._log = self.log_path.open("wb")
         serving = (
-            ["-c", f"from {app} import client; raise SystemExit(client.run())"]
+            ["-c", f"from {app} import client; raise SystemExit({run})"]
             if in_process
             else ["-m", "awa_fast.cli", "serve", f"{app}:client", "--database-url", dsn]
         )
@@ -80,8 +82,8 @@ def calls(dsn: str) -> str:
 def serve(calls: str, tmp_path: Path) -> Iterator[Any]:
     started: list[Serve] = []
 
-    def start(*args: str, in_process: bool = False, app: str = "tests.runtime.pool.app") -> Serve:
-        s = Serve(calls, tmp_path, *args, in_process=in_process, app=app)
+    def start(*args: str, in_process: bool = False, **options: str) -> Serve:
+        s = Serve(calls, tmp_path, *args, in_process=in_process, **options)
         started.append(s)
         return s
 

@@ -252,3 +252,16 @@ def test_jobs_held_by_a_killed_worker_go_back_unspent(serve: Any, dsn: str) -> N
     assert [(job(dsn, j)["attempt"], job(dsn, j)["errors"]) for j in held] == [(1, [])] * 3
     server.signal()
     assert server.wait(30) == 0
+
+
+def test_client_run_takes_the_sdks_weighted_mode(serve: Any, dsn: str) -> None:
+    """`client.run(queues, global_max_workers=2)`: of six long jobs, two run at once."""
+    _insert(dsn, [Step("sleep", seconds=2) for _ in range(6)])
+    weighted = "client.run([{'name': 'default', 'min_workers': 1}], global_max_workers=2)"
+    server = serve(in_process=True, run=weighted)
+    started = "SELECT count(*) FROM calls WHERE note = 'started'"
+    wait_until(lambda: _query(dsn, started) == [(2,)], what="two handlers started")
+    assert _query(dsn, started) == [(2,)]  # the others wait for the global pool
+    wait_until(lambda: _completed(dsn, 6), what="all six to complete")
+    server.signal()
+    assert server.wait(30) == 0

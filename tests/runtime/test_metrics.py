@@ -111,7 +111,17 @@ def test_metrics_count_the_jobs_run_and_health_answers_until_shutdown(
             assert health.headers["Content-Type"] == "application/json"
             check = orjson.loads(health.body)
             assert check["healthy"] is True and check["running"] is True
-            assert check["queues"] == {"q": {"in_flight": 0, "available": 0, "max_workers": 8}}
+            assert check["queues"] == {
+                "q": {
+                    "in_flight": 0,
+                    "available": 0,
+                    "max_workers": 8,
+                    # the SDK's weighted-mode fields: none outside weighted mode
+                    "min_workers": None,
+                    "weight": None,
+                    "overflow_held": None,
+                }
+            }
 
             await client.shutdown()
             with pytest.raises(ConnectionRefusedError):

@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 import awa_fast
 import awa_fast.testing
@@ -451,7 +452,7 @@ def test_clean_empties_every_table_in_one_statement(
     client.pause_queue("default")  # queue_meta
     with psycopg.connect(dsn, autocommit=True) as conn:
         insert_job(conn, state="completed")  # jobs_done
-        conn.execute(Q.host_register, {"name": "h"})
+        conn.execute(Q.host_register, {"name": "h", "queues": Jsonb({})})
         conn.execute(
             "INSERT INTO awa_fast.dlq (kind, queue, dlq_reason) VALUES ('k', 'default', 'r')"
         )

@@ -1,5 +1,6 @@
 """This host's row in awa_fast.hosts: claims stamp their rows with its id, and the leader
-rescues them if the row's heartbeat goes stale."""
+rescues them if the row's heartbeat goes stale. The row also says how this host serves its
+queues, for the dashboard."""
 
 from __future__ import annotations
 
@@ -7,23 +8,34 @@ import contextlib
 import os
 import socket
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from awa_fast.db.queries import Q
 
 
+class QueueSettings(TypedDict):
+    """How this host serves one queue, as its row records it (migration 0021)."""
+
+    concurrency: int
+    rate_limit: tuple[float, int] | None  # (rate, burst)
+    prefetch: int  # per worker
+
+
 class Host:
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, queues: Mapping[str, QueueSettings] | None = None) -> None:
         self.dsn = dsn
+        self.queues = dict(queues or {})
         self.id: int | None = None  # once registered
         self.last_beat = 0.0  # time.monotonic() of the last heartbeat that landed
 
     async def register(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """A new row, before the first claim (and again if this one was taken for dead)."""
         name = f"{socket.gethostname()}:{os.getpid()}"
-        cur = await conn.execute(Q.host_register, {"name": name})
+        cur = await conn.execute(Q.host_register, {"name": name, "queues": Jsonb(self.queues)})
         row = await cur.fetchone()
         assert row is not None
         self.id = int(row[0])

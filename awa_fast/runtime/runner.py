@@ -45,7 +45,7 @@ from awa_fast.runtime.flags import CancelFlags
 from awa_fast.runtime.handlers import Handlers
 from awa_fast.runtime.heartbeat import Heartbeat, HeartbeatConfig
 from awa_fast.runtime.hooks import HookDispatcher
-from awa_fast.runtime.host import Host
+from awa_fast.runtime.host import Host, QueueSettings
 from awa_fast.runtime.listener import Listener, ListenerConfig
 from awa_fast.runtime.local import LocalWorkers
 from awa_fast.runtime.metrics import serve_metrics
@@ -88,7 +88,7 @@ class Runner:
         self.inflight = InFlight(counters, sum(counters) + 64)
         self.ring = OutcomeRing(65536, 128)
         self.hooks = HookDispatcher(handlers.hooks)
-        self.host = Host(dsn)
+        self.host = Host(dsn, queues=self._host_queues())
         self._stopping = False
         self.supervisor = Supervisor(lambda: self._stopping)
         self.flags = CancelFlags(self.inflight, workers=count, on_ended=self._wake)
@@ -120,6 +120,17 @@ class Runner:
         self._metrics: asyncio.Server | None = None
 
     # -- building -------------------------------------------------------------------------
+
+    def _host_queues(self) -> dict[str, QueueSettings]:
+        limits, capacity = self.config.queue_rate_limits, self.capacity
+        return {
+            queue: QueueSettings(
+                concurrency=concurrency,
+                rate_limit=limits.get(queue),
+                prefetch=capacity.held(i, 0) - capacity.share(i, 0),
+            )
+            for i, (queue, concurrency) in enumerate(self.queues.items())
+        }
 
     def _workers(self, processes: int | None) -> Workers:
         context = WorkerContext(

@@ -137,13 +137,15 @@ def finished(*, since: float | None, window_s: int, bucket_s: int) -> Op[Finishe
 
 @dataclass(frozen=True, slots=True)
 class Host:
-    """A supervisor's row in awa_fast.hosts: its heartbeat's age in seconds, its running
-    attempts by queue, and whether it holds the leader's term."""
+    """A supervisor's row in awa_fast.hosts: its heartbeat's age in seconds, how it serves
+    each queue (runtime/host.py's QueueSettings), its running attempts by queue, and
+    whether it holds the leader's term."""
 
     id: int
     name: str
     started_at: datetime
     heartbeat_age: float
+    queues: dict[str, dict[str, Any]]
     running: dict[str, int]
     leader: bool
 
@@ -175,6 +177,7 @@ def _host(row: dict[str, Any], current: Leader) -> Host:
         name=row["name"],
         started_at=row["started_at"],
         heartbeat_age=row["heartbeat_age"],
+        queues=dict(row["queues"]),
         running=dict(row["running"]),
         leader=current.live and holds(row["name"], current.holder),
     )

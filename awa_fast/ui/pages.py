@@ -62,15 +62,40 @@ def number(params: Mapping[str, str], name: str) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Served:
+    """How the live hosts serve a queue: their concurrency summed, and the rate limits
+    (rate, burst) each applies on its own, distinct."""
+
+    concurrency: int
+    rate_limits: list[tuple[float, int]]
+
+
+def served(hosts: list[ops.Host]) -> dict[str, Served]:
+    """Each queue's settings over the hosts not shown as stale, from their rows."""
+    concurrency: dict[str, int] = {}
+    limits: dict[str, set[tuple[float, int]]] = {}
+    for host in hosts:
+        if host.heartbeat_age > STALE_HOST_S:
+            continue
+        for queue, setting in host.queues.items():
+            concurrency[queue] = concurrency.get(queue, 0) + setting["concurrency"]
+            limit = setting.get("rate_limit")
+            limits.setdefault(queue, set()).update([] if limit is None else [tuple(limit)])
+    return {queue: Served(n, sorted(limits[queue])) for queue, n in concurrency.items()}
+
+
+@dataclass(frozen=True, slots=True)
 class QueueRow:
     """A queue as the overview shows it: its stats, finished jobs over the chart's window,
-    its dead-letter depth and its small chart."""
+    its dead-letter depth, its small chart, and how the live hosts serve it (None: none
+    does)."""
 
     stat: admin.QueueStat
     completed: int
     failed: int
     dead: int
     spark: Chart
+    served: Served | None
 
     @property
     def failure_rate(self) -> float | None:
@@ -110,13 +135,15 @@ class Pages:
         )
         by_queue = {stat.queue: stat for stat in stats}
         depth = dict(dead)
-        names = sorted({*by_queue, *through.by_queue, *depth})
+        settings = served(hosts)
+        names = sorted({*by_queue, *through.by_queue, *depth, *settings})
         queues = [
             QueueRow(
                 by_queue.get(name) or _no_stat(name),
                 *through.sums(name),
                 depth.get(name, 0),
                 chart(through.starts, through.series(name), **SPARKLINE),
+                settings.get(name),
             )
             for name in names
         ]
@@ -154,6 +181,7 @@ class Pages:
             "range": range_name,
             "ranges": list(RANGES),
             "chart": chart(through.starts, through.series(name), **BIG_CHART),
+            "served": served(hosts).get(name),
             "hosts": [host for host in hosts if name in host.running],
             "stale_s": STALE_HOST_S,
             "recent": recent.jobs,

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from awa_fast.db.queries import Q
 from awa_fast.runtime.claimer import connect_claimer
@@ -22,7 +23,7 @@ Conn = psycopg.Connection[Any]
 
 
 def host(conn: Conn) -> int:
-    row = conn.execute(Q.host_register, {"name": "test"}).fetchone()
+    row = conn.execute(Q.host_register, {"name": "test", "queues": Jsonb({})}).fetchone()
     assert row is not None
     return int(row[0])
 

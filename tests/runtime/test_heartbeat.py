@@ -99,6 +99,28 @@ def test_a_host_stamps_its_claims_and_leaves_no_row_behind(dsn: str) -> None:
         assert conn.execute("SELECT count(*) FROM awa_fast.hosts").fetchone() == (0,)
 
 
+def test_a_host_records_how_it_serves_its_queues(dsn: str) -> None:
+    """A running host's row carries each queue's concurrency, rate limit and prefetch per
+    worker, for the dashboard."""
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Look, queue="q")(lambda job: None)
+    rows: list[Any] = []
+
+    def registered() -> bool:
+        with psycopg.connect(dsn) as c:
+            rows[:] = c.execute("SELECT queues FROM awa_fast.hosts").fetchall()
+        return bool(rows)
+
+    async def main() -> None:
+        async with client:
+            await run_until(
+                client, {"q": 7}, registered, queue_rate_limits={"q": (5.0, 2)}, prefetch=3
+            )
+
+    run(main())
+    assert rows == [({"q": {"concurrency": 7, "rate_limit": [5.0, 2], "prefetch": 3}},)]
+
+
 def test_a_host_taken_for_dead_registers_again_and_restamps_its_attempts(
     dsn: str, conn: psycopg.Connection[Any]
 ) -> None:
@@ -120,6 +142,8 @@ def test_a_host_taken_for_dead_registers_again_and_restamps_its_attempts(
 
     first, second = run(beat_twice())
     assert first is not None and second is not None and second != first
+    again = conn.execute("SELECT queues -> 'default' ->> 'concurrency' FROM awa_fast.hosts")
+    assert again.fetchall() == [("8",)]
     stamped = conn.execute(
         "SELECT host_id FROM awa_fast.jobs_hot WHERE id = %s", (job_id,)
     ).fetchone()

@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 import awa_fast
 from awa_fast.db.queries import Q
@@ -176,7 +177,7 @@ def test_hosts_show_their_running_attempts_and_which_one_leads(
 ) -> None:
     hosts = {}
     for name in ("web-1:100", "web-2:200"):
-        row = conn.execute(Q.host_register, {"name": name}).fetchone()
+        row = conn.execute(Q.host_register, {"name": name, "queues": Jsonb({})}).fetchone()
         assert row is not None
         hosts[name] = row[0]
     for queue in ("email", "email", "bulk"):

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 from starlette.testclient import TestClient
 
 import awa_fast
@@ -65,7 +66,7 @@ def test_overview_shows_each_queue_by_state_with_its_history(
 def test_overview_shows_hosts_and_the_leader(
     http: TestClient, conn: psycopg.Connection[Any]
 ) -> None:
-    conn.execute(Q.host_register, {"name": "web-1:100"})
+    conn.execute(Q.host_register, {"name": "web-1:100", "queues": Jsonb({})})
     conn.execute(
         "UPDATE awa_fast.leader SET term = 1, holder = 'web-1 pid 100 abc',"
         " expires_at = now() + interval '1 minute'"
@@ -73,6 +74,26 @@ def test_overview_shows_hosts_and_the_leader(
     html = get(http, "/").text
     assert "web-1:100" in html and '<span class="badge leader">leader</span>' in html
     assert "web-1 pid 100 abc (term 1" in html
+
+
+def test_overview_and_queue_page_show_how_live_hosts_serve_a_queue(
+    http: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    """Concurrency summed over the live hosts' rows, each host's rate limit; a stale
+    host's row counts for nothing."""
+    served = (("web-1:1", 4, [5, 2]), ("web-2:2", 3, [5, 2]), ("old:3", 100, [9, 1]))
+    for name, concurrency, limit in served:
+        queues = {"q<b>": {"concurrency": concurrency, "rate_limit": limit, "prefetch": 1}}
+        conn.execute(Q.host_register, {"name": name, "queues": Jsonb(queues)})
+    conn.execute(
+        "UPDATE awa_fast.hosts SET heartbeat_at = now() - interval '1 day' WHERE name = 'old:3'"
+    )
+    html = get(http, "/").text
+    assert "q&lt;b&gt;" in html and "q<b>" not in html
+    assert _cells(html, "q&lt;b&gt;")[-3:-1] == ["7", "5/s, burst 2"]
+    page = get(http, "/queue", params={"name": "q<b>"}).text
+    assert "<strong>7</strong>concurrency" in page
+    assert "<strong>5/s, burst 2</strong>rate limit per host" in page
 
 
 def test_the_live_region_comes_alone_when_the_script_asks(http: TestClient) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 from starlette.testclient import TestClient
 
 import awa_fast
@@ -138,7 +139,7 @@ def _hostile_everywhere(client: awa_fast.Client, conn: psycopg.Connection[Any]) 
     )
     client.insert({}, kind=name, queue=name)
     client.set_priority(1, filter={"queue": name}, submitted_by=name)
-    conn.execute(Q.host_register, {"name": name})
+    conn.execute(Q.host_register, {"name": name, "queues": Jsonb({})})
     client.pause_queue(name, paused_by=name)
     insert_job(conn, kind=name, queue=name, state="running")
     return job.id

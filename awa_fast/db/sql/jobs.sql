@@ -439,7 +439,8 @@ WHERE j.id = ANY(%(ids)s::bigint[])
 RETURNING j.id, j.run_lease, j.state = 'running' AND j.deadline_at < now() AS overdue;
 
 -- name: host_register
-INSERT INTO awa_fast.hosts (name) VALUES (%(name)s) RETURNING id;
+-- `queues`: the settings of the queues this host serves (migration 0021).
+INSERT INTO awa_fast.hosts (name, queues) VALUES (%(name)s, %(queues)s) RETURNING id;
 
 -- name: host_heartbeat
 -- No row: the leader took this host for dead and rescued its attempts.

@@ -124,8 +124,8 @@ WHERE (%(kind)s::text IS NULL OR kind = %(kind)s)
   AND (%(tag)s::text IS NULL OR tags @> ARRAY[%(tag)s::text]);
 
 -- name: host_list
--- Every host with its heartbeat's age and its running attempts by queue (running rows
--- number at most the fleet's concurrency).
+-- Every host with its heartbeat's age, its queues' settings (migration 0021) and its
+-- running attempts by queue (running rows number at most the fleet's concurrency).
 WITH running AS (
     SELECT host_id, jsonb_object_agg(queue, n) AS running
     FROM (
@@ -137,7 +137,7 @@ WITH running AS (
 )
 SELECT h.id, h.name, h.started_at, h.heartbeat_at,
        extract(epoch FROM now() - h.heartbeat_at)::float8 AS heartbeat_age,
-       COALESCE(r.running, '{}') AS running
+       h.queues, COALESCE(r.running, '{}') AS running
 FROM awa_fast.hosts h
 LEFT JOIN running r ON r.host_id = h.id
 ORDER BY h.name, h.id;

@@ -385,7 +385,7 @@ class Committer:
             error: str | None = entry["error"]
         elif r.codes[i] == _LOST:
             error = extra.get("reason")
-        else:  # RetryAfter carries no error (as in the seed); other outcomes have none
+        else:  # RetryAfter carries no error (as in the Awa SDK); other outcomes have none
             error = "" if outcome is tr.Outcome.RETRIED else None
         return OutcomeContext(
             outcome=outcome,

@@ -1,5 +1,5 @@
 """Transactional follow-ups: jobs inserted in the same transaction as the transition that
-triggers them (seed: enqueue_specs). A ``make`` that raises, or an insert that fails, rolls
+triggers them (docs/followups-and-events.md). A ``make`` that raises, or an insert that fails, rolls
 the transition back; the job stays running until it is retried or rescued."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 -- awa-fast schema, version 1.
 --
--- Storage follows the seed's canonical split: `jobs_hot` holds what can be claimed or is
--- running (and finished rows until retention removes them); `jobs_deferred` holds
+-- Storage is split by what can still happen to a job: `jobs_hot` holds what can be
+-- claimed or is running (and finished rows until retention removes them); `jobs_deferred` holds
 -- scheduled and retryable jobs until promotion moves them back. Keeping not-yet-due rows
 -- out of the hot table keeps the claim index small and the claim scan short.
 

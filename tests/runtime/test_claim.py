@@ -165,7 +165,9 @@ def test_deadline_per_queue_and_per_job(dsn: str) -> None:
             )
 
     run(main())
-    assert seen == {"queue": 50.0, "job": 7.0, "default": 100.0}
+    # A heartbeat that finds a job delivered but not started yet counts its deadline from
+    # that beat (a held job's time starts when it starts): a few ms later than the claim.
+    assert seen == pytest.approx({"queue": 50.0, "job": 7.0, "default": 100.0}, abs=0.5)
 
 
 def test_start_retries_a_cut_session_then_fails_fast(

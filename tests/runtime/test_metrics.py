@@ -143,8 +143,9 @@ def test_health_says_503_while_draining_and_gauges_show_what_runs(dsn: str) -> N
     async def main() -> None:
         async with client:
             await client.insert_many([Ping(n) for n in range(5)], queue="q")
-            # No polls: a claim would reserve the free units for a moment.
-            runner = await client.start({"q": 3}, metrics_port=port, poll_interval=3600.0)
+            # Room for exactly the 5 jobs (3 run, 2 held): no claim can reserve free units
+            # for a moment while the gauges are read.
+            runner = await client.start({"q": 3}, metrics_port=port, prefetch=2)
             try:
                 # Capacity is reserved before a claim runs and counted as claimed after
                 # it returns: wait for both. 3 run; the other 2 are held, prefetched.

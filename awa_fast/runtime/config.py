@@ -34,7 +34,8 @@ class RunnerConfig:
     # Jobs each worker holds per queue beyond those it runs, claimed ahead so that a worker
     # that finishes one starts the next without waiting for a claim (None: sized from the
     # worker's share of the queue's concurrency, runtime.context.default_prefetch; 0: none,
-    # for queues of long jobs, where a job held back waits a whole job's time).
+    # for queues of long jobs, where a job held back waits a whole job's time). Weighted
+    # mode holds none: see held_ahead.
     prefetch: int | None = None
     poll_interval: float = 1.0
     # A claim that finds a queue drained, with capacity to spare, leaves a standby claim
@@ -211,8 +212,16 @@ class RunnerConfig:
                 "transaction pooler: set transaction_pooling=True (serve --pgbouncer) too"
             )
 
+    @property
+    def held_ahead(self) -> int | None:
+        """Each worker's prefetch per queue (None: sized from its share). Weighted mode
+        holds none: a held job would be a place in the global pool that one queue keeps
+        from the others while it waits."""
+        return 0 if self.global_max_workers is not None else self.prefetch
+
     def _check_weights(self) -> None:
-        """A global pool large enough for every queue's guaranteed minimum."""
+        """A global pool large enough for every queue's guaranteed minimum, and no
+        prefetch asked of it (held_ahead)."""
         total = self.global_max_workers
         if total is not None:
             count("global_max_workers", total, low=1)
@@ -220,6 +229,12 @@ class RunnerConfig:
             if minimums > total:
                 raise ConfigError(
                     f"sum of min_workers ({minimums}) exceeds global_max_workers ({total})"
+                )
+            if self.prefetch:
+                raise ConfigError(
+                    f"prefetch={self.prefetch} with global_max_workers: weighted mode holds "
+                    "no jobs ahead (each would keep a place in the global pool from the "
+                    "other queues); leave prefetch unset or 0"
                 )
 
     def _check_descriptor_retention(self) -> None:

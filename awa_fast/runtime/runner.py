@@ -83,7 +83,7 @@ class Runner:
         self.handlers = handlers
         self.config = config
         self.queues = dict(queues)
-        self.capacity = Capacity(self.queues, count, config.prefetch)
+        self.capacity = Capacity(self.queues, count, config.held_ahead)
         counters = self.capacity.counters()
         self.inflight = InFlight(counters, sum(counters) + 64)
         self.ring = OutcomeRing(65536, 128)

@@ -51,3 +51,11 @@ def test_descriptors_are_refreshed_several_times_within_any_retention() -> None:
     assert RunnerConfig(descriptor_retention=0).descriptor_refresh_every() == 3600.0
     shortest = RunnerConfig(descriptor_retention=20.0, heartbeat_interval=5.0)  # 4 beats
     assert shortest.descriptor_refresh_every() == 5.0  # a refresh on every heartbeat
+
+
+def test_weighted_mode_takes_no_prefetch() -> None:
+    with pytest.raises(ConfigError, match=r"prefetch=4 with global_max_workers: .*leave prefetch"):
+        RunnerConfig(global_max_workers=8, prefetch=4)
+    assert RunnerConfig(global_max_workers=8, prefetch=0).held_ahead == 0
+    assert RunnerConfig(global_max_workers=8).held_ahead == 0
+    assert RunnerConfig(prefetch=4).held_ahead == 4

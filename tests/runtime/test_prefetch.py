@@ -85,3 +85,40 @@ def test_a_held_job_cancelled_before_its_turn_never_starts(dsn: str) -> None:
     ids = run(main())
     assert started == [0, 2]
     assert job(dsn, ids[1])["state"] == "cancelled"
+
+
+def test_weighted_mode_holds_no_jobs_ahead(dsn: str) -> None:
+    """global_max_workers bounds the attempts a runner has claimed: a held job would keep
+    a place in that pool from the other queues, so none is held."""
+    client = awa_fast.AsyncClient(dsn)
+    release = asyncio.Event()
+    now_running = [0]
+
+    @client.task(Hold)
+    async def hold(job: awa_fast.Job[Hold]) -> None:
+        now_running[0] += 1
+        await release.wait()
+
+    async def main() -> tuple[int, int, dict[str, int]]:
+        async with client:
+            await client.insert_many([Hold(n) for n in range(12)])
+            queues = [{"name": "default", "min_workers": 1}]
+            runner = await client.start(queues, global_max_workers=4)
+            try:
+                await await_until(
+                    lambda: now_running[0] == 4 and running_rows(dsn) == 4,
+                    what="4 handlers running",
+                )
+                capacity = runner.capacity
+                seen = (
+                    capacity.held(0, 0),
+                    capacity.share(0, 0),
+                    dict(runner.snapshot().prefetched),
+                )
+                release.set()
+                await await_until(lambda: states(dsn) == {"completed": 12}, what="the drain")
+            finally:
+                await client.shutdown()
+            return seen
+
+    assert run(main()) == (4, 4, {"default": 0})

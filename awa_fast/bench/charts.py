@@ -3,8 +3,8 @@
 - ``throughput.png``: jobs/s per system, one panel per scenario (scales differ too much for
   one axis: a drain does tens of thousands, a 1 ms CPU handler about a thousand per core);
 - ``latency.png``: p50/p95/p99 per system for the scenarios that measure latency;
-- ``sustained.png``: queue depth and dead tuples of ``jobs_hot`` over time, per system and
-  offered load.
+- ``sustained.png``: queue depth, pickup p50/p99 and dead tuples of ``jobs_hot`` over time,
+  per system and offered load.
 """
 
 from __future__ import annotations
@@ -108,19 +108,26 @@ def _sustained(plt: Any, rows: list[Row], results: list[Row]) -> Any:
     series = [r for r in rows if r["scenario"] == "sustained" and r.get("samples")]
     if not series:
         return None
-    figure, (depth, dead) = plt.subplots(1, 2, figsize=(12, 4))
+    figure, (depth, pickup, dead) = plt.subplots(1, 3, figsize=(18, 4))
     for row in series:
         samples = row["samples"]
         label = f"{row['system']} {row.get('variant') or ''}".strip()
         times = [s[0] for s in samples]
         depth.plot(times, [s[1] for s in samples], label=label)
         dead.plot(times, [s[2] for s in samples], label=label)
+        latencies = row.get("over_time") or []
+        at = [b[0] for b in latencies]
+        (line,) = pickup.plot(at, [b[2] for b in latencies], label=f"{label}, p99")
+        pickup.plot(at, [b[1] for b in latencies], linestyle="--", color=line.get_color())
     depth.set_title("queue depth (available jobs)")
+    pickup.set_title("pickup p99 (solid) and p50 (dashed), by insert time")
+    pickup.set_ylabel("ms")
+    pickup.set_yscale("log")
     dead.set_title("dead tuples in jobs_hot")
-    for ax in (depth, dead):
-        ax.set_xlabel("seconds")
+    for ax in (depth, pickup, dead):
+        ax.set_xlabel("seconds since the first insert")
         ax.legend(fontsize=8)
-    figure.suptitle("Sustained load")
+    figure.suptitle("Sustained load (median run)")
     return figure
 
 

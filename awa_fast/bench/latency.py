@@ -8,7 +8,7 @@ import asyncio
 import statistics
 import time
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -180,12 +180,14 @@ async def _offer(
         window.stop(runner)
     finally:
         await client.close()
+    measured = end_to_end(url, duration=took)
+    since = measured.pop("since")
     return {
         **window.result(jobs=offered),
         "offered_per_s": round(rate, 1),
         "duration_s": duration,
-        **end_to_end(url, duration=took),
-        "samples": samples,
+        **measured,
+        "samples": [[round(at - since, 3), *rest] for at, *rest in samples],
     }
 
 
@@ -205,40 +207,76 @@ SAMPLES_PER_RUN = 20
 
 
 async def _sample(url: str, runner: Runner, samples: list[list[float]], *, interval: float) -> None:
-    """Append [seconds, queue depth, dead tuples of jobs_hot, outcomes committed] every
-    ``interval`` s until cancelled."""
-    began = time.monotonic()
+    """Append [server time (epoch s), queue depth, dead tuples of jobs_hot, outcomes
+    committed] every ``interval`` s until cancelled: on the server's clock, as the jobs'
+    own times are, so the two line up."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         while True:
             cur = await conn.execute(
-                "SELECT (SELECT count(*) FROM awa_fast.jobs_hot WHERE state = 'available')"
+                "SELECT extract(epoch FROM clock_timestamp()),"
+                " (SELECT count(*) FROM awa_fast.jobs_hot WHERE state = 'available')"
                 " + (SELECT COALESCE(sum(size - taken), 0) FROM awa_fast.job_packs), "
                 "(SELECT n_dead_tup FROM pg_stat_user_tables "
                 " WHERE schemaname = 'awa_fast' AND relname = 'jobs_hot')"
             )
             row = await cur.fetchone()
             assert row is not None
-            at = round(time.monotonic() - began, 3)
-            samples.append([at, int(row[0]), int(row[1] or 0), runner.committer.committed])
+            at, depth, dead = float(row[0]), int(row[1]), int(row[2] or 0)
+            samples.append([at, depth, dead, runner.committer.committed])
             await asyncio.sleep(interval)
 
 
 def end_to_end(url: str, *, duration: float) -> dict[str, Any]:
-    """Latency from insert to completion, and jobs/s completed inside the offering window
-    (which opens at the first insert: the producer's start-up is not part of it). Both on
-    the server's clock."""
+    """Latency from insert to completion and from insert to claim (pickup), overall and
+    over time, and jobs/s completed inside the offering window (which opens at the first
+    insert, ``since``: the producer's start-up is not part of it). All on the server's
+    clock."""
     with psycopg.connect(url) as conn:
         rows = conn.execute(
-            "SELECT extract(epoch FROM finalized_at - created_at) * 1000, "
-            "extract(epoch FROM finalized_at), extract(epoch FROM created_at) "
-            "FROM awa_fast.jobs_done WHERE state = 'completed'"
+            "SELECT extract(epoch FROM created_at), extract(epoch FROM attempted_at),"
+            " extract(epoch FROM finalized_at) FROM awa_fast.jobs_done WHERE state = 'completed'"
         ).fetchall()
-    since = min((float(created) for _, _, created in rows), default=0.0)
-    within = sum(1 for _, done, _ in rows if float(done) <= since + duration)
+    jobs = [Timed(*map(float, row)) for row in rows]
+    since = min((job.created for job in jobs), default=0.0)
+    within = sum(1 for job in jobs if job.finalized <= since + duration)
     return {
+        "since": since,
         "completed_per_s": round(within / duration, 1),
-        "latency_ms": percentiles([float(ms) for ms, _, _ in rows] or [0.0]),
+        "latency_ms": percentiles([job.end_to_end_ms for job in jobs] or [0.0]),
+        "pickup_ms": percentiles([job.pickup_ms for job in jobs] or [0.0]),
+        "over_time": over_time(jobs, since=since, step=duration / SAMPLES_PER_RUN),
     }
+
+
+class Timed(NamedTuple):
+    """One completed job's times, epoch seconds on the server's clock."""
+
+    created: float
+    attempted: float
+    finalized: float
+
+    @property
+    def pickup_ms(self) -> float:
+        return (self.attempted - self.created) * 1000
+
+    @property
+    def end_to_end_ms(self) -> float:
+        return (self.finalized - self.created) * 1000
+
+
+def over_time(jobs: list[Timed], *, since: float, step: float) -> list[list[float]]:
+    """[seconds since ``since``, pickup p50, pickup p99, end-to-end p99] in ms for the jobs
+    inserted in each ``step`` s: a backlog that builds shows as a rising line, where one
+    percentile over the whole run would hide when it began."""
+    buckets: dict[int, list[Timed]] = {}
+    for job in jobs:
+        buckets.setdefault(int((job.created - since) // step), []).append(job)
+    series = []
+    for index in sorted(buckets):
+        pickup = percentiles([job.pickup_ms for job in buckets[index]])
+        whole = percentiles([job.end_to_end_ms for job in buckets[index]])
+        series.append([round(index * step, 3), pickup["p50"], pickup["p99"], whole["p99"]])
+    return series
 
 
 def _truncate(url: str) -> None:

@@ -165,7 +165,8 @@ SUSTAINED_COLUMNS = (
     "basis jobs/s",
     "offered jobs/s",
     "carried jobs/s",
-    "p99 ms",
+    "pickup p50 / p99 ms",
+    "end-to-end p99 ms",
     "load after",
     "CPU busy",
 )
@@ -191,10 +192,18 @@ def _run_cells(run: Row) -> list[str]:
         _fmt(run.get("basis_per_s"), ",.0f"),
         _fmt(run.get("offered_per_s"), ",.0f"),
         _fmt(run.get("completed_per_s"), ",.0f"),
+        _pickup(run),
         _fmt(_latency(run).get("p99"), ",.0f"),
         _fmt(run.get("load_after"), ".2f"),
         _fmt(run.get("cpu_busy"), ".0%"),
     ]
+
+
+def _pickup(run: Row) -> str:
+    found = run.get("pickup_ms")
+    if not isinstance(found, dict):
+        return ""
+    return f"{_fmt(found.get('p50'), ',.1f')} / {_fmt(found.get('p99'), ',.0f')}"
 
 
 def environment_note(results: list[Row]) -> str:

@@ -89,13 +89,19 @@ def test_scenario_in_worker_processes(dsn: str, scenario: str) -> None:
     assert result["system"] == "awa-fast (2 worker processes)"
 
 
-def test_sustained_samples_depth_and_dead_tuples_over_time(dsn: str) -> None:
+def test_sustained_samples_depth_dead_tuples_and_pickup_over_time(dsn: str) -> None:
     result = uvloop.run(bench.sustained(dsn, **TINY["sustained"]))
     samples = result["samples"]
     assert len(samples) >= 2
     times = [s[0] for s in samples]
     assert times == sorted(times)
+    assert times[0] < result["duration_s"] < times[-1] + 1.0  # since the first insert
     assert all(s[1] >= 0 and s[2] >= 0 and s[3] >= 0 for s in samples)
+    buckets = result["over_time"]
+    assert [b[0] for b in buckets] == sorted({b[0] for b in buckets}) and buckets[0][0] == 0.0
+    # each job's pickup is part of its end-to-end time, so each bucket's percentiles nest
+    assert all(0.0 <= p50 <= p99 <= whole_p99 for _, p50, p99, whole_p99 in buckets)
+    assert result["pickup_ms"]["p99"] <= result["latency_ms"]["p99"]
     assert result["offered_per_s"] == 400.0 and _positive(result["completed_per_s"])
     assert "after_drains_per_s" not in result  # a fixed rate has no basis to check
     assert 0.0 < result["cpu_busy"] <= 1.0  # a second of a producer and a pool, on Linux
@@ -215,16 +221,31 @@ def test_report_lists_every_sustained_run_with_its_basis_and_how_busy_the_machin
             completed_per_s=39_500.0, **extra,
         )  # fmt: skip
 
-    runs = [run(2, 574.2, load_after=0.908, cpu_busy=0.889), run(1, 170.4)]
+    pickup = {"p50": 2.46, "p99": 31.2}
+    runs = [run(2, 574.2, load_after=0.908, cpu_busy=0.889, pickup_ms=pickup), run(1, 170.4)]
     bench.save_results(tmp_path / "awa-fast.jsonl", [*runs, _row("awa-fast", 5.0)])
     results = report.load_results([tmp_path / "awa-fast.jsonl"])
     table = report.sustained_runs(results).splitlines()
     assert table[0] == "## sustained, run by run"
     first, second = table[-2:]  # run order, whatever the file's
-    assert first == "| awa-fast | 90% of drain | 1 | 44,444 | 40,000 | 39,500 | 170 |  |  |"
-    assert second == "| awa-fast | 90% of drain | 2 | 44,444 | 40,000 | 39,500 | 574 | 0.91 | 89% |"
+    assert first == "| awa-fast | 90% of drain | 1 | 44,444 | 40,000 | 39,500 |  | 170 |  |  |"
+    assert second == (
+        "| awa-fast | 90% of drain | 2 | 44,444 | 40,000 | 39,500 | 2.5 / 31 | 574 | 0.91 | 89% |"
+    )
     assert report.sustained_runs([r for r in results if r["scenario"] != "sustained"]) == ""
     assert "## sustained, run by run" in report.write_report(tmp_path).read_text()
+
+
+def test_the_sustained_chart_draws_depth_and_pickup_over_time(tmp_path: Path) -> None:
+    run = _row(
+        "awa-fast", 40_000.0, scenario="sustained", variant="90% of drain",
+        latency_ms={"p50": 9.0, "p99": 30.0}, samples=[[-0.2, 0, 0, 0], [0.5, 120, 40, 9_000]],
+        over_time=[[0.0, 4.1, 20.0, 28.0], [0.5, 5.2, 24.0, 31.0]],
+    )  # fmt: skip
+    bench.save_results(tmp_path / "awa-fast.jsonl", [run])
+    text = report.write_report(tmp_path).read_text()
+    assert "![sustained](sustained.png)" in text
+    assert (tmp_path / "sustained.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_cli_bench_writes_json_lines_and_a_table(server_url: str, tmp_path: Path) -> None:

@@ -43,6 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--processes", default="1", help="worker processes per run, or a comma list such as 1,2"
     )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=0,
+        help="the queue's concurrency over all worker processes, split evenly; each driver"
+        " maps it onto its peer's own limit (default 0: each driver's own setting)",
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     p.add_argument("--cpu-ms", type=float, default=1.0, help="CPU per job in the cpu scenario")
     p.add_argument("--rate", type=float, default=50.0, help="latency: jobs/s inserted")

@@ -1,29 +1,145 @@
-"""The cpu scenario at several queue concurrencies, with and without prefetch, side by side:
-rounds alternate the settings, so slow minutes land on both. Prints one markdown row per
-(concurrency, prefetch): median jobs/s, and the share of the cores' capacity it used (the
-measured burn's cost x jobs/s / cores).
+"""The cpu scenario at several queue concurrencies, awa-fast beside its peers: each round
+runs every system at every concurrency, so slow minutes land on all of them.
 
     PYTHONPATH=. python benches/cpu_concurrency.py URL [--jobs 3000] [--runs 3]
-        [--concurrency 2 4 10 50 500] [--prefetch 0 default] [--processes 2]
+        [--concurrency 2 4 10 50 500] [--systems awa-fast,pgqueuer,awa-pg]
+        [--prefetch default] [--processes 2] [--cpu-ms 1.0] [--timeout 300]
+
+awa-fast runs the pool ``awa-fast serve`` runs (``run_as_served``) with ``--processes``
+workers, once for each ``--prefetch`` (``default`` leaves it to the runner, ``0`` turns
+it off: ``--prefetch 0 default`` compares the two). Each peer runs through the peer harness
+(benches/peers) with as many processes, the queue's concurrency split evenly over them
+and mapped by its driver onto the peer's own limit. Every system burns the same loop
+count per job: one calibration, pinned in AWA_FAST_BENCH_CPU_ITERATIONS, which awa-fast's
+cpu scenario reads and the harness hands to its drivers.
+
+Prints one markdown table, a row per concurrency: each system's median jobs/s and the
+share of the cores it used (its measured burn's cost x jobs/s / cores), and awa-fast's
+ratio to the best peer. Every run's row goes to
+benches/results/<time>-cpu-concurrency.jsonl.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import os
 import statistics
+import time
+from collections.abc import Callable
 from typing import Any
 
-from awa_fast.bench.measure import fresh_database
+from awa_fast.bench.handlers import burn_loops
+from awa_fast.bench.measure import fresh_database, server_settings
 from awa_fast.bench.run import run_as_served
 from awa_fast.bench.throughput import cpu
+from benches.peers import harness
+
+AWA_FAST = "awa-fast"
+# One run of a column at a concurrency, in a round: its result row.
+Run = Callable[[int, int], dict[str, Any]]
 
 
-def one(url: str, *, jobs: int, processes: int, concurrency: int, prefetch: str) -> dict[str, Any]:
-    config = {} if prefetch == "default" else {"prefetch": int(prefetch)}
-    return run_as_served(
-        cpu(url, jobs=jobs, processes=processes, concurrency=concurrency, **config)
+def awa_fast(
+    url: str, concurrency: int, round_: int, *, opts: argparse.Namespace, prefetch: str
+) -> dict[str, Any]:
+    config: dict[str, Any] = {} if prefetch == "default" else {"prefetch": int(prefetch)}
+    with fresh_database(url) as db:
+        return run_as_served(
+            cpu(
+                db,
+                jobs=opts.jobs,
+                processes=opts.processes,
+                ms=opts.cpu_ms,
+                concurrency=concurrency,
+                **config,
+            )
+        )
+
+
+def peer(
+    url: str,
+    concurrency: int,
+    round_: int,
+    *,
+    opts: argparse.Namespace,
+    name: str,
+    versions: dict[str, str],
+) -> dict[str, Any]:
+    system = harness.PEERS[name]
+    row = harness.run_once(
+        system,
+        url,
+        "cpu",
+        opts.jobs,
+        opts.processes,
+        round_,
+        burn_loops(opts.cpu_ms),
+        opts.timeout,
+        cpu_ms=opts.cpu_ms,
+        concurrency=concurrency,
     )
+    return {**row, "packages": harness.peer_packages(system, versions)}
+
+
+def columns(opts: argparse.Namespace) -> dict[str, Run]:
+    """The table's columns, each with how to run it: awa-fast once per prefetch setting,
+    then each peer (its virtualenv made first)."""
+    out: dict[str, Run] = {}
+    for name in opts.systems.split(","):
+        if name == AWA_FAST:
+            for prefetch in opts.prefetch:
+                label = AWA_FAST if prefetch == "default" else f"{AWA_FAST} prefetch {prefetch}"
+                out[label] = functools.partial(awa_fast, opts.url, opts=opts, prefetch=prefetch)
+        else:
+            versions = harness.ensure_venv(harness.PEERS[name])
+            out[name] = functools.partial(peer, opts.url, opts=opts, name=name, versions=versions)
+    return out
+
+
+def attempt(run: Run, concurrency: int, round_: int) -> dict[str, Any]:
+    """One run's row; a run that raises becomes a failed row, so one bad minute does not
+    cost the rounds around it (the peer harness does the same for its peers)."""
+    try:
+        return run(concurrency, round_)
+    except Exception as exc:
+        harness.log(f"  run failed: {exc!r}")
+        return {"ok": False, "jobs_per_s": None, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def figures(runs: list[dict[str, Any]], cores: int) -> tuple[float, float] | None:
+    """Median jobs/s of the runs that finished, and the share of the cores that used."""
+    ok = [r for r in runs if r.get("jobs_per_s") is not None and r.get("ok", True)]
+    if not ok:
+        return None
+    rate = statistics.median(r["jobs_per_s"] for r in ok)
+    burn_s = statistics.median(r["burn_ms_measured"] for r in ok) / 1000
+    return rate, rate * burn_s / cores
+
+
+def table(results: dict[tuple[int, str], list[dict[str, Any]]], labels: list[str]) -> str:
+    """A row per concurrency: each column's figures, then awa-fast's ratio to the best peer."""
+    cores = os.cpu_count() or 1
+    peers = [label for label in labels if not label.startswith(AWA_FAST)]
+    ratios = [label for label in labels if label not in peers] if peers else []
+    head = ["concurrency"]
+    for label in labels:
+        head += [f"{label} jobs/s", f"{label} of the cores"]
+    head += [f"{label} / best peer" for label in ratios]
+    out = ["| " + " | ".join(head) + " |", "|" + "--:|" * len(head)]
+    for concurrency in sorted({c for c, _ in results}):
+        got = {label: figures(results.get((concurrency, label), []), cores) for label in labels}
+        cells = [str(concurrency)]
+        for label in labels:
+            mine = got[label]
+            cells += [f"{mine[0]:,.0f}", f"{mine[1]:.0%}"] if mine else ["n/a", "n/a"]
+        best = max((figure[0] for p in peers if (figure := got[p])), default=0.0)
+        for label in ratios:
+            mine = got[label]
+            cells.append(f"{mine[0] / best:.2f}" if mine and best else "n/a")
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 def main() -> None:
@@ -33,29 +149,36 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[2, 4, 10, 50, 500])
-    parser.add_argument("--prefetch", nargs="+", default=["0", "default"])
+    parser.add_argument("--systems", default=f"{AWA_FAST},pgqueuer,awa-pg")
+    parser.add_argument("--prefetch", nargs="+", default=["default"])
+    parser.add_argument("--cpu-ms", type=float, default=1.0, help="CPU per job")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per peer run")
     opts = parser.parse_args()
-    cores = os.cpu_count() or 1
-    results: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    for _ in range(opts.runs):
+    try:
         for concurrency in opts.concurrency:
-            for prefetch in opts.prefetch:
-                with fresh_database(opts.url) as url:
-                    results.setdefault((concurrency, prefetch), []).append(
-                        one(
-                            url,
-                            jobs=opts.jobs,
-                            processes=opts.processes,
-                            concurrency=concurrency,
-                            prefetch=prefetch,
-                        )
-                    )
-    print("| concurrency | prefetch | jobs/s (median) | of the cores |")
-    print("|--:|--:|--:|--:|")
-    for (concurrency, prefetch), runs in results.items():
-        rate = statistics.median(r["jobs_per_s"] for r in runs)
-        burn_s = statistics.median(r["burn_ms_measured"] for r in runs) / 1000
-        print(f"| {concurrency} | {prefetch} | {rate:,.0f} | {rate * burn_s / cores:.0%} |")
+            harness.process_share(concurrency, opts.processes)
+    except ValueError as exc:
+        parser.error(str(exc))
+    # One calibration for every system, pinned where awa-fast's cpu() reads its count.
+    os.environ["AWA_FAST_BENCH_CPU_ITERATIONS"] = str(burn_loops(opts.cpu_ms))
+    runs = columns(opts)
+    facts = server_settings(opts.url)
+    harness.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = harness.RESULTS_DIR / f"{time.strftime('%Y%m%dT%H%M%S')}-cpu-concurrency.jsonl"
+    harness.log(f"{burn_loops(opts.cpu_ms)} loop iterations a job; results -> {path}")
+    results: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    with open(path, "a") as out:
+        for round_ in range(1, opts.runs + 1):
+            for concurrency in opts.concurrency:
+                for label, run in runs.items():
+                    harness.log(f"round {round_}: {label} at concurrency {concurrency}")
+                    row = {**attempt(run, concurrency, round_), "column": label}
+                    row.update(round=round_, concurrency=concurrency, server=facts)
+                    results.setdefault((concurrency, label), []).append(row)
+                    out.write(json.dumps(row) + "\n")
+                    out.flush()
+    print(table(results, list(runs)))
+    harness.log(f"wrote {path}")
 
 
 if __name__ == "__main__":

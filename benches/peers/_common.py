@@ -24,6 +24,11 @@ Driver protocol (see ``harness.py``):
   handler of job ``seq``. The stamps stay in memory until then, so reporting them
   adds no database work to the measured path.
 
+``setup`` and ``work`` get ``--concurrency`` (the share of the queue's concurrency each
+work process runs, 0 for the driver's own default) and ``--processes`` (how many work
+processes share the queue); each driver maps them onto its peer's own limit, as its
+docstring says, and ``setup`` reports that limit in its ``config``.
+
 Scenarios (same handler body for every peer): ``drain`` no-op; ``cpu`` burns
 ``--cpu-iterations``; ``io`` awaits ``asyncio.sleep(IO_SLEEP_S)``; ``latency``
 stamps its start time; ``retry`` fails the first attempt (each driver asks for the
@@ -60,6 +65,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # once by the harness and passed to every driver so each peer's handlers do
     # exactly the same amount of CPU work per job.
     p.add_argument("--cpu-iterations", type=int, default=0)
+    # This process's share of the queue's concurrency (0: the driver's own default), and
+    # how many work processes share the queue, for a peer whose limit is fleet-wide.
+    p.add_argument("--concurrency", type=int, default=0)
+    p.add_argument("--processes", type=int, default=1)
     return p.parse_args(argv)
 
 

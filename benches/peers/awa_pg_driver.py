@@ -13,6 +13,8 @@ Settings and why:
 * Worker: ``AsyncClient(url)`` (default pool, max_connections=10) and
   ``start(queues=[("bench", 1000)])`` -- one queue with ~1000 max workers so
   the Rust runtime always has claimable capacity; other knobs at defaults.
+* ``--concurrency n``: ``start(queues=[("bench", n)])``, the queue's max workers in
+  this process (Awa's per-queue concurrency, counted per client), in place of 1000.
 * ``latency``: the producer calls ``client.insert(BenchJob(seq), queue=...)`` once
   per job (one transaction each, the single-job insert of the SDK).
 * ``retry``: the handler returns ``awa.RetryAfter(RETRY_AFTER_S)`` on attempt 1.
@@ -53,6 +55,10 @@ QUEUE = "bench"
 MAX_WORKERS = int(os.environ.get("AWA_MAX_WORKERS", "1000"))
 RETRY_AFTER_S = float(os.environ.get("AWA_RETRY_AFTER_S", "0"))
 RETRY_PROMOTE_MS = int(os.environ.get("AWA_RETRY_PROMOTE_MS", "50"))
+
+
+def max_workers(args) -> int:
+    return args.concurrency or MAX_WORKERS
 
 
 @dataclasses.dataclass
@@ -104,7 +110,7 @@ async def setup(args) -> None:
             "version": _common.version_of("awa-pg"),
             "install_s": t1 - t0,
             "insert_s": t2 - t1,
-            "config": {"queues": [[QUEUE, MAX_WORKERS]], "engine": "queue_storage"},
+            "config": {"queues": [[QUEUE, max_workers(args)]], "engine": "queue_storage"},
         }
     )
 
@@ -127,7 +133,7 @@ async def work(args) -> None:
     _common.emit({"event": "ready"})
     await ctl.go.wait()
     if not ctl.stop.is_set():
-        await client.start(queues=[(QUEUE, MAX_WORKERS)], **options)
+        await client.start(queues=[(QUEUE, max_workers(args))], **options)
         await ctl.stop.wait()
         try:
             await client.shutdown(timeout_ms=10_000)

@@ -11,6 +11,8 @@ Settings and why:
   as a job completes, Chancy's setting for queues "where jobs are expected to be
   continuously available"; without it a worker that has emptied its fetch waits for the
   queue's ``polling_interval`` (5 s, left as shipped) or a push.
+  ``--concurrency n`` declares the queue with ``concurrency=n`` in place of 1,000: the
+  jobs each worker runs at once (every worker reads the one declaration).
 * Insert: ``Chancy.push_many(jobs, batch_size=1000)`` -- one transaction a batch.
 * Worker: ``Worker(chancy)``, its other settings as shipped: finished jobs are written in
   batches once a second (``send_outgoing_interval``), so a run's last jobs count as done up
@@ -96,7 +98,7 @@ async def setup(args) -> None:
             Queue(
                 QUEUE,
                 executor=Chancy.Executor.Async,
-                concurrency=CONCURRENCY,
+                concurrency=args.concurrency or CONCURRENCY,
                 eager_polling=True,
             )
         )
@@ -111,7 +113,7 @@ async def setup(args) -> None:
             "insert_s": t2 - t1,
             "config": {
                 "executor": "async",
-                "concurrency": CONCURRENCY,
+                "concurrency": args.concurrency or CONCURRENCY,
                 "eager_polling": True,
                 "pool_max": POOL_MAX,
             },

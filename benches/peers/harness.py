@@ -8,7 +8,9 @@ small script in this package executed by that venv's python. See
 Per run:
   1. ``CREATE DATABASE bench_<system>_<n>`` on the server at --database-url.
   2. ``<driver> setup``: install the peer's schema, pre-insert N jobs.
-  3. Start P ``<driver> work`` processes; wait until each prints ``ready``.
+  3. Start P ``<driver> work`` processes; wait until each prints ``ready``. With
+     ``--concurrency C`` each gets C / P, which its driver maps onto the peer's own
+     limit (setup gets it too, and reports that limit in the row's ``config``).
   4. Snapshot ``pg_stat_database.xact_commit`` (after ``pg_stat_force_next_flush()``)
      and ``pg_current_wal_lsn()``; write ``go`` to every worker; start the clock.
   5. Poll the peer's own tables every ~20 ms; stop the clock when the database
@@ -182,6 +184,13 @@ def ensure_venv(peer: Peer, upgrade: bool = False) -> dict[str, str]:
     return {p["name"].lower(): p["version"] for p in json.loads(out)}
 
 
+def peer_packages(peer: Peer, versions: dict[str, str]) -> dict[str, str]:
+    """The versions worth recording from ``ensure_venv``'s list: the peer and its driver."""
+    return {
+        k: v for k, v in versions.items() if k in (peer.name, "asyncpg", "psycopg", "psycopg-pool")
+    }
+
+
 # ---------------------------------------------------------------- database helpers
 
 
@@ -294,8 +303,18 @@ def run_driver(
     return json.loads(lines[-1])
 
 
-def run_driver_setup(peer: Peer, url: str, jobs: int, scenario: str, timeout: float) -> dict:
-    return run_driver(peer, "setup", url, jobs, scenario, timeout)
+def run_driver_setup(
+    peer: Peer, url: str, jobs: int, scenario: str, timeout: float, *extra: str
+) -> dict:
+    return run_driver(peer, "setup", url, jobs, scenario, timeout, *extra)
+
+
+def process_share(concurrency: int, processes: int) -> int:
+    """Each work process's share of the queue's ``concurrency`` (0: the drivers' defaults);
+    an even split, so that a peer whose limit is fleet-wide runs the same total."""
+    if concurrency % processes:
+        raise ValueError(f"concurrency {concurrency} does not split evenly over {processes}")
+    return concurrency // processes
 
 
 @dataclasses.dataclass
@@ -371,7 +390,10 @@ def run_once(
     cpu_ms: float = 1.0,
     rate: float = 50.0,
     lead: float = 3.0,
+    concurrency: int = 0,
 ) -> dict[str, Any]:
+    """One run of ``scenario``; ``concurrency`` is the queue's, over all ``processes``
+    (0: each driver's default)."""
     dbname = f"bench_{re.sub(r'[^a-z0-9]', '_', peer.name)}_{run_index}"
     url = with_database(base_url, dbname)
     admin = admin_connect(base_url)
@@ -386,13 +408,17 @@ def run_once(
     }
     if scenario == "cpu":
         result["cpu_iterations_per_job"] = cpu_iterations
+    if concurrency:
+        result["concurrency"] = concurrency
+    share = ["--concurrency", str(process_share(concurrency, processes))]
+    share += ["--processes", str(processes)]
     workers: list[Worker] = []
     deadline = time.monotonic() + timeout
     try:
         admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{dbname}"')
         pre_inserted = scenario in PRE_INSERTED
-        setup = run_driver_setup(peer, url, jobs if pre_inserted else 0, scenario, timeout)
+        setup = run_driver_setup(peer, url, jobs if pre_inserted else 0, scenario, timeout, *share)
         result.update(version=setup.get("version"), config=setup.get("config"))
         if pre_inserted:
             result.update(
@@ -408,7 +434,7 @@ def run_once(
         for i in range(processes):
             cmd = [str(venv_python(peer)), str(HERE / peer.driver), "work"]
             cmd += ["--database-url", url, "--scenario", scenario]
-            cmd += ["--cpu-iterations", str(cpu_iterations)]
+            cmd += ["--cpu-iterations", str(cpu_iterations), *share]
             workers.append(Worker(cmd, logdir / f"{dbname}_p{processes}_w{i}.log"))
         for w in workers:
             if not w.ready.wait(max(1.0, deadline - time.monotonic())):
@@ -537,25 +563,27 @@ def run_once(
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """One row per (system, scenario, processes): median jobs/s (each run's figure in
-    parentheses), median seconds, and for ``latency`` the pickup percentiles of the
-    run with the median p50."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    """One row per (system, scenario, processes, and the queue's concurrency when a run
+    set one): median jobs/s (each run's figure in parentheses), median seconds, and for
+    ``latency`` the pickup percentiles of the run with the median p50."""
+    by_concurrency = any(r.get("concurrency") for r in rows)
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["system"], r["scenario"], r["processes"]), []).append(r)
-    out = [
-        "| system | scenario | processes | jobs/s (median) | seconds | pickup ms p50/p95/p99/max"
-        " | runs ok | commits/job | WAL B/job | peak RSS MB |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for (system, scenario, procs), rs in groups.items():
+        key: tuple[Any, ...] = (r["system"], r["scenario"], r["processes"])
+        if by_concurrency:
+            key += (r.get("concurrency") or "default",)
+        groups.setdefault(key, []).append(r)
+    head = ["system", "scenario", "processes"] + (["concurrency"] if by_concurrency else [])
+    head += ["jobs/s (median)", "seconds", "pickup ms p50/p95/p99/max", "runs ok"]
+    head += ["commits/job", "WAL B/job", "peak RSS MB"]
+    out = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for key, rs in groups.items():
+        label = " | ".join(str(k) for k in key)
         ok = [r for r in rs if r.get("ok")]
         if not ok:
             reason = next((r.get("error") or r.get("note") for r in rs), "failed")
             reason = str(reason).replace("|", "/").replace("\n", " ")[:160]
-            out.append(
-                f"| {system} | {scenario} | {procs} | n/a: {reason} | | | 0/{len(rs)} | | | |"
-            )
+            out.append(f"| {label} | n/a: {reason} | | | 0/{len(rs)} | | | |")
             continue
         med = statistics.median
         tputs = ", ".join(f"{r['jobs_per_s']:.0f}" for r in ok)
@@ -567,7 +595,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             m = with_lat[len(with_lat) // 2]["latency_ms"]
             lat = f"{m['p50']:.2f} / {m['p95']:.2f} / {m['p99']:.2f} / {m['max']:.2f}"
         out.append(
-            f"| {system} | {scenario} | {procs} | {med([r['jobs_per_s'] for r in ok]):,.0f}"
+            f"| {label} | {med([r['jobs_per_s'] for r in ok]):,.0f}"
             f" ({tputs}) | {med([r['elapsed_s'] for r in ok]):.3f} | {lat} | {len(ok)}/{len(rs)}"
             f" | {med([r['commits_per_job'] for r in ok]):.4f}"
             f" | {med([r['wal_bytes_per_job'] for r in ok]):,.0f}"
@@ -587,6 +615,12 @@ def main(args) -> int:
     # peer's bulk insert (chancy's, see benches/README.md, scenario `scheduled`)
     lead = args.lead or 2.0 + jobs / 2000
     process_counts = [int(p) for p in str(args.processes).split(",")]
+    try:
+        for p in process_counts:
+            process_share(args.concurrency, p)
+    except ValueError as exc:
+        print(f"--concurrency: {exc}", file=sys.stderr)
+        return 2
     cpu_iterations = 0
     if args.scenario == "cpu":
         # A fixed count shared with `awa-fast bench cpu` makes the work per job identical
@@ -653,12 +687,9 @@ def main(args) -> int:
                         cpu_ms=args.cpu_ms,
                         rate=args.rate,
                         lead=lead,
+                        concurrency=args.concurrency,
                     )
-                    r["packages"] = {
-                        k: v
-                        for k, v in versions.items()
-                        if k in (peer.name, "asyncpg", "psycopg", "psycopg-pool")
-                    }
+                    r["packages"] = peer_packages(peer, versions)
                     record(r)
                     if not r.get("ok"):
                         log(f"  run failed: {r.get('error')}")

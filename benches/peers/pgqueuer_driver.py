@@ -11,6 +11,16 @@ Settings and why:
   same size, i.e. one DELETE+log INSERT per batch) and ``max_concurrent_tasks``
   left unlimited. PgQueuer's throughput advice is to raise batch_size; 500 was
   the brief's setting (override with PGQ_BATCH_SIZE).
+* ``--concurrency n`` (a share of the queue's N = n x ``--processes``): the entrypoint's
+  ``concurrency_limit=N``, which PgQueuer's concurrency and tuning guides give for capping
+  a job type: "at most N jobs run across your entire fleet", enforced in the dequeue SQL
+  (every worker declares the same N). Not ``run(max_concurrent_tasks=)``: the guides call
+  it a per-process safety ceiling, and it must be at least twice the batch size, so it
+  cannot say 1 a process. The batch shrinks to ``max(1, n // 2)`` (at most
+  PGQ_BATCH_SIZE): a seat stays taken until the completion log buffer (flushed at
+  batch_size entries or every 0.1 s) deletes the job, so a batch beyond the worker's
+  share would leave seats held by finished jobs until the timer; half the share lets one
+  half's completions flush while the other half runs, PgQueuer's own two-batches rule.
 * ``latency``: the producer calls ``Queries.enqueue(entrypoint, payload)`` once per
   job (one INSERT, autocommit; PgQueuer's insert trigger NOTIFYs the worker). The
   payload is the job's sequence number.
@@ -40,6 +50,14 @@ from pgqueuer.queries import Queries
 
 BATCH_SIZE = int(os.environ.get("PGQ_BATCH_SIZE", "500"))
 ENTRYPOINT = "bench"
+
+
+def limits(args) -> tuple[int, int]:
+    """``(concurrency_limit, batch_size)`` for the run: 0 (unlimited) and BATCH_SIZE unless
+    ``--concurrency`` asks for a limit."""
+    if not args.concurrency:
+        return 0, BATCH_SIZE
+    return args.concurrency * args.processes, min(BATCH_SIZE, max(1, args.concurrency // 2))
 
 
 async def insert_bulk(q: Queries, jobs: int, due: float | None = None) -> None:
@@ -78,6 +96,10 @@ async def schedule(args) -> None:
 
 
 async def setup(args) -> None:
+    limit, batch_size = limits(args)
+    config = {"batch_size": batch_size, "driver": "asyncpg, 1 connection"}
+    if limit:
+        config["concurrency_limit"] = limit
     conn = await asyncpg.connect(args.database_url)
     try:
         q = Queries(AsyncpgDriver(conn))
@@ -94,7 +116,7 @@ async def setup(args) -> None:
             "version": _common.version_of("pgqueuer"),
             "install_s": t1 - t0,
             "insert_s": t2 - t1,
-            "config": {"batch_size": BATCH_SIZE, "driver": "asyncpg, 1 connection"},
+            "config": config,
         }
     )
 
@@ -104,8 +126,9 @@ async def work(args) -> None:
     conn = await asyncpg.connect(args.database_url)
     pgq = PgQueuer(AsyncpgDriver(conn))
     bench_body = _common.Bench(args)
+    limit, batch_size = limits(args)
 
-    @pgq.entrypoint(ENTRYPOINT)
+    @pgq.entrypoint(ENTRYPOINT, concurrency_limit=limit)
     async def bench(job) -> None:
         if bench_body.fail_first(job.attempts == 0):
             raise RetryRequested(delay=dt.timedelta(0), reason="first attempt fails")
@@ -114,7 +137,7 @@ async def work(args) -> None:
     _common.emit({"event": "ready"})
     await ctl.go.wait()
     if not ctl.stop.is_set():
-        runner = asyncio.create_task(pgq.run(batch_size=BATCH_SIZE))
+        runner = asyncio.create_task(pgq.run(batch_size=batch_size))
         await ctl.stop.wait()
         pgq.shutdown.set()  # graceful: finish in-flight jobs, flush the log buffer
         try:

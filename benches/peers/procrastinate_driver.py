@@ -13,6 +13,8 @@ Settings and why:
   ``listen_notify=True`` (default) and ``delete_jobs="never"`` (default: jobs
   stay with status 'succeeded'). ``wait=True`` and the harness cancels the task
   to stop it, which procrastinate handles as a graceful stop.
+* ``--concurrency n``: ``run_worker_async(concurrency=n)``, procrastinate's jobs at once
+  per worker, in place of 100 (the pool stays at POOL_MAX).
 * ``latency``: the producer calls ``bench.defer_async(seq=...)`` once per job (one
   INSERT; procrastinate's insert trigger NOTIFYs the listening worker).
 * ``retry``: the task has ``retry=RetryStrategy(max_attempts=1, wait=0)`` and raises
@@ -106,7 +108,7 @@ async def setup(args) -> None:
             "version": _common.version_of("procrastinate"),
             "install_s": t1 - t0,
             "insert_s": t2 - t1,
-            "config": {"concurrency": CONCURRENCY, "pool_max": POOL_MAX},
+            "config": {"concurrency": args.concurrency or CONCURRENCY, "pool_max": POOL_MAX},
         }
     )
 
@@ -122,7 +124,7 @@ async def work(args) -> None:
             runner = asyncio.create_task(
                 app.run_worker_async(
                     queues=[QUEUE],
-                    concurrency=CONCURRENCY,
+                    concurrency=args.concurrency or CONCURRENCY,
                     wait=True,
                     install_signal_handlers=False,
                 )

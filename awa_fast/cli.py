@@ -556,7 +556,8 @@ def parser() -> argparse.ArgumentParser:
         "--prefetch",
         type=int,
         help="jobs each worker holds per queue beyond those it runs, claimed ahead "
-        "(default: sized from the concurrency; 0 for queues of long jobs)",
+        "(default: about 100 ms of the queue's work, up to 64, from each worker's pace; "
+        "0: none)",
     )
     serve.add_argument("--max-jobs-per-worker", type=int)
     serve.add_argument("--max-worker-memory-mb", type=float)

@@ -32,10 +32,9 @@ class RunnerConfig:
     claim_batch: int = 500
     claimers: int = 2
     # Jobs each worker holds per queue beyond those it runs, claimed ahead so that a worker
-    # that finishes one starts the next without waiting for a claim (None: sized from the
-    # worker's share of the queue's concurrency, runtime.context.default_prefetch; 0: none,
-    # for queues of long jobs, where a job held back waits a whole job's time). Weighted
-    # mode holds none: see held_ahead.
+    # that finishes one starts the next without waiting for a claim (None: set by each
+    # worker from its pace, awa_fast.runtime.prefetch; 0: none). Weighted mode holds none:
+    # see held_ahead.
     prefetch: int | None = None
     poll_interval: float = 1.0
     # A claim that finds a queue drained, with capacity to spare, leaves a standby claim

@@ -18,6 +18,7 @@ from awa_fast.runtime.attempt_writer import AttemptWriter
 from awa_fast.runtime.claimed import Claimed, Delivered
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.executor import Executor
+from awa_fast.runtime.prefetch import PREFETCH_MAX, default_prefetch
 from awa_fast.worker import Registry
 
 
@@ -27,26 +28,17 @@ def shares(concurrency: int, workers: int) -> list[int]:
     return [base + (1 if w < extra else 0) for w in range(workers)]
 
 
-# A worker's default prefetch per queue: twice the handlers it runs at once, so that a
-# claim lands while it still has work, within bounds (runtime.config.RunnerConfig.prefetch).
-PREFETCH_MIN = 8
-PREFETCH_MAX = 64
-
-
-def default_prefetch(share: int) -> int:
-    return min(max(2 * share, PREFETCH_MIN), PREFETCH_MAX)
-
-
 @dataclass(frozen=True, slots=True)
 class Capacity:
     """How the queues' concurrency is laid out in the in-flight table: one counter per
     (queue, worker), at index ``queue * workers + worker``. A counter holds the worker's
     share of the queue's concurrency (the handlers it may run at once) plus its prefetch
-    (jobs claimed ahead, waiting in the worker unstarted)."""
+    (jobs claimed ahead, waiting in the worker unstarted): fixed, or, when ``prefetch`` is
+    None, set by each worker from its pace (awa_fast.runtime.prefetch)."""
 
     queues: Mapping[str, int]  # queue -> concurrency, in the runner's queue order
     workers: int
-    prefetch: int | None = None  # per worker and queue; None: default_prefetch
+    prefetch: int | None = None  # per worker and queue; None: by the worker's pace
 
     def index(self, queue_index: int, worker: int) -> int:
         return queue_index * self.workers + worker
@@ -57,15 +49,27 @@ class Capacity:
         return shares(concurrency, self.workers)[worker]
 
     def held(self, queue_index: int, worker: int) -> int:
-        """The jobs of a queue that ``worker`` may hold: its share, and its prefetch."""
+        """The jobs of a queue that ``worker`` holds at its start: its share, and its
+        prefetch (until its pace is known, when that is the worker's to set)."""
         share = self.share(queue_index, worker)
         if not share:
             return 0
         return share + (default_prefetch(share) if self.prefetch is None else self.prefetch)
 
+    def most(self, queue_index: int, worker: int) -> int:
+        """The most jobs of a queue that ``worker`` may ever hold."""
+        share = self.share(queue_index, worker)
+        if not share:
+            return 0
+        return share + (PREFETCH_MAX if self.prefetch is None else self.prefetch)
+
     def counters(self) -> list[int]:
-        """Every counter's capacity, in table order."""
+        """Every counter's capacity at the start, in table order."""
         return [self.held(q, w) for q in range(len(self.queues)) for w in range(self.workers)]
+
+    def slots(self) -> int:
+        """Attempt slots the in-flight table needs: every counter at its most."""
+        return sum(self.most(q, w) for q in range(len(self.queues)) for w in range(self.workers))
 
     def shares(self, worker: int) -> dict[int, int]:
         """Capacity index -> the handlers ``worker`` may run at once, for each queue."""

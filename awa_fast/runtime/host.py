@@ -22,7 +22,7 @@ class QueueSettings(TypedDict):
 
     concurrency: int
     rate_limit: tuple[float, int] | None  # (rate, burst)
-    prefetch: int  # per worker
+    prefetch: int | None  # per worker; None: each worker's by its pace
 
 
 class Host:

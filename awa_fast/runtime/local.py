@@ -55,7 +55,7 @@ class LocalWorkers:
         )
         self.executor = context.make_executor(self.threads)
         self.starts = Starts(
-            context.capacity.shares(0), inflight=context.inflight, give_back=self._give_back
+            context.capacity, 0, inflight=context.inflight, give_back=self._give_back
         )
         # Running handlers' tasks by attempt (the loop holds tasks only weakly); each task
         # drops its own entry as it ends, which costs less than a done-callback.

@@ -84,8 +84,7 @@ class Runner:
         self.config = config
         self.queues = dict(queues)
         self.capacity = Capacity(self.queues, count, config.held_ahead)
-        counters = self.capacity.counters()
-        self.inflight = InFlight(counters, sum(counters) + 64)
+        self.inflight = InFlight(self.capacity.counters(), self.capacity.slots() + 64)
         self.ring = OutcomeRing(65536, 128)
         self.hooks = HookDispatcher(handlers.hooks)
         self.host = Host(dsn, queues=self._host_queues())
@@ -122,14 +121,12 @@ class Runner:
     # -- building -------------------------------------------------------------------------
 
     def _host_queues(self) -> dict[str, QueueSettings]:
-        limits, capacity = self.config.queue_rate_limits, self.capacity
+        limits, prefetch = self.config.queue_rate_limits, self.capacity.prefetch
         return {
             queue: QueueSettings(
-                concurrency=concurrency,
-                rate_limit=limits.get(queue),
-                prefetch=capacity.held(i, 0) - capacity.share(i, 0),
+                concurrency=concurrency, rate_limit=limits.get(queue), prefetch=prefetch
             )
-            for i, (queue, concurrency) in enumerate(self.queues.items())
+            for queue, concurrency in self.queues.items()
         }
 
     def _workers(self, processes: int | None) -> Workers:

@@ -143,7 +143,7 @@ class WorkerProcess:
         self.config = context.config
         self.executor = context.make_executor()
         self.starts = Starts(
-            context.capacity.shares(index), inflight=self.inflight, give_back=self._give_back
+            context.capacity, index, inflight=self.inflight, give_back=self._give_back
         )
         # Sync handlers' jobs whose turn has come: the pump runs them one at a time.
         self.inline: collections.deque[Delivered] = collections.deque()
@@ -225,7 +225,7 @@ class WorkerProcess:
             self.jobs_done += 1
             limit = self.config.max_jobs_per_worker
             if limit and self.jobs_done >= limit:
-                self.retire(RECYCLED_EXIT)
+                self.retire(RECYCLED_EXIT, give_back=True)  # not past it by its prefetch
             self._maybe_exit()
 
     async def _pump(self) -> None:
@@ -249,6 +249,7 @@ class WorkerProcess:
         if not self.retiring:
             self.retiring = True
             self.exit_code = code
+            self.starts.retire()
             for cap in self.caps:
                 self.inflight.set_capacity(cap, 0)
             self.recheck = asyncio.get_running_loop().create_task(self._recheck_exit())

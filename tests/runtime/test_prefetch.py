@@ -5,6 +5,7 @@ never starts. (Held jobs of a worker that dies: tests/runtime/pool/test_pool.py.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
@@ -122,3 +123,48 @@ def test_weighted_mode_holds_no_jobs_ahead(dsn: str) -> None:
             return seen
 
     assert run(main()) == (4, 4, {"default": 0})
+
+
+@dataclass
+class Sleep:
+    seconds: float
+
+
+def capacity_reaches(
+    dsn: str, jobs: list[object], *, concurrency: int, wanted: Callable[[int], bool]
+) -> None:
+    """Run ``jobs`` in-process until the worker's capacity on the queue is ``wanted``."""
+    client = awa_fast.AsyncClient(dsn)
+
+    @client.task(Sleep)
+    async def sleep(job: awa_fast.Job[Sleep]) -> None:
+        await asyncio.sleep(job.args.seconds)
+
+    async def main() -> None:
+        async with client:
+            await client.insert_many(jobs)
+            runner = await client.start({"default": concurrency})
+            try:
+                counter = runner.capacity.index(0, 0)
+                assert runner.inflight.capacity(counter) == concurrency + 8  # before a pace
+                await await_until(
+                    lambda: wanted(runner.inflight.capacity(counter)),
+                    what="the capacity wanted",
+                )
+            finally:
+                await client.shutdown()
+
+    run(main())
+
+
+def test_a_worker_holds_more_of_a_queue_of_quick_jobs(dsn: str) -> None:
+    """Left to the runtime, the prefetch follows the pace: jobs that take no time, far
+    more held ahead than at the start (a pace of 320 jobs/s is enough for 32, a tenth of
+    what one in-process worker keeps up on them)."""
+    quick = [Sleep(0.0)] * 400
+    capacity_reaches(dsn, quick, concurrency=2, wanted=lambda held: held >= 2 + 32)
+
+
+def test_a_worker_holds_none_of_a_queue_of_jobs_longer_than_the_horizon(dsn: str) -> None:
+    slow = [Sleep(0.3)] * 4
+    capacity_reaches(dsn, slow, concurrency=1, wanted=lambda held: held == 1)

@@ -216,7 +216,10 @@ def test_recycling_after_n_jobs_replaces_workers_and_loses_nothing(serve: Any, d
         dsn, "SELECT count(*), count(DISTINCT job_id), count(DISTINCT pid) FROM calls"
     )
     assert (total, distinct) == (600, 600)
-    assert pids >= 600 // (50 + 10)
+    # A worker's running jobs (its share, 5) may end past its 50th; jobs it held it hands back.
+    [(most,)] = _query(dsn, "SELECT max(n) FROM (SELECT count(*) n FROM calls GROUP BY pid) c")
+    assert most <= 50 + 5
+    assert pids >= 600 // (50 + 5)
     # Every worker that ran a job and is gone was recycled; none crashed.
     exits = worker_exits(scrape(port))
     assert exits["recycled"] >= pids - 2, exits

@@ -1,0 +1,45 @@
+"""A worker's pace on a queue (awa_fast.runtime.prefetch): jobs completed per second of
+the time it had one of the queue's handlers running, and the prefetch it sets."""
+
+from __future__ import annotations
+
+import pytest
+
+from awa_fast.runtime.prefetch import HORIZON_S, PREFETCH_MAX, Pace, held_for
+
+
+def test_the_pace_counts_busy_time_only() -> None:
+    pace = Pace(now=0.0)
+    at, measured = 0.0, False
+    while not measured:
+        pace.running_changes(0, at + 5.0)  # 5 s with nothing running
+        at += 5.002
+        pace.running_changes(1, at)  # then one handler for 2 ms
+        measured = pace.completed()
+    assert pace.per_s == pytest.approx(500.0)
+
+
+def test_handlers_side_by_side_count_once() -> None:
+    """Four handlers of 4 ms each, side by side: 1,000 jobs/s of busy time."""
+    pace = Pace(now=0.0)
+    at = 0.0
+    measured = False
+    while not measured:
+        at += 0.004
+        pace.running_changes(4, at)
+        measured = any([pace.completed() for _ in range(4)])
+    assert pace.per_s == pytest.approx(1000.0)
+
+
+def test_a_new_measure_weighs_half() -> None:
+    pace = Pace(now=0.0)
+    pace.running_changes(1, 1.0)  # busy past PACE_BUSY_S: the first completion measures
+    assert pace.completed() and pace.per_s == 1.0
+    pace.running_changes(1, 1.5)
+    assert pace.completed() and pace.per_s == (1.0 + 2.0) / 2
+
+
+def test_held_ahead_is_the_horizons_worth_within_bounds() -> None:
+    assert held_for(10_000.0) == PREFETCH_MAX  # fast jobs: the most
+    assert held_for(100.0) == round(HORIZON_S * 100.0)  # 10 ms jobs
+    assert held_for(1 / HORIZON_S - 0.01) == 0  # jobs longer than the horizon: none

@@ -240,7 +240,9 @@ def with_item_options(
     return laid
 
 
-def _statement_params(job: PreparedJob, job_id: int | None) -> dict[str, Any]:
+def _statement_params(
+    job: PreparedJob, job_id: int | None, parent_id: int | None
+) -> dict[str, Any]:
     options = job.options
     return {
         "ids": [job_id],
@@ -254,6 +256,7 @@ def _statement_params(job: PreparedJob, job_id: int | None) -> dict[str, Any]:
         "metadata": [options.metadata],
         "unique_keys": [job.unique_key],
         "deadlines": [options.deadline],
+        "parents": [parent_id],
     }
 
 
@@ -379,18 +382,19 @@ Step = tuple[str, dict[str, Any]]  # a named statement and its parameters
 InsertSteps = Generator[Step, Rows, JobRow]
 
 
-def insert_steps(job: PreparedJob) -> InsertSteps:
+def insert_steps(job: PreparedJob, *, parent_id: int | None = None) -> InsertSteps:
     """The statements of one insert, in order, for a driver to run (:func:`drive`): each
     step yields a named statement with its parameters and is sent the statement's rows
     back. A unique key a live job holds raises :class:`UniqueConflict` between statements,
-    none failing, so the caller's transaction stays usable."""
+    none failing, so the caller's transaction stays usable. ``parent_id`` is set for a
+    follow-up only: the job whose transition inserts it."""
     job_id = None
     if job.unique_key is not None:
         job_id = (yield Q.job_next_ids, {"count": 1})[0]["nextval"]
         holder = (yield Q.unique_claim_take, _claim_params(job, job_id))[0]["holder"]
         if holder != job_id:
             raise UniqueConflict(holder)
-    rows = yield Q.job_insert_many, _statement_params(job, job_id)
+    rows = yield Q.job_insert_many, _statement_params(job, job_id, parent_id)
     return JobRow.from_row(rows[0])
 
 
@@ -507,8 +511,11 @@ async def insert_async(
     return await insert_prepared_async(conn, prepare(request_of(args, options)))
 
 
-async def insert_prepared_async(conn: psycopg.AsyncConnection[Any], job: PreparedJob) -> JobRow:
-    """Insert ``job``, validated already (:func:`prepare`), as :func:`insert_async` does."""
+async def insert_prepared_async(
+    conn: psycopg.AsyncConnection[Any], job: PreparedJob, *, parent_id: int | None = None
+) -> JobRow:
+    """Insert ``job``, validated already (:func:`prepare`), as :func:`insert_async` does;
+    ``parent_id`` as for :func:`insert_steps`."""
     async with (
         _transaction(conn, one_statement=job.unique_key is None),
         conn.cursor(row_factory=dict_row) as cur,
@@ -518,7 +525,7 @@ async def insert_prepared_async(conn: psycopg.AsyncConnection[Any], job: Prepare
             await cur.execute(sql, params)
             return await cur.fetchall()
 
-        return await drive_async(insert_steps(job), execute)
+        return await drive_async(insert_steps(job, parent_id=parent_id), execute)
 
 
 async def drive_async(
@@ -583,8 +590,11 @@ def insert(conn: psycopg.Connection[Any], args: object, **options: Unpack[Insert
     return insert_prepared(conn, prepare(request_of(args, options)))
 
 
-def insert_prepared(conn: psycopg.Connection[Any], job: PreparedJob) -> JobRow:
-    """Insert ``job``, validated already (:func:`prepare`), as :func:`insert` does."""
+def insert_prepared(
+    conn: psycopg.Connection[Any], job: PreparedJob, *, parent_id: int | None = None
+) -> JobRow:
+    """Insert ``job``, validated already (:func:`prepare`), as :func:`insert` does;
+    ``parent_id`` as for :func:`insert_steps`."""
     with (
         _transaction(conn, one_statement=job.unique_key is None),
         conn.cursor(row_factory=dict_row) as cur,
@@ -594,7 +604,7 @@ def insert_prepared(conn: psycopg.Connection[Any], job: PreparedJob) -> JobRow:
             cur.execute(sql, params)
             return cur.fetchall()
 
-        return drive(insert_steps(job), execute)
+        return drive(insert_steps(job, parent_id=parent_id), execute)
 
 
 def drive(steps: InsertSteps, execute: Callable[[str, dict[str, Any]], Rows]) -> JobRow:

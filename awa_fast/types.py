@@ -135,7 +135,8 @@ _TIMES = tuple(f.name for f in fields(JobTimes))
 class JobRow:
     """A job as stored. ``args`` is the decoded JSON object (a dict). Its times are ISO
     8601 text in UTC, as the Awa SDK gives them (``datetime.fromisoformat(row.run_at)``);
-    :attr:`datetimes` has them as datetimes."""
+    :attr:`datetimes` has them as datetimes. ``parent_id`` is, for a follow-up, the job
+    whose transition inserted it; None for a job inserted any other way."""
 
     id: int
     kind: str
@@ -159,6 +160,7 @@ class JobRow:
     callback_id: str | None = None
     callback_timeout_at: str | None = None
     callback_result: Any = None
+    parent_id: int | None = None
 
     @property
     def deadline(self) -> str | None:

@@ -67,12 +67,14 @@ def insert_followups(
     raw_args: bytes,
     ctx: OutcomeContext,
 ) -> list[int]:
-    """Run every spec's ``make`` and insert what they return, on ``conn``'s transaction."""
+    """Run every spec's ``make`` and insert what they return, on ``conn``'s transaction,
+    each naming ``row`` as its parent (its parent_id)."""
     inserted = []
     for spec in specs:
         made = spec.make(spec.decode(raw_args), row, ctx)
         requests = made if isinstance(made, list | tuple) else [made]
         for request in requests:
             if request is not None:
-                inserted.append(producer.insert(conn, request).id)
+                job = producer.prepare(producer.request_of(request, {}))
+                inserted.append(producer.insert_prepared(conn, job, parent_id=row.id).id)
     return inserted

@@ -216,7 +216,10 @@ def test_rescued_event_and_followup_after_the_rescue(
     hooks.stop()
     client.close()
     assert job(dsn, stale)["state"] == job(dsn, broken)["state"] == "retryable"
-    [(args,)] = conn.execute("SELECT args FROM awa_fast.jobs WHERE kind = 'audit'").fetchall()
+    [(args, parent)] = conn.execute(
+        "SELECT args, parent_id FROM awa_fast.jobs WHERE kind = 'audit'"
+    ).fetchall()
+    assert parent == stale  # a rescue's follow-up names the rescued job as the committer's do
     assert args == {
         "rescued": stale,
         "why": "heartbeat stale: the host running it stopped reporting",

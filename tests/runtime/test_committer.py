@@ -4,8 +4,10 @@ events. Records are fed through a real Batcher; no handler runs here."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -15,6 +17,7 @@ import awa_fast
 from awa_fast._core import Batcher, OutcomeRing
 from awa_fast.db import transitions as tr
 from awa_fast.db.connections import connect_hot
+from awa_fast.db.queries import Q
 from awa_fast.runtime.committer import Committer
 from awa_fast.runtime.hooks import Event, EventType, HookDispatcher
 from awa_fast.types import InsertRequest
@@ -228,10 +231,8 @@ def test_every_mixed_outcome_in_one_batch(harness: Harness, conn: psycopg.Connec
     assert events[ids[4]].type is EventType.WAITING_FOR_CALLBACK
 
 
-def test_failed_batch_statement_falls_back_to_direct_finalize(
-    harness: Harness, conn: psycopg.Connection[Any]
-) -> None:
-    # A real failure of the batch statement: any finish of more than one row raises.
+def _refuse_batches(conn: psycopg.Connection[Any]) -> None:
+    """A real failure of the batch statements: any finish of more than one row raises."""
     conn.execute("""
         CREATE FUNCTION awa_fast.refuse_batches() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
@@ -244,6 +245,12 @@ def test_failed_batch_statement_falls_back_to_direct_finalize(
             REFERENCING OLD TABLE AS changed
             FOR EACH STATEMENT EXECUTE FUNCTION awa_fast.refuse_batches();
     """)
+
+
+def test_failed_batch_statement_falls_back_to_direct_finalize(
+    harness: Harness, conn: psycopg.Connection[Any]
+) -> None:
+    _refuse_batches(conn)
     ids = _running(conn, 20)
     [stale] = _running(conn, 1, lease=7)
     harness.commit([(i, 1, tr.COMPLETED) for i in ids] + [(stale, 1, tr.COMPLETED)])
@@ -307,6 +314,110 @@ def test_failing_followup_insert_rolls_the_transition_back(
     [job_id] = _running(conn, 1)
     harness.commit([(job_id, 1, tr.Transition(tr.Target.CANCELLED, reason="r"))])
     assert states(harness.dsn) == {"running": 1}
+
+
+@pytest.mark.parametrize("refused", [False, True], ids=["batched", "direct"])
+def test_followups_name_the_job_whose_transition_inserted_them(
+    harness: Harness, conn: psycopg.Connection[Any], refused: bool
+) -> None:
+    """In a batch of mixed outcomes, each follow-up carries its parent's id; so it does
+    when the batch's statements fail and each job is finalized directly."""
+    harness.client.on_completed_enqueue(Act, lambda args, row, ctx: [Act("a"), Act("b")])
+    harness.client.on_retried_enqueue(Act, lambda args, row, ctx: Act("r"))
+    if refused:
+        _refuse_batches(conn)
+    done, retried, *cancelled = _running(conn, 4)
+    retry = tr.Transition(tr.Target.RETRYABLE, delay=9, error=tr.error_entry("x", 1))
+    cancel = tr.Transition(tr.Target.CANCELLED, reason="r")
+    harness.commit(
+        [(done, 1, tr.COMPLETED), (retried, 1, retry), *((i, 1, cancel) for i in cancelled)]
+    )
+    assert harness.committer.stats.fallbacks == int(refused)
+    rows = conn.execute(
+        "SELECT args->>'do', parent_id FROM awa_fast.jobs WHERE parent_id IS NOT NULL ORDER BY 1"
+    ).fetchall()
+    assert rows == [("a", done), ("b", done), ("r", retried)]
+    parents = conn.execute(
+        "SELECT count(*) FROM awa_fast.jobs WHERE parent_id IS NULL AND args->>'do' = 'x'"
+    ).fetchone()
+    assert parents == (4,)  # the triggers themselves were inserted by a user
+
+
+def _claim(conn: psycopg.Connection[Any], queue: str) -> int:
+    """Claim the queue's one available job as a runner does; its lease."""
+    params = {"queue": queue, "limit": 1, "host_id": 1, "deadline_s": 60.0}
+    [claimed] = conn.execute(Q.job_claim_rows, params).fetchall()
+    return int(claimed[1])
+
+
+def _where(conn: psycopg.Connection[Any], job_id: int) -> tuple[str, int | None]:
+    """The table that holds the job, and its parent_id there."""
+    tables = ("jobs_hot", "jobs_deferred", "jobs_done", "dlq")
+    [found] = [
+        (table, row[0])
+        for table in tables
+        for row in conn.execute(f"SELECT parent_id FROM awa_fast.{table} WHERE id = %s", (job_id,))
+    ]
+    return found
+
+
+def test_a_followup_keeps_its_parent_through_every_move(
+    harness: Harness, conn: psycopg.Connection[Any]
+) -> None:
+    """Every statement that moves a job's row between tables (retries, rescues, schedules,
+    callbacks, the dead-letter queue, admin calls, completion) carries parent_id along."""
+    child = InsertRequest({"n": 1}, kind="child", queue="children", max_attempts=2)
+    harness.client.on_completed_enqueue(Act, lambda args, row, ctx: child)
+    [parent] = _running(conn, 1)
+    harness.commit([(parent, 1, tr.COMPLETED)])
+    [(job_id,)] = conn.execute("SELECT id FROM awa_fast.jobs WHERE kind = 'child'").fetchall()
+    client, error = harness.client, tr.error_entry("x", 1)
+
+    def attempt(transition: tr.Transition) -> None:
+        harness.commit([(job_id, _claim(conn, "children"), transition)], kind=UNKNOWN_KIND)
+
+    def due() -> None:
+        conn.execute("UPDATE awa_fast.jobs_deferred SET run_at = now() - interval '1 second'")
+        conn.execute(Q.job_promote_due, {"limit": 10})
+
+    def park() -> str:
+        """Claim the job and park it on a callback; the callback's id."""
+        callback_id, lease = str(uuid.uuid4()), _claim(conn, "children")
+        params = {"id": job_id, "lease": lease, "callback_id": callback_id}
+        conn.execute(Q.job_register_callback, {**params, "timeout_s": 600.0, "rules": None})
+        waiting = tr.Transition(tr.Target.WAITING, delay=600, callback_id=callback_id)
+        harness.commit([(job_id, lease, waiting)], kind=UNKNOWN_KIND)
+        return callback_id
+
+    later = datetime.now(UTC) + timedelta(hours=1)
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("jobs_hot", lambda: None),  # inserted with its parent's transition
+        ("jobs_deferred", lambda: attempt(tr.Transition(tr.Target.RETRYABLE, error=error))),
+        ("jobs_hot", due),
+        ("jobs_done", lambda: attempt(tr.lost("gone"))),  # its last attempt: failed
+        ("dlq", lambda: client.move_failed_to_dlq(job_id, "r")),
+        ("jobs_deferred", lambda: client.retry_from_dlq(job_id, run_at=later)),
+        ("jobs_hot", due),
+        ("jobs_deferred", lambda: attempt(tr.lost("gone"))),  # rescued for a retry
+        ("jobs_hot", due),
+        ("jobs_done", lambda: client.drain_queue("children")),
+        ("jobs_hot", lambda: client.retry(job_id)),
+        ("jobs_hot", lambda: client.retry_external(park())),
+        ("jobs_hot", lambda: (park(), client.retry(job_id))),
+        ("jobs_done", lambda: client.fail_external(park(), "no")),
+        ("jobs_hot", lambda: client.retry(job_id)),
+        ("jobs_done", lambda: attempt(tr.Transition(tr.Target.CANCELLED, reason="r"))),
+        ("jobs_hot", lambda: client.retry(job_id)),
+        ("jobs_done", lambda: client.cancel(job_id)),
+        ("jobs_hot", lambda: client.retry(job_id)),
+        ("dlq", lambda: attempt(tr.Transition(tr.Target.DEAD, error=error))),
+        ("jobs_hot", lambda: client.retry_from_dlq(job_id)),
+        ("jobs_done", lambda: attempt(tr.COMPLETED)),
+    ]
+    for number, (table, step) in enumerate(steps):
+        step()
+        assert _where(conn, job_id) == (table, parent), f"step {number}"
+    assert job(harness.dsn, job_id)["state"] == "completed"
 
 
 def test_raising_hook_is_ignored_and_others_still_run(

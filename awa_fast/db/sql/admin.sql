@@ -18,13 +18,13 @@ cancelled AS (
     INSERT INTO awa_fast.jobs_done (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-        callback_id, callback_result, deadline_seconds)
+        callback_id, callback_result, deadline_seconds, parent_id)
     SELECT id, kind, queue, args, 'cancelled', priority, attempt, max_attempts, run_at,
            created_at, attempted_at, now(), run_lease,
            errors || jsonb_build_array(jsonb_build_object(
                'error', 'cancelled: ' || %(reason)s, 'attempt', attempt, 'at', now())),
            metadata, tags, progress, unique_key, callback_id, callback_result,
-           deadline_seconds
+           deadline_seconds, parent_id
     FROM unfinished
     RETURNING id
 )
@@ -82,14 +82,14 @@ finished AS (
     WHERE id IN (SELECT id FROM claimed WHERE holder = id)
     RETURNING id, kind, queue, args, priority, max_attempts, created_at, attempted_at,
               run_lease, errors, metadata, tags, progress, unique_key, callback_result,
-              deadline_seconds
+              deadline_seconds, parent_id
 ),
 unparked AS (
     DELETE FROM awa_fast.jobs_hot
     WHERE id IN (SELECT id FROM claimed WHERE holder = id) AND state = 'waiting_external'
     RETURNING id, kind, queue, args, priority, max_attempts, created_at, attempted_at,
               run_lease, errors, metadata, tags, progress, unique_key, callback_result,
-              deadline_seconds
+              deadline_seconds, parent_id
 ),
 requeued AS (
     -- The columns left out (callback id, timeout and expressions, heartbeat, deadline,
@@ -97,10 +97,10 @@ requeued AS (
     INSERT INTO awa_fast.jobs_hot (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, run_lease, errors, metadata, tags, progress, unique_key,
-        callback_result, deadline_seconds)
+        callback_result, deadline_seconds, parent_id)
     SELECT id, kind, queue, args, 'available', priority, 0, max_attempts, now(), created_at,
            attempted_at, run_lease, errors, metadata, tags, progress, unique_key,
-           callback_result, deadline_seconds
+           callback_result, deadline_seconds, parent_id
     FROM (SELECT * FROM finished UNION ALL SELECT * FROM unparked) AS revived
     RETURNING *
 ),
@@ -206,12 +206,13 @@ waiting AS (
 INSERT INTO awa_fast.jobs_done (
     id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
     attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-    callback_id, callback_result, deadline_seconds)
+    callback_id, callback_result, deadline_seconds, parent_id)
 SELECT id, kind, queue, args, 'cancelled', priority, attempt, max_attempts, run_at,
        created_at, attempted_at, now(), run_lease,
        errors || jsonb_build_array(jsonb_build_object(
            'error', 'cancelled: queue drained', 'attempt', attempt, 'at', now())),
-       metadata, tags, progress, unique_key, callback_id, callback_result, deadline_seconds
+       metadata, tags, progress, unique_key, callback_id, callback_result, deadline_seconds,
+       parent_id
 FROM waiting
 RETURNING id;
 
@@ -322,10 +323,10 @@ WITH moved AS (
 INSERT INTO awa_fast.dlq (
     id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
     attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-    deadline_seconds, dlq_reason)
+    deadline_seconds, parent_id, dlq_reason)
 SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at, created_at,
        attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-       deadline_seconds, %(reason)s
+       deadline_seconds, parent_id, %(reason)s
 FROM moved
 RETURNING *;
 
@@ -362,21 +363,21 @@ revived AS (
 now_due AS (
     INSERT INTO awa_fast.jobs_hot (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-        run_lease, errors, metadata, tags, progress, unique_key, deadline_seconds)
+        run_lease, errors, metadata, tags, progress, unique_key, deadline_seconds, parent_id)
     SELECT id, kind, COALESCE(%(new_queue)s, queue), args, 'available',
            COALESCE(%(priority)s::smallint, priority), 0, max_attempts, now(), created_at,
-           run_lease, errors, metadata, tags, progress, unique_key, deadline_seconds
+           run_lease, errors, metadata, tags, progress, unique_key, deadline_seconds, parent_id
     FROM revived WHERE NOT later
     RETURNING id
 ),
 scheduled AS (
     INSERT INTO awa_fast.jobs_deferred (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-        run_lease, errors, metadata, tags, progress, unique_key, deadline_seconds)
+        run_lease, errors, metadata, tags, progress, unique_key, deadline_seconds, parent_id)
     SELECT id, kind, COALESCE(%(new_queue)s, queue), args, 'scheduled',
            COALESCE(%(priority)s::smallint, priority), 0, max_attempts, %(run_at)s,
            created_at, run_lease, errors, metadata, tags, progress, unique_key,
-           deadline_seconds
+           deadline_seconds, parent_id
     FROM revived WHERE later
     RETURNING id
 )
@@ -424,13 +425,13 @@ finished AS (
     INSERT INTO awa_fast.jobs_done (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-        callback_result, deadline_seconds)
+        callback_result, deadline_seconds, parent_id)
     SELECT id, kind, queue, args, %(state)s::awa_fast.job_state, priority, attempt,
            max_attempts, run_at, created_at, attempted_at, now(), run_lease, new_errors,
            metadata, tags,
            -- none kept on completion, as in job_complete_many
            CASE WHEN %(state)s = 'completed' THEN NULL ELSE progress END,
-           unique_key, payload, deadline_seconds
+           unique_key, payload, deadline_seconds, parent_id
     FROM resolved_with WHERE %(state)s IN ('completed', 'failed')
     RETURNING *
 ),
@@ -438,10 +439,10 @@ again AS (
     INSERT INTO awa_fast.jobs_hot (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, run_lease, errors, metadata, tags, progress, unique_key,
-        callback_result, deadline_seconds)
+        callback_result, deadline_seconds, parent_id)
     SELECT id, kind, queue, args, 'available', priority, attempt, max_attempts, now(),
            created_at, attempted_at, run_lease, new_errors, metadata, tags, progress,
-           unique_key, payload, deadline_seconds
+           unique_key, payload, deadline_seconds, parent_id
     FROM resolved_with WHERE %(state)s = 'available'
     RETURNING *
 )

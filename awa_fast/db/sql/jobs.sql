@@ -250,10 +250,10 @@ WITH finished AS (
 INSERT INTO awa_fast.jobs_done (
     id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
     attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-    callback_id, callback_result, deadline_seconds)
+    callback_id, callback_result, deadline_seconds, parent_id)
 SELECT id, kind, queue, args, 'completed', priority, attempt, max_attempts, run_at,
        created_at, attempted_at, now(), run_lease, errors, metadata, tags, NULL,
-       unique_key, callback_id, callback_result, deadline_seconds
+       unique_key, callback_id, callback_result, deadline_seconds, parent_id
 FROM finished
 RETURNING id;
 
@@ -306,7 +306,7 @@ moved AS (
 settled AS (
     SELECT id, kind, queue, args, priority, max_attempts, run_at, created_at, attempted_at,
            run_lease, tags, unique_key, callback_id, callback_timeout_at, callback_result,
-           deadline_seconds,
+           deadline_seconds, parent_id,
            (outcome ->> 'state')::awa_fast.job_state AS state,
            (outcome ->> 'dead')::boolean AS dead,
            (outcome ->> 'delay')::float8 AS delay_s,
@@ -325,10 +325,10 @@ finished AS (
     INSERT INTO awa_fast.jobs_done (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-        callback_id, callback_result, deadline_seconds)
+        callback_id, callback_result, deadline_seconds, parent_id)
     SELECT id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
            attempted_at, now(), run_lease, errors, metadata, tags, progress, unique_key,
-           callback_id, callback_result, deadline_seconds
+           callback_id, callback_result, deadline_seconds, parent_id
     FROM settled WHERE state IN ('completed', 'failed', 'cancelled') AND NOT dead
     RETURNING id, state, attempt, run_at
 ),
@@ -336,11 +336,11 @@ deferred AS (
     INSERT INTO awa_fast.jobs_deferred (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-        callback_id, callback_timeout_at, callback_result, deadline_seconds)
+        callback_id, callback_timeout_at, callback_result, deadline_seconds, parent_id)
     SELECT id, kind, queue, args, state, priority, attempt, max_attempts,
            now() + make_interval(secs => delay_s), created_at, attempted_at, now(), run_lease,
            errors, metadata, tags, progress, unique_key, callback_id, callback_timeout_at,
-           callback_result, deadline_seconds
+           callback_result, deadline_seconds, parent_id
     FROM settled WHERE state IN ('retryable', 'scheduled')
     RETURNING id, state, attempt, run_at
 ),
@@ -348,10 +348,10 @@ buried AS (
     INSERT INTO awa_fast.dlq (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-        deadline_seconds, dlq_reason)
+        deadline_seconds, parent_id, dlq_reason)
     SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at,
            created_at, attempted_at, now(), run_lease, errors, metadata, tags, progress,
-           unique_key, deadline_seconds, dlq_reason
+           unique_key, deadline_seconds, parent_id, dlq_reason
     FROM settled WHERE dead
     RETURNING id, state, attempt, run_at
 )
@@ -381,11 +381,11 @@ INSERT INTO awa_fast.jobs_hot (
     id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
     attempted_at, finalized_at, heartbeat_at, deadline_at, run_lease, errors, metadata,
     tags, progress, unique_key, callback_id, callback_timeout_at, callback_result,
-    deadline_seconds)
+    deadline_seconds, parent_id)
 SELECT id, kind, queue, args, 'available', priority, attempt, max_attempts, run_at, created_at,
        attempted_at, NULL, NULL, NULL, run_lease, errors, metadata,
        tags, progress, unique_key, callback_id, callback_timeout_at, callback_result,
-       deadline_seconds
+       deadline_seconds, parent_id
 FROM due
 RETURNING id;
 
@@ -451,14 +451,15 @@ DELETE FROM awa_fast.hosts WHERE id = %(id)s;
 
 -- fragment: insert_rows
 -- The jobs of job_insert_many and job_insert_scheduled, given as parallel arrays: `d`.
+-- A follow-up's parent_id names the job whose transition inserted it (migration 0022).
 WITH d AS (
     SELECT * FROM unnest(
         %(ids)s::bigint[], %(kinds)s::text[], %(queues)s::text[], %(args)s::jsonb[],
         %(priorities)s::smallint[], %(max_attempts)s::smallint[], %(run_ats)s::timestamptz[],
         %(tags)s::jsonb[], %(metadata)s::jsonb[], %(unique_keys)s::bytea[],
-        %(deadlines)s::float8[]
+        %(deadlines)s::float8[], %(parents)s::bigint[]
     ) AS d(id, kind, queue, args, priority, max_attempts, run_at, tags, metadata, unique_key,
-           deadline_seconds)
+           deadline_seconds, parent_id)
 )
 
 -- name: job_insert_many
@@ -468,19 +469,22 @@ WITH d AS (
 -- include: insert_rows
 , hot AS (
     INSERT INTO awa_fast.jobs_hot (id, kind, queue, args, state, priority, max_attempts, run_at,
-                                   tags, metadata, unique_key, deadline_seconds)
+                                   tags, metadata, unique_key, deadline_seconds, parent_id)
     SELECT COALESCE(id, nextval('awa_fast.job_id_seq')), kind, queue, args, 'available',
            priority, max_attempts, COALESCE(run_at, now()),
-           ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key, deadline_seconds
+           ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key,
+           deadline_seconds, parent_id
     FROM d WHERE run_at IS NULL OR run_at <= now()
     RETURNING *
 ),
 deferred AS (
     INSERT INTO awa_fast.jobs_deferred (id, kind, queue, args, state, priority, max_attempts,
-                                        run_at, tags, metadata, unique_key, deadline_seconds)
+                                        run_at, tags, metadata, unique_key, deadline_seconds,
+                                        parent_id)
     SELECT COALESCE(id, nextval('awa_fast.job_id_seq')), kind, queue, args, 'scheduled',
            priority, max_attempts, run_at,
-           ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key, deadline_seconds
+           ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key,
+           deadline_seconds, parent_id
     FROM d WHERE run_at > now()
     RETURNING *
 )
@@ -493,10 +497,12 @@ SELECT * FROM deferred;
 -- starts scheduled in jobs_deferred, due or not, for the promoter to make available.
 -- include: insert_rows
 INSERT INTO awa_fast.jobs_deferred (id, kind, queue, args, state, priority, max_attempts,
-                                    run_at, tags, metadata, unique_key, deadline_seconds)
+                                    run_at, tags, metadata, unique_key, deadline_seconds,
+                                    parent_id)
 SELECT COALESCE(id, nextval('awa_fast.job_id_seq')), kind, queue, args, 'scheduled',
        priority, max_attempts, run_at,
-       ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key, deadline_seconds
+       ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key,
+       deadline_seconds, parent_id
 FROM d
 RETURNING *;
 
@@ -598,10 +604,10 @@ failed AS (
     INSERT INTO awa_fast.jobs_done (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-        callback_id, callback_result, deadline_seconds)
+        callback_id, callback_result, deadline_seconds, parent_id)
     SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at,
            created_at, attempted_at, now(), run_lease, new_errors, metadata, tags, progress,
-           unique_key, callback_id, callback_result, deadline_seconds
+           unique_key, callback_id, callback_result, deadline_seconds, parent_id
     FROM moved WHERE exhausted AND NOT to_dlq
     RETURNING id, state, attempt, run_at
 ),
@@ -609,12 +615,13 @@ deferred AS (
     INSERT INTO awa_fast.jobs_deferred (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-        callback_id, callback_timeout_at, callback_result, deadline_seconds)
+        callback_id, callback_timeout_at, callback_result, deadline_seconds, parent_id)
     SELECT id, kind, queue, args, 'retryable', priority, attempt, max_attempts,
            now() + make_interval(secs => least(%(base)s * power(2, attempt - 1), %(max)s)
                                          * (1 + random() * %(jitter)s)),
            created_at, attempted_at, now(), run_lease, new_errors, metadata, tags, progress,
-           unique_key, callback_id, callback_timeout_at, callback_result, deadline_seconds
+           unique_key, callback_id, callback_timeout_at, callback_result, deadline_seconds,
+           parent_id
     FROM moved WHERE NOT exhausted
     RETURNING id, state, attempt, run_at
 ),
@@ -622,10 +629,10 @@ buried AS (
     INSERT INTO awa_fast.dlq (
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-        deadline_seconds, dlq_reason)
+        deadline_seconds, parent_id, dlq_reason)
     SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at,
            created_at, attempted_at, now(), run_lease, new_errors, metadata, tags, progress,
-           unique_key, deadline_seconds, new_errors -> -1 ->> 'error'
+           unique_key, deadline_seconds, parent_id, new_errors -> -1 ->> 'error'
     FROM moved WHERE exhausted AND to_dlq
     RETURNING id, state, attempt, run_at
 )

@@ -349,7 +349,7 @@ class AsyncClient(_AsyncOnly):
         ``opts``, one entry per job or None, sets a job's own ``queue`` or ``ordering_key``."""
         check_insert_options("insert_many_copy", options)
         laid = producer.with_item_options(items, options, opts)
-        return await self._run(admin.get_jobs(await self.insert_many(laid, **options)))
+        return await self.run_op(admin.get_jobs(await self.insert_many(laid, **options)))
 
     async def enqueue_many_copy(
         self,
@@ -370,7 +370,10 @@ class AsyncClient(_AsyncOnly):
         tx:``); the block commits when it ends and rolls back on an exception."""
         return await Transaction.begin(await self._conn())
 
-    async def _run(self, op: admin.Op[T]) -> T:
+    async def run_op(self, op: admin.Op[T]) -> T:
+        """Run an admin operation (an :class:`awa_fast.admin.Op`, as that module's
+        functions build them) on one of this client's connections, as this client's admin
+        methods run theirs; returns what the Op makes of its rows."""
         async with await self._conn() as conn:
             return await _execute_async(conn, op)
 
@@ -381,12 +384,12 @@ class AsyncClient(_AsyncOnly):
 
     async def get_job(self, job_id: int) -> JobRow:
         """The job; :class:`~awa_fast.errors.JobNotFound` when there is none."""
-        return await self._run(admin.get_job(job_id))
+        return await self.run_op(admin.get_job(job_id))
 
     async def cancel(self, job_id: int) -> JobRow | None:
         """Cancel the job (a running handler sees ``is_cancelled()``); None if finished."""
-        cancelled = await self._run(admin.cancel(job_id))
-        return await self._run(admin.find_job(job_id)) if cancelled else None
+        cancelled = await self.run_op(admin.cancel(job_id))
+        return await self.run_op(admin.find_job(job_id)) if cancelled else None
 
     async def retry(self, job_id: int) -> JobRow | None:
         """Run a failed, cancelled or parked (waiting_external) job again, attempts reset;
@@ -404,63 +407,63 @@ class AsyncClient(_AsyncOnly):
         """Cancel the oldest unfinished job with this unique key (give ``queue``, ``args``,
         ``period_bucket`` as its UniqueOpts took them); None if there is none."""
         holder = admin.unique_key_holder(kind, queue=queue, args=args, period_bucket=period_bucket)
-        job_id = await self._run(holder)
+        job_id = await self.run_op(holder)
         return None if job_id is None else await self.cancel(job_id)
 
     async def retry_failed(
         self, *, kind: str | None = None, queue: str | None = None
     ) -> admin.RetryFailedResult:
         """Run every failed job of ``kind`` and ``queue`` again (each None for any)."""
-        return await self._run(admin.retry_failed(kind=kind, queue=queue))
+        return await self.run_op(admin.retry_failed(kind=kind, queue=queue))
 
     async def discard_failed(self, kind: str) -> int:
-        return await self._run(admin.discard_failed(kind))
+        return await self.run_op(admin.discard_failed(kind))
 
     async def dump_job(self, job_id: int) -> str:
-        return await self._run(admin.dump_job(job_id))
+        return await self.run_op(admin.dump_job(job_id))
 
     async def dump_run(self, job_id: int, attempt: int | None = None) -> str:
         """One attempt of a job as JSON (the current one unless ``attempt`` is given)."""
-        return await self._run(admin.dump_run(job_id, attempt))
+        return await self.run_op(admin.dump_run(job_id, attempt))
 
     async def pause_queue(self, queue: str, paused_by: str | None = None) -> None:
-        await self._run(admin.pause_queue(queue, paused_by))
+        await self.run_op(admin.pause_queue(queue, paused_by))
 
     async def resume_queue(self, queue: str) -> None:
-        await self._run(admin.resume_queue(queue))
+        await self.run_op(admin.resume_queue(queue))
 
     async def drain_queue(self, queue: str) -> int:
-        return await self._run(admin.drain_queue(queue))
+        return await self.run_op(admin.drain_queue(queue))
 
     async def flush_admin_metadata(self) -> None:
         """Nothing to flush: queue_stats() counts on every call (the Awa SDK caches its
         counters; code that flushes them first runs unchanged)."""
 
     async def queue_stats(self) -> list[admin.QueueStat]:
-        return await self._run(admin.queue_stats())
+        return await self.run_op(admin.queue_stats())
 
     async def storage_status(self) -> str:
         """The Awa SDK's storage-transition report, as pretty JSON: one engine, always
         active, with nothing to transition to (its blockers say so)."""
-        return await self._run(admin.storage_status())
+        return await self.run_op(admin.storage_status())
 
     async def list_jobs(self, **filters: Any) -> list[JobRow]:
         """Newest first; filters: ``state``, ``kind``, ``queue``, ``limit`` (100)."""
-        return await self._run(admin.list_jobs(**filters))
+        return await self.run_op(admin.list_jobs(**filters))
 
     async def list_dlq(self, **filters: Any) -> list[admin.DlqEntry]:
         """Dead-lettered jobs, newest first; filters: ``kind``, ``queue``, ``tag``, the
         cursor ``before_dlq_at``/``before_id``, ``limit``."""
-        return await self._run(admin.list_dlq(**filters))
+        return await self.run_op(admin.list_dlq(**filters))
 
     async def get_dlq_job(self, job_id: int) -> admin.DlqEntry | None:
-        return await self._run(admin.get_dlq_job(job_id))
+        return await self.run_op(admin.get_dlq_job(job_id))
 
     async def dlq_depth(self, *, queue: str | None = None) -> int:
-        return await self._run(admin.dlq_depth(queue=queue))
+        return await self.run_op(admin.dlq_depth(queue=queue))
 
     async def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
-        return await self._run(admin.dlq_depth_by_queue())
+        return await self.run_op(admin.dlq_depth_by_queue())
 
     async def retry_from_dlq(
         self,
@@ -474,8 +477,8 @@ class AsyncClient(_AsyncOnly):
         return await self._resolved(op)
 
     async def _resolved(self, op: admin.Op[int | None]) -> JobRow | None:
-        job_id = await self._run(op)
-        return None if job_id is None else await self._run(admin.find_job(job_id))
+        job_id = await self.run_op(op)
+        return None if job_id is None else await self.run_op(admin.find_job(job_id))
 
     async def bulk_retry_from_dlq(
         self,
@@ -485,12 +488,12 @@ class AsyncClient(_AsyncOnly):
         tag: str | None = None,
         allow_all: bool = False,
     ) -> int:
-        return await self._run(
+        return await self.run_op(
             admin.bulk_retry_from_dlq(kind=kind, queue=queue, tag=tag, allow_all=allow_all)
         )
 
     async def move_failed_to_dlq(self, job_id: int, reason: str) -> admin.DlqEntry | None:
-        return await self._run(admin.move_failed_to_dlq(job_id, reason))
+        return await self.run_op(admin.move_failed_to_dlq(job_id, reason))
 
     async def bulk_move_failed_to_dlq(
         self,
@@ -500,14 +503,14 @@ class AsyncClient(_AsyncOnly):
         reason: str = "manual",
         allow_all: bool = False,
     ) -> int:
-        return await self._run(
+        return await self.run_op(
             admin.bulk_move_failed_to_dlq(
                 kind=kind, queue=queue, reason=reason, allow_all=allow_all
             )
         )
 
     async def purge_dlq_job(self, job_id: int) -> bool:
-        return await self._run(admin.purge_dlq_job(job_id))
+        return await self.run_op(admin.purge_dlq_job(job_id))
 
     async def purge_dlq(
         self,
@@ -527,7 +530,7 @@ class AsyncClient(_AsyncOnly):
             before_dlq_at=before_dlq_at,
             allow_all=allow_all,
         )
-        return await self._run(op)
+        return await self.run_op(op)
 
     # Durable batch operations (awa_fast.batch): stored here, applied by the maintenance
     # leader in chunks. Operations and previews are the Awa SDK's dicts.
@@ -540,7 +543,7 @@ class AsyncClient(_AsyncOnly):
         filter: batch.BatchOperationFilter | None = None,
     ) -> batch.BatchOperationPreview:
         """How many queued jobs the operation would change, and a sample; changes nothing."""
-        return await self._run(batch.preview(op_kind, spec=spec, filter=filter))
+        return await self.run_op(batch.preview(op_kind, spec=spec, filter=filter))
 
     async def submit_batch_operation(
         self,
@@ -555,7 +558,7 @@ class AsyncClient(_AsyncOnly):
         op = batch.submit(
             op_kind, spec=spec, filter=filter, submitted_by=submitted_by, allow_all=allow_all
         )
-        return await self._run(op)
+        return await self.run_op(op)
 
     async def preview_set_priority(
         self, priority: int, *, filter: batch.BatchOperationFilter | None = None
@@ -614,28 +617,28 @@ class AsyncClient(_AsyncOnly):
         self, *, state: batch.BatchOperationState | None = None, limit: int = 100
     ) -> list[batch.BatchOperation]:
         """Newest first."""
-        return await self._run(batch.list_operations(state=state, limit=limit))
+        return await self.run_op(batch.list_operations(state=state, limit=limit))
 
     async def get_batch_operation(self, operation_id: str) -> batch.BatchOperation:
-        return await self._run(batch.get(operation_id))
+        return await self.run_op(batch.get(operation_id))
 
     async def cancel_batch_operation(self, operation_id: str) -> batch.BatchOperation:
         """Stop the operation between chunks (``cancelling`` until the leader's next step)."""
-        return await self._run(batch.cancel(operation_id))
+        return await self.run_op(batch.cancel(operation_id))
 
     async def purge_batch_operations(self, before: datetime, *, limit: int = 1000) -> int:
         """Delete finished operations finalized before ``before``; returns how many."""
-        return await self._run(batch.purge(before, limit=limit))
+        return await self.run_op(batch.purge(before, limit=limit))
 
     async def complete_external(self, callback_id: str, payload: object = None) -> JobRow:
         """Complete the job waiting on ``callback_id`` (CallbackNotFound if none waits)."""
-        return await self._run(admin.complete_external(callback_id, payload))
+        return await self.run_op(admin.complete_external(callback_id, payload))
 
     async def fail_external(self, callback_id: str, error: str) -> JobRow:
-        return await self._run(admin.fail_external(callback_id, error))
+        return await self.run_op(admin.fail_external(callback_id, error))
 
     async def retry_external(self, callback_id: str) -> JobRow:
-        return await self._run(admin.retry_external(callback_id))
+        return await self.run_op(admin.retry_external(callback_id))
 
     async def resolve_callback(
         self, callback_id: str, payload: object = None, default_action: str = "ignore"
@@ -648,25 +651,25 @@ class AsyncClient(_AsyncOnly):
     async def resume_external(self, callback_id: str, payload: object = None) -> JobRow:
         """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``; a parked
         job runs again (:func:`awa_fast.admin.callbacks.resume_external`)."""
-        return await self._run(admin.resume_external(callback_id, payload))
+        return await self.run_op(admin.resume_external(callback_id, payload))
 
     async def heartbeat_callback(
         self, callback_id: str, timeout_seconds: float = DEFAULT_CALLBACK_TIMEOUT
     ) -> JobRow:
         """Push the callback's timeout to ``timeout_seconds`` from now."""
-        return await self._run(admin.heartbeat_callback(callback_id, timeout_seconds))
+        return await self.run_op(admin.heartbeat_callback(callback_id, timeout_seconds))
 
     async def list_cron_jobs(self) -> list[dict[str, Any]]:
-        return await self._run(admin.list_cron_jobs())
+        return await self.run_op(admin.list_cron_jobs())
 
     async def list_queue_descriptors(self) -> list[dict[str, Any]]:
-        return await self._run(admin.list_queue_descriptors())
+        return await self.run_op(admin.list_queue_descriptors())
 
     async def list_job_kind_descriptors(self) -> list[dict[str, Any]]:
-        return await self._run(admin.list_job_kind_descriptors())
+        return await self.run_op(admin.list_job_kind_descriptors())
 
     async def delete_cron_job(self, name: str) -> bool:
-        return await self._run(admin.delete_cron_job(name))
+        return await self.run_op(admin.delete_cron_job(name))
 
     async def close(self) -> None:
         await self._stop_handlers()
@@ -750,7 +753,7 @@ class Client(_SyncOnly):
         ``opts``, one entry per job or None, sets a job's own ``queue`` or ``ordering_key``."""
         check_insert_options("insert_many_copy", options)
         laid = producer.with_item_options(items, options, opts)
-        return self._run(admin.get_jobs(self.insert_many(laid, **options)))
+        return self.run_op(admin.get_jobs(self.insert_many(laid, **options)))
 
     def enqueue_many_copy(
         self,
@@ -771,7 +774,10 @@ class Client(_SyncOnly):
         tx:``); the block commits when it ends and rolls back on an exception."""
         return SyncTransaction.begin(self._conn())
 
-    def _run(self, op: admin.Op[T]) -> T:
+    def run_op(self, op: admin.Op[T]) -> T:
+        """Run an admin operation (an :class:`awa_fast.admin.Op`, as that module's
+        functions build them) on one of this client's connections, as this client's admin
+        methods run theirs; returns what the Op makes of its rows."""
         with self._conn() as conn:
             return _execute(conn, op)
 
@@ -782,12 +788,12 @@ class Client(_SyncOnly):
 
     def get_job(self, job_id: int) -> JobRow:
         """The job; :class:`~awa_fast.errors.JobNotFound` when there is none."""
-        return self._run(admin.get_job(job_id))
+        return self.run_op(admin.get_job(job_id))
 
     def cancel(self, job_id: int) -> JobRow | None:
         """Cancel the job (a running handler sees ``is_cancelled()``); None if finished."""
-        cancelled = self._run(admin.cancel(job_id))
-        return self._run(admin.find_job(job_id)) if cancelled else None
+        cancelled = self.run_op(admin.cancel(job_id))
+        return self.run_op(admin.find_job(job_id)) if cancelled else None
 
     def retry(self, job_id: int) -> JobRow | None:
         """Run a failed, cancelled or parked (waiting_external) job again, attempts reset;
@@ -805,63 +811,63 @@ class Client(_SyncOnly):
         """Cancel the oldest unfinished job with this unique key (give ``queue``, ``args``,
         ``period_bucket`` as its UniqueOpts took them); None if there is none."""
         holder = admin.unique_key_holder(kind, queue=queue, args=args, period_bucket=period_bucket)
-        job_id = self._run(holder)
+        job_id = self.run_op(holder)
         return None if job_id is None else self.cancel(job_id)
 
     def retry_failed(
         self, *, kind: str | None = None, queue: str | None = None
     ) -> admin.RetryFailedResult:
         """Run every failed job of ``kind`` and ``queue`` again (each None for any)."""
-        return self._run(admin.retry_failed(kind=kind, queue=queue))
+        return self.run_op(admin.retry_failed(kind=kind, queue=queue))
 
     def discard_failed(self, kind: str) -> int:
-        return self._run(admin.discard_failed(kind))
+        return self.run_op(admin.discard_failed(kind))
 
     def dump_job(self, job_id: int) -> str:
-        return self._run(admin.dump_job(job_id))
+        return self.run_op(admin.dump_job(job_id))
 
     def dump_run(self, job_id: int, attempt: int | None = None) -> str:
         """One attempt of a job as JSON (the current one unless ``attempt`` is given)."""
-        return self._run(admin.dump_run(job_id, attempt))
+        return self.run_op(admin.dump_run(job_id, attempt))
 
     def pause_queue(self, queue: str, paused_by: str | None = None) -> None:
-        self._run(admin.pause_queue(queue, paused_by))
+        self.run_op(admin.pause_queue(queue, paused_by))
 
     def resume_queue(self, queue: str) -> None:
-        self._run(admin.resume_queue(queue))
+        self.run_op(admin.resume_queue(queue))
 
     def drain_queue(self, queue: str) -> int:
-        return self._run(admin.drain_queue(queue))
+        return self.run_op(admin.drain_queue(queue))
 
     def flush_admin_metadata(self) -> None:
         """Nothing to flush: queue_stats() counts on every call (the Awa SDK caches its
         counters; code that flushes them first runs unchanged)."""
 
     def queue_stats(self) -> list[admin.QueueStat]:
-        return self._run(admin.queue_stats())
+        return self.run_op(admin.queue_stats())
 
     def storage_status(self) -> str:
         """The Awa SDK's storage-transition report, as pretty JSON: one engine, always
         active, with nothing to transition to (its blockers say so)."""
-        return self._run(admin.storage_status())
+        return self.run_op(admin.storage_status())
 
     def list_jobs(self, **filters: Any) -> list[JobRow]:
         """Newest first; filters: ``state``, ``kind``, ``queue``, ``limit`` (100)."""
-        return self._run(admin.list_jobs(**filters))
+        return self.run_op(admin.list_jobs(**filters))
 
     def list_dlq(self, **filters: Any) -> list[admin.DlqEntry]:
         """Dead-lettered jobs, newest first; filters: ``kind``, ``queue``, ``tag``, the
         cursor ``before_dlq_at``/``before_id``, ``limit``."""
-        return self._run(admin.list_dlq(**filters))
+        return self.run_op(admin.list_dlq(**filters))
 
     def get_dlq_job(self, job_id: int) -> admin.DlqEntry | None:
-        return self._run(admin.get_dlq_job(job_id))
+        return self.run_op(admin.get_dlq_job(job_id))
 
     def dlq_depth(self, *, queue: str | None = None) -> int:
-        return self._run(admin.dlq_depth(queue=queue))
+        return self.run_op(admin.dlq_depth(queue=queue))
 
     def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
-        return self._run(admin.dlq_depth_by_queue())
+        return self.run_op(admin.dlq_depth_by_queue())
 
     def retry_from_dlq(
         self,
@@ -875,8 +881,8 @@ class Client(_SyncOnly):
         return self._resolved(op)
 
     def _resolved(self, op: admin.Op[int | None]) -> JobRow | None:
-        job_id = self._run(op)
-        return None if job_id is None else self._run(admin.find_job(job_id))
+        job_id = self.run_op(op)
+        return None if job_id is None else self.run_op(admin.find_job(job_id))
 
     def bulk_retry_from_dlq(
         self,
@@ -886,12 +892,12 @@ class Client(_SyncOnly):
         tag: str | None = None,
         allow_all: bool = False,
     ) -> int:
-        return self._run(
+        return self.run_op(
             admin.bulk_retry_from_dlq(kind=kind, queue=queue, tag=tag, allow_all=allow_all)
         )
 
     def move_failed_to_dlq(self, job_id: int, reason: str) -> admin.DlqEntry | None:
-        return self._run(admin.move_failed_to_dlq(job_id, reason))
+        return self.run_op(admin.move_failed_to_dlq(job_id, reason))
 
     def bulk_move_failed_to_dlq(
         self,
@@ -901,14 +907,14 @@ class Client(_SyncOnly):
         reason: str = "manual",
         allow_all: bool = False,
     ) -> int:
-        return self._run(
+        return self.run_op(
             admin.bulk_move_failed_to_dlq(
                 kind=kind, queue=queue, reason=reason, allow_all=allow_all
             )
         )
 
     def purge_dlq_job(self, job_id: int) -> bool:
-        return self._run(admin.purge_dlq_job(job_id))
+        return self.run_op(admin.purge_dlq_job(job_id))
 
     def purge_dlq(
         self,
@@ -928,7 +934,7 @@ class Client(_SyncOnly):
             before_dlq_at=before_dlq_at,
             allow_all=allow_all,
         )
-        return self._run(op)
+        return self.run_op(op)
 
     # Durable batch operations (awa_fast.batch): stored here, applied by the maintenance
     # leader in chunks. Operations and previews are the Awa SDK's dicts.
@@ -941,7 +947,7 @@ class Client(_SyncOnly):
         filter: batch.BatchOperationFilter | None = None,
     ) -> batch.BatchOperationPreview:
         """How many queued jobs the operation would change, and a sample; changes nothing."""
-        return self._run(batch.preview(op_kind, spec=spec, filter=filter))
+        return self.run_op(batch.preview(op_kind, spec=spec, filter=filter))
 
     def submit_batch_operation(
         self,
@@ -956,7 +962,7 @@ class Client(_SyncOnly):
         op = batch.submit(
             op_kind, spec=spec, filter=filter, submitted_by=submitted_by, allow_all=allow_all
         )
-        return self._run(op)
+        return self.run_op(op)
 
     def preview_set_priority(
         self, priority: int, *, filter: batch.BatchOperationFilter | None = None
@@ -1015,28 +1021,28 @@ class Client(_SyncOnly):
         self, *, state: batch.BatchOperationState | None = None, limit: int = 100
     ) -> list[batch.BatchOperation]:
         """Newest first."""
-        return self._run(batch.list_operations(state=state, limit=limit))
+        return self.run_op(batch.list_operations(state=state, limit=limit))
 
     def get_batch_operation(self, operation_id: str) -> batch.BatchOperation:
-        return self._run(batch.get(operation_id))
+        return self.run_op(batch.get(operation_id))
 
     def cancel_batch_operation(self, operation_id: str) -> batch.BatchOperation:
         """Stop the operation between chunks (``cancelling`` until the leader's next step)."""
-        return self._run(batch.cancel(operation_id))
+        return self.run_op(batch.cancel(operation_id))
 
     def purge_batch_operations(self, before: datetime, *, limit: int = 1000) -> int:
         """Delete finished operations finalized before ``before``; returns how many."""
-        return self._run(batch.purge(before, limit=limit))
+        return self.run_op(batch.purge(before, limit=limit))
 
     def complete_external(self, callback_id: str, payload: object = None) -> JobRow:
         """Complete the job waiting on ``callback_id`` (CallbackNotFound if none waits)."""
-        return self._run(admin.complete_external(callback_id, payload))
+        return self.run_op(admin.complete_external(callback_id, payload))
 
     def fail_external(self, callback_id: str, error: str) -> JobRow:
-        return self._run(admin.fail_external(callback_id, error))
+        return self.run_op(admin.fail_external(callback_id, error))
 
     def retry_external(self, callback_id: str) -> JobRow:
-        return self._run(admin.retry_external(callback_id))
+        return self.run_op(admin.retry_external(callback_id))
 
     def resolve_callback(
         self, callback_id: str, payload: object = None, default_action: str = "ignore"
@@ -1049,25 +1055,25 @@ class Client(_SyncOnly):
     def resume_external(self, callback_id: str, payload: object = None) -> JobRow:
         """Hand ``payload`` to the handler waiting in ``job.wait_for_callback``; a parked
         job runs again (:func:`awa_fast.admin.callbacks.resume_external`)."""
-        return self._run(admin.resume_external(callback_id, payload))
+        return self.run_op(admin.resume_external(callback_id, payload))
 
     def heartbeat_callback(
         self, callback_id: str, timeout_seconds: float = DEFAULT_CALLBACK_TIMEOUT
     ) -> JobRow:
         """Push the callback's timeout to ``timeout_seconds`` from now."""
-        return self._run(admin.heartbeat_callback(callback_id, timeout_seconds))
+        return self.run_op(admin.heartbeat_callback(callback_id, timeout_seconds))
 
     def list_cron_jobs(self) -> list[dict[str, Any]]:
-        return self._run(admin.list_cron_jobs())
+        return self.run_op(admin.list_cron_jobs())
 
     def list_queue_descriptors(self) -> list[dict[str, Any]]:
-        return self._run(admin.list_queue_descriptors())
+        return self.run_op(admin.list_queue_descriptors())
 
     def list_job_kind_descriptors(self) -> list[dict[str, Any]]:
-        return self._run(admin.list_job_kind_descriptors())
+        return self.run_op(admin.list_job_kind_descriptors())
 
     def delete_cron_job(self, name: str) -> bool:
-        return self._run(admin.delete_cron_job(name))
+        return self.run_op(admin.delete_cron_job(name))
 
     def close(self) -> None:
         self._stop_handlers()

@@ -54,7 +54,7 @@ class Dashboard:
 
     async def run(self, op: Op[T]) -> T:
         """Run an admin Op as the clients run theirs."""
-        return await self.client._run(op)
+        return await self.client.run_op(op)
 
     def actor(self, request: Request) -> str:
         """Who made the request; empty on the login page, before anyone has said."""

@@ -28,7 +28,7 @@ def _walk(client: awa_fast.Client, where: ops.JobFilter, *, limit: int, scan: in
     seen: list[int] = []
     before = None
     while True:
-        page = client._run(ops.job_page(where, before=before, limit=limit, scan=scan))
+        page = client.run_op(ops.job_page(where, before=before, limit=limit, scan=scan))
         seen += [job.id for job in page.jobs]
         if page.next_before is None:
             return seen
@@ -164,11 +164,11 @@ def test_finished_counts_jobs_by_queue_and_bucket(
     dead = insert_job(conn, queue="c")
     finish_jobs(conn, "failed", [dead])
     client.move_failed_to_dlq(dead, "broken")
-    found = client._run(ops.finished(since=None, window_s=3600, bucket_s=60))
+    found = client.run_op(ops.finished(since=None, window_s=3600, bucket_s=60))
     assert found.buckets[at // 60 * 60] == {"a": (2, 1)}
     assert sum(counts.get("c", (0, 0))[1] for counts in found.buckets.values()) == 1
     assert not any("b" in counts for counts in found.buckets.values())
-    later = client._run(ops.finished(since=at + 1, window_s=3600, bucket_s=60))
+    later = client.run_op(ops.finished(since=at + 1, window_s=3600, bucket_s=60))
     assert at // 60 * 60 not in later.buckets and abs(later.now - found.now) < 60
 
 
@@ -189,9 +189,9 @@ def test_hosts_show_their_running_attempts_and_which_one_leads(
         "UPDATE awa_fast.leader SET term = 3, holder = 'web-2 pid 200 abc',"
         " expires_at = now() + interval '1 minute'"
     )
-    leader = client._run(ops.leader())
+    leader = client.run_op(ops.leader())
     assert (leader.term, leader.live) == (3, True)
-    found = {host.name: host for host in client._run(ops.hosts(leader))}
+    found = {host.name: host for host in client.run_op(ops.hosts(leader))}
     assert found["web-1:100"].running == {"email": 2, "bulk": 1}
     assert (found["web-1:100"].leader, found["web-2:200"].leader) == (False, True)
     assert found["web-2:200"].running == {}
@@ -199,7 +199,7 @@ def test_hosts_show_their_running_attempts_and_which_one_leads(
 
 
 def test_no_leader_before_the_first_term_or_after_one_ends(client: awa_fast.Client) -> None:
-    first = client._run(ops.leader())
+    first = client.run_op(ops.leader())
     assert (first.live, first.expires_at, first.holder) == (False, None, None)
     assert not ops.holds("web-2:200", None)
     assert not ops.holds("web-2:2000", "web-2 pid 200 abc")
@@ -210,13 +210,13 @@ def test_counts_preview_what_the_bulk_calls_take(
 ) -> None:
     for kind, queue in (("a", "q"), ("a", "r"), ("b", "q")):
         finish_jobs(conn, "failed", [insert_job(conn, kind=kind, queue=queue)])
-    assert client._run(ops.count_failed(kind="a", queue=None)) == 2
-    assert client._run(ops.count_failed(kind=None, queue="q")) == 2
-    assert client._run(ops.count_failed(kind="a", queue="q")) == 1
+    assert client.run_op(ops.count_failed(kind="a", queue=None)) == 2
+    assert client.run_op(ops.count_failed(kind=None, queue="q")) == 2
+    assert client.run_op(ops.count_failed(kind="a", queue="q")) == 1
     client.bulk_move_failed_to_dlq(queue="q", reason="x")
-    assert client._run(ops.count_dlq(kind=None, queue=None, tag=None)) == 2
-    assert client._run(ops.count_dlq(kind="b", queue="q", tag=None)) == 1
-    assert client._run(ops.count_dlq(kind=None, queue=None, tag="t")) == 0
+    assert client.run_op(ops.count_dlq(kind=None, queue=None, tag=None)) == 2
+    assert client.run_op(ops.count_dlq(kind="b", queue="q", tag=None)) == 1
+    assert client.run_op(ops.count_dlq(kind=None, queue=None, tag="t")) == 0
     assert client.purge_dlq(queue="q") == 2
 
 
@@ -228,7 +228,7 @@ def test_delete_takes_jobs_in_every_state_but_running(
         for state in ("available", "running", "waiting_external", "scheduled", "failed")
     }
     packed = client.insert_many([{"n": i} for i in range(5)], kind="bulk", queue="bulk")
-    deleted = client._run(ops.delete_jobs([*ids.values(), packed[2], 999_999]))
+    deleted = client.run_op(ops.delete_jobs([*ids.values(), packed[2], 999_999]))
     assert deleted == sorted([*(v for k, v in ids.items() if k != "running"), packed[2]])
     left = [row[0] for row in conn.execute("SELECT id FROM awa_fast.jobs ORDER BY id")]
     assert left == sorted([ids["running"], *packed[:2], *packed[3:]])
@@ -244,7 +244,7 @@ def test_run_now_inserts_the_schedules_job_and_leaves_its_next_fire(
 ) -> None:
     schedule = periodic_job("nightly", "0 3 * * *", Report, Report("today"), queue="reports")
     conn.execute(Q.cron_register, schedule.params())
-    job_id = client._run(ops.run_periodic_now("nightly", actor="ops@example.com"))
+    job_id = client.run_op(ops.run_periodic_now("nightly", actor="ops@example.com"))
     assert job_id is not None
     job = client.get_job(job_id)
     assert (job.kind, job.queue, job.args, job.state) == (
@@ -256,4 +256,4 @@ def test_run_now_inserts_the_schedules_job_and_leaves_its_next_fire(
     assert job.metadata == {"cron_name": "nightly", "cron_run_by": "ops@example.com"}
     row = conn.execute("SELECT last_enqueued_at FROM awa_fast.cron_jobs").fetchone()
     assert row == (None,)
-    assert client._run(ops.run_periodic_now("nope", actor="ops")) is None
+    assert client.run_op(ops.run_periodic_now("nope", actor="ops")) is None

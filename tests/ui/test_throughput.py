@@ -21,12 +21,12 @@ def test_a_refresh_reads_again_only_the_newest_buckets(
 
     async def main() -> None:
         at = _finished(conn, "a", "completed", 300)
-        first = await window.read(client._run)
+        first = await window.read(client.run_op)
         assert len(first.starts) == 60 and first.sums("a") == (1, 0)
         assert first.series("a")[first.starts.index(at // 60 * 60)] == (1, 0)
         _finished(conn, "a", "failed", 600)  # in a bucket already read: kept as it was
         _finished(conn, "a", "failed", 0)  # in the open bucket: read again
-        second = await window.read(client._run)
+        second = await window.read(client.run_op)
         assert second.sums("a") == (1, 1)
         assert [f for _, f in second.series("a")[-2:]] in ([0, 1], [1, 0])  # a minute may turn
         assert second.total() == second.series("a") and second.series("b") == [(0, 0)] * 60

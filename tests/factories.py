@@ -9,7 +9,9 @@ from typing import Any
 import orjson
 import psycopg
 
+from awa_fast import producer
 from awa_fast.db.connections import IdMap
+from awa_fast.types import InsertRequest
 
 TABLE_OF_STATE = {
     "available": "jobs_hot",
@@ -55,6 +57,13 @@ def insert_job(
     ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def insert_followup(conn: psycopg.Connection[Any], parent: int, **options: Any) -> int:
+    """A job of kind "child" inserted as a transition of ``parent`` inserts a follow-up
+    (its parent_id set); ``options`` as InsertRequest's."""
+    job = producer.prepare(InsertRequest({"of": parent}, **{"kind": "child", **options}))
+    return producer.insert_prepared(conn, job, parent_id=parent).id
 
 
 def finish_jobs(

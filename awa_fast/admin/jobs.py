@@ -1,5 +1,6 @@
-"""Reading and changing single jobs: get, find, list, cancel, retry, retry_failed,
-discard_failed and the holder of a unique key, kept apart from the queue-wide calls."""
+"""Reading and changing single jobs: get, find, list, a job's follow-ups, cancel, retry,
+retry_failed, discard_failed and the holder of a unique key, kept apart from the
+queue-wide calls."""
 
 from __future__ import annotations
 
@@ -59,6 +60,14 @@ def list_jobs(
     if limit < 1:
         raise ValidationError("limit", f"must be >= 1, got {limit}")
     return Op(Q.job_list, {"state": state, "kind": kind, "queue": queue, "limit": limit}, _jobs)
+
+
+def list_followups(job_id: int, *, limit: int = 100) -> Op[list[JobRow]]:
+    """The follow-ups the job's transitions inserted (their ``parent_id`` is ``job_id``),
+    oldest first, at most ``limit``; a dead-lettered one shows as failed."""
+    if limit < 1:
+        raise ValidationError("limit", f"must be >= 1, got {limit}")
+    return Op(Q.job_list_followups, {"id": job_id, "limit": limit}, _jobs)
 
 
 def cancel(job_id: int, reason: str = "by admin") -> Op[bool]:

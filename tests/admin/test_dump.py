@@ -15,7 +15,7 @@ import pytest
 
 import awa_fast
 from awa_fast.db.transitions import Backoff
-from tests.factories import finish_jobs, insert_job
+from tests.factories import finish_jobs, insert_followup, insert_job
 from tests.helpers import run, run_until, states
 
 
@@ -210,3 +210,15 @@ def test_dump_job_shows_the_job_and_its_lifecycle(
     assert dead["summary"]["can_retry"] is False and dead["job"]["id"] == row.id
     with pytest.raises(awa_fast.JobNotFound, match=r"^job not found: 999999$"):
         client.dump_job(999999)
+
+
+def test_dump_job_names_a_followups_parent_alive_or_dead_lettered(
+    client: awa_fast.Client, conn: psycopg.Connection[Any]
+) -> None:
+    parent = insert_job(conn)
+    child = insert_followup(conn, parent)
+    assert json.loads(client.dump_job(parent))["job"]["parent_id"] is None
+    assert json.loads(client.dump_job(child))["job"]["parent_id"] == parent
+    finish_jobs(conn, "failed", [child])
+    client.move_failed_to_dlq(child, "gave up")
+    assert json.loads(client.dump_job(child))["job"]["parent_id"] == parent

@@ -1,5 +1,5 @@
 """The calls on single jobs (admin/jobs.py): cancel, also of a running attempt, retry,
-get, list, retry_failed, discard_failed and cancel_by_unique_key."""
+get, list, a job's follow-ups, retry_failed, discard_failed and cancel_by_unique_key."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 import awa_fast
-from tests.factories import finish_jobs, insert_job
+from awa_fast import admin
+from tests.factories import finish_jobs, insert_followup, insert_job
 from tests.helpers import await_until, job, run
 
 FAST = {"heartbeat_interval": 0.1, "rescue_interval": 0.1, "promote_interval": 0.05}
@@ -166,3 +167,46 @@ def test_cancel_by_unique_key_takes_the_oldest_of_two_holders(
     assert client.cancel_by_unique_key("note", args=Note("k")).id == first.id  # type: ignore[union-attr]
     assert client.cancel_by_unique_key("note", args=Note("k")).id == second.id  # type: ignore[union-attr]
     assert {job(dsn, first.id)["state"], job(dsn, second.id)["state"]} == {"cancelled"}
+
+
+def test_list_followups_finds_a_jobs_followups_wherever_they_are(
+    client: awa_fast.Client, conn: psycopg.Connection[Any]
+) -> None:
+    parent = client.insert({"n": 1}, kind="parent").id
+    waiting = insert_followup(conn, parent)
+    scheduled = insert_followup(conn, parent, run_at=datetime.now(UTC) + timedelta(hours=1))
+    done, dead = insert_followup(conn, parent), insert_followup(conn, parent)
+    finish_jobs(conn, "completed", [done])
+    finish_jobs(conn, "failed", [dead])
+    client.move_failed_to_dlq(dead, "gave up")
+    insert_followup(conn, waiting)  # a follow-up's own follow-up is not its parent's
+    found = client.run_op(admin.list_followups(parent))
+    assert [(j.id, j.state, j.parent_id) for j in found] == [
+        (waiting, "available", parent),
+        (scheduled, "scheduled", parent),
+        (done, "completed", parent),
+        (dead, "failed", parent),
+    ]
+    assert [j.id for j in client.run_op(admin.list_followups(parent, limit=2))] == [
+        waiting,
+        scheduled,
+    ]
+    assert client.run_op(admin.list_followups(done)) == []
+    assert client.get_job(waiting).parent_id == parent
+    with pytest.raises(awa_fast.ValidationError):
+        admin.list_followups(parent, limit=0)
+
+
+def test_jobs_a_user_inserts_have_no_parent(
+    client: awa_fast.Client, conn: psycopg.Connection[Any]
+) -> None:
+    one = client.insert({"n": 1}, kind="k")
+    uniform = client.insert_many([{"n": i} for i in range(3)], kind="k")
+    mixed = client.insert_many([{"n": 1}, awa_fast.InsertRequest({"n": 2}, kind="other")], kind="k")
+    packed = client.insert_many([{"n": i} for i in range(100)], kind="k")
+    rows = client.run_op(admin.get_jobs([one.id, *uniform, *mixed, packed[0]]))
+    assert one.parent_id is None and len(rows) == 7
+    assert [row.parent_id for row in rows] == [None] * 7
+    assert conn.execute(
+        "SELECT count(*) FROM awa_fast.jobs WHERE parent_id IS NOT NULL"
+    ).fetchone() == (0,)

@@ -171,6 +171,18 @@ SELECT j.* FROM packs p, awa_fast.pack_jobs(p::awa_fast.job_packs) j
 ORDER BY id DESC
 LIMIT %(limit)s;
 
+-- name: job_list_followups
+-- The follow-ups of the job `id` (migration 0022), wherever each is, the dead-letter queue
+-- included, oldest first: through each table's index of follow-ups.
+SELECT * FROM (
+    SELECT * FROM awa_fast.job_rows WHERE parent_id = %(id)s
+    UNION ALL
+    SELECT (jsonb_populate_record(NULL::awa_fast.job_rows, to_jsonb(d))).*
+    FROM awa_fast.dlq d WHERE d.parent_id = %(id)s
+) f
+ORDER BY id
+LIMIT %(limit)s;
+
 -- name: queue_pause
 INSERT INTO awa_fast.queue_meta (queue, paused, paused_at, paused_by, updated_at)
 VALUES (%(queue)s, true, now(), %(paused_by)s, now())

@@ -18,6 +18,7 @@ from awa_fast.admin.catalog import (
     list_cron_jobs,
     list_job_kind_descriptors,
     list_queue_descriptors,
+    run_cron_job_now,
 )
 from awa_fast.admin.dlq import (
     DlqEntry,
@@ -36,6 +37,7 @@ from awa_fast.admin.dump import dump_job, dump_run
 from awa_fast.admin.jobs import (
     RetryFailedResult,
     cancel,
+    delete_jobs,
     discard_failed,
     find_job,
     get_job,
@@ -69,6 +71,7 @@ __all__ = [
     "cancel",
     "complete_external",
     "delete_cron_job",
+    "delete_jobs",
     "discard_failed",
     "dlq_depth",
     "dlq_depth_by_queue",
@@ -99,6 +102,7 @@ __all__ = [
     "retry_external",
     "retry_failed",
     "retry_from_dlq",
+    "run_cron_job_now",
     "storage_status",
     "unique_key_holder",
 ]

@@ -1,10 +1,11 @@
 """What hosts declare when they start, periodic schedules and queue and kind descriptors,
-as admins read it: rows the hosts own, listed or (a schedule) deleted."""
+as admins read it: rows the hosts own, listed, or (a schedule) deleted or run now."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from awa_fast import validation
 from awa_fast.admin.ops import Op, Rows, any_rows
 from awa_fast.db.queries import Q
 
@@ -17,6 +18,13 @@ def list_cron_jobs() -> Op[list[dict[str, Any]]]:
 def delete_cron_job(name: str) -> Op[bool]:
     """Remove a schedule (a host that still registers it writes it back when it starts)."""
     return Op(Q.cron_delete, {"name": name}, any_rows)
+
+
+def run_cron_job_now(name: str, *, actor: str) -> Op[int | None]:
+    """Insert a periodic job's job now, off schedule, its metadata naming ``actor`` as who
+    asked; its id, None if no such schedule. The schedule's next fire stays."""
+    params = {"name": validation.name("name", name), "actor": actor}
+    return Op(Q.cron_run_now, params, lambda rows: rows[0]["id"] if rows else None)
 
 
 def list_queue_descriptors() -> Op[list[dict[str, Any]]]:

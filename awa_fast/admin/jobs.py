@@ -1,5 +1,5 @@
 """Reading and changing single jobs: get, find, list, a job's follow-ups, cancel, retry,
-retry_failed, discard_failed and the holder of a unique key, kept apart from the
+retry_failed, discard_failed, delete and the holder of a unique key, kept apart from the
 queue-wide calls."""
 
 from __future__ import annotations
@@ -126,6 +126,19 @@ def _retried(rows: Rows) -> RetryFailedResult:
 def discard_failed(kind: str) -> Op[int]:
     """Delete every failed job of ``kind``; returns how many."""
     return Op(Q.job_discard_failed, {"kind": validation.name("kind", kind)}, row_count)
+
+
+def delete_jobs(job_ids: Sequence[int]) -> Op[list[int]]:
+    """Delete the jobs of ``job_ids`` that are not running (cancel a running one instead,
+    so that its handler hears of it), wherever they wait or lie finished; the ids deleted,
+    ascending. A dead-lettered job is :func:`purge_dlq_job`'s."""
+    params = {"ids": [validation.int_in("id", i, 1, 2**63 - 1) for i in job_ids]}
+    return Op(
+        Q.job_delete_many,
+        params,
+        lambda rows: sorted(row["id"] for row in rows),
+        first=Q.job_unpack_many,
+    )
 
 
 def unique_key_holder(

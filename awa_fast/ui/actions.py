@@ -1,6 +1,6 @@
 """The dashboard's actions, as data: each first shows what it would touch (a preview
-count, a sample) and asks, then acts through an admin Op, a durable batch operation or
-the dashboard's own (ui/ops.py), and logs who did it.
+count, a sample, read by the admin package or the dashboard's own ui/ops.py) and asks,
+then acts through an admin Op or a durable batch operation, and logs who did it.
 
 Every action is a POST to ``/actions/NAME`` carrying the form's CSRF token; without
 ``confirm=yes`` it changes nothing and answers with the question.
@@ -155,7 +155,7 @@ async def _cancel(dash: Dashboard, target: Target, actor: str) -> str:
 
 
 async def _delete(dash: Dashboard, target: Target, actor: str) -> str:
-    deleted = await dash.run(ops.delete_jobs(target.ids))
+    deleted = await dash.run(admin.delete_jobs(target.ids))
     return f"Deleted {len(deleted)} of {_plural(len(target.ids), 'job')} (running jobs stay)."
 
 
@@ -274,7 +274,7 @@ async def _run_now_preview(dash: Dashboard, target: Target) -> Preview:
 
 
 async def _run_now(dash: Dashboard, target: Target, actor: str) -> str:
-    job_id = await dash.run(ops.run_periodic_now(_need(target.name, "name"), actor=actor))
+    job_id = await dash.run(admin.run_cron_job_now(_need(target.name, "name"), actor=actor))
     if job_id is None:
         raise ValidationError("name", f"no periodic job named {target.name!r}")
     return f'Inserted job {job_id} of periodic job "{target.name}".'

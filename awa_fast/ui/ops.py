@@ -1,11 +1,10 @@
-"""The dashboard's own reads and actions, as admin Ops: what no client call does, each one
+"""The dashboard's own page reads, as admin Ops: what no client call reads, each one
 statement of awa_fast/db/sql/ui.sql, so that the dashboard runs them as it runs the admin
-package's."""
+package's. Its actions are all the admin package's."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -86,23 +85,6 @@ def count_failed(*, kind: str | None, queue: str | None) -> Op[int]:
 def count_dlq(*, kind: str | None, queue: str | None, tag: str | None) -> Op[int]:
     """The dead-lettered jobs a bulk retry or purge with these filters would take."""
     return Op(Q.dlq_count, {"kind": kind, "queue": queue, "tag": tag}, _count)
-
-
-def delete_jobs(ids: Sequence[int]) -> Op[list[int]]:
-    """Delete the jobs of ``ids`` that are not running; the ids deleted."""
-    params = {"ids": [validation.int_in("id", i, 1, 2**63 - 1) for i in ids]}
-    return Op(
-        Q.job_delete_many,
-        params,
-        lambda rows: sorted(row["id"] for row in rows),
-        first=Q.job_unpack_many,
-    )
-
-
-def run_periodic_now(name: str, *, actor: str) -> Op[int | None]:
-    """Insert a periodic job's job now, off schedule; its id, None if no such schedule."""
-    params = {"name": validation.name("name", name), "actor": actor}
-    return Op(Q.cron_run_now, params, lambda rows: rows[0]["id"] if rows else None)
 
 
 Counts = dict[str, tuple[int, int]]  # queue -> (completed, failed)

@@ -1,5 +1,6 @@
 """The calls on single jobs (admin/jobs.py): cancel, also of a running attempt, retry,
-get, list, a job's follow-ups, retry_failed, discard_failed and cancel_by_unique_key."""
+get, list, a job's follow-ups, retry_failed, discard_failed, delete and
+cancel_by_unique_key."""
 
 from __future__ import annotations
 
@@ -210,3 +211,17 @@ def test_jobs_a_user_inserts_have_no_parent(
     assert conn.execute(
         "SELECT count(*) FROM awa_fast.jobs WHERE parent_id IS NOT NULL"
     ).fetchone() == (0,)
+
+
+def test_delete_takes_jobs_in_every_state_but_running(
+    client: awa_fast.Client, conn: psycopg.Connection[Any]
+) -> None:
+    ids = {
+        state: insert_job(conn, state=state)
+        for state in ("available", "running", "waiting_external", "scheduled", "failed")
+    }
+    packed = client.insert_many([{"n": i} for i in range(5)], kind="bulk", queue="bulk")
+    deleted = client.run_op(admin.delete_jobs([*ids.values(), packed[2], 999_999]))
+    assert deleted == sorted([*(v for k, v in ids.items() if k != "running"), packed[2]])
+    left = [row[0] for row in conn.execute("SELECT id FROM awa_fast.jobs ORDER BY id")]
+    assert left == sorted([ids["running"], *packed[:2], *packed[3:]])

@@ -19,9 +19,9 @@ from awa_fast.db.queries import Q
 from awa_fast.maintenance.periodic import periodic_job
 from awa_fast.ui import BasicAuth, create_app
 from awa_fast.ui.actions import ACTIONS, safe_next
+from tests.admin.test_catalog import Report
 from tests.factories import finish_jobs, insert_job
 from tests.ui.conftest import act, ask, csrf, get
-from tests.ui.test_ops import Report
 
 Conn = psycopg.Connection[Any]
 LOGIN = {"Authorization": "Basic " + base64.b64encode(b"ops:secret").decode()}

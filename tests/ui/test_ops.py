@@ -1,11 +1,10 @@
 """The dashboard's own Ops (ui/ops.py): keyset pages that see every job once and read a
-bounded window however large the tables, throughput buckets, hosts and the leader, the
-preview counts, deleting jobs, and a periodic job run now."""
+bounded window however large the tables, throughput buckets, hosts and the leader, and
+the preview counts."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -14,7 +13,6 @@ from psycopg.types.json import Jsonb
 
 import awa_fast
 from awa_fast.db.queries import Q
-from awa_fast.maintenance.periodic import periodic_job
 from awa_fast.ui import ops
 from tests.factories import finish_jobs, insert_job
 
@@ -218,42 +216,3 @@ def test_counts_preview_what_the_bulk_calls_take(
     assert client.run_op(ops.count_dlq(kind="b", queue="q", tag=None)) == 1
     assert client.run_op(ops.count_dlq(kind=None, queue=None, tag="t")) == 0
     assert client.purge_dlq(queue="q") == 2
-
-
-def test_delete_takes_jobs_in_every_state_but_running(
-    client: awa_fast.Client, conn: psycopg.Connection[Any]
-) -> None:
-    ids = {
-        state: insert_job(conn, state=state)
-        for state in ("available", "running", "waiting_external", "scheduled", "failed")
-    }
-    packed = client.insert_many([{"n": i} for i in range(5)], kind="bulk", queue="bulk")
-    deleted = client.run_op(ops.delete_jobs([*ids.values(), packed[2], 999_999]))
-    assert deleted == sorted([*(v for k, v in ids.items() if k != "running"), packed[2]])
-    left = [row[0] for row in conn.execute("SELECT id FROM awa_fast.jobs ORDER BY id")]
-    assert left == sorted([ids["running"], *packed[:2], *packed[3:]])
-
-
-@dataclass
-class Report:
-    day: str
-
-
-def test_run_now_inserts_the_schedules_job_and_leaves_its_next_fire(
-    client: awa_fast.Client, conn: psycopg.Connection[Any]
-) -> None:
-    schedule = periodic_job("nightly", "0 3 * * *", Report, Report("today"), queue="reports")
-    conn.execute(Q.cron_register, schedule.params())
-    job_id = client.run_op(ops.run_periodic_now("nightly", actor="ops@example.com"))
-    assert job_id is not None
-    job = client.get_job(job_id)
-    assert (job.kind, job.queue, job.args, job.state) == (
-        "report",
-        "reports",
-        {"day": "today"},
-        "available",
-    )
-    assert job.metadata == {"cron_name": "nightly", "cron_run_by": "ops@example.com"}
-    row = conn.execute("SELECT last_enqueued_at FROM awa_fast.cron_jobs").fetchone()
-    assert row == (None,)
-    assert client.run_op(ops.run_periodic_now("nope", actor="ops")) is None

@@ -13,9 +13,9 @@ from starlette.testclient import TestClient
 import awa_fast
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.periodic import periodic_job
+from tests.admin.test_catalog import Report
 from tests.factories import finish_jobs, insert_job
 from tests.ui.conftest import get
-from tests.ui.test_ops import Report
 
 TRACE = 'Traceback (most recent call last):\n  File "billing.py", line 7\nValueError: declined'
 

@@ -123,6 +123,24 @@ DELETE FROM awa_fast.jobs_done
 WHERE state = 'failed' AND kind = %(kind)s
 RETURNING id;
 
+-- name: job_delete_many
+-- Delete the jobs of `ids` that are not running, wherever they wait or lie finished (a
+-- running attempt is cancelled instead, so that its handler hears of it). A job claimed
+-- meanwhile is running by the time its row is locked, and stays. Unique keys need no
+-- care: a claim whose job is gone is taken over by the next insert (migration 0011).
+WITH hot AS (
+    DELETE FROM awa_fast.jobs_hot
+    WHERE id = ANY(%(ids)s::bigint[]) AND state <> 'running'
+    RETURNING id
+),
+deferred AS (
+    DELETE FROM awa_fast.jobs_deferred WHERE id = ANY(%(ids)s::bigint[]) RETURNING id
+),
+done AS (
+    DELETE FROM awa_fast.jobs_done WHERE id = ANY(%(ids)s::bigint[]) RETURNING id
+)
+SELECT id FROM hot UNION ALL SELECT id FROM deferred UNION ALL SELECT id FROM done;
+
 -- name: job_select_by_unique_key
 -- The oldest unfinished job holding a unique key (the Awa SDK cancels that one: a key's
 -- states may leave out some, so two unfinished jobs can share it). No index: the two
@@ -490,3 +508,8 @@ SELECT awa_fast.unpack_jobs(NULL, %(id)s);
 -- Before acting on the available jobs of `queue` (NULL: of every queue): its packs' jobs
 -- become jobs_hot's available rows (migration 0016).
 SELECT awa_fast.unpack_jobs(%(queue)s, NULL);
+
+-- name: job_unpack_many
+-- Before acting on the jobs of `ids`: the packs holding any of them unclaimed become
+-- jobs_hot's available rows (migration 0016), as job_unpack does for one.
+SELECT awa_fast.unpack_jobs(NULL, i) FROM unnest(%(ids)s::bigint[]) AS i;

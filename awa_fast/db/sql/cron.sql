@@ -1,4 +1,5 @@
--- Named queries of periodic jobs (awa_fast/maintenance/periodic.py).
+-- Named queries of periodic jobs: the leader's (awa_fast/maintenance/periodic.py) and
+-- the admin's (awa_fast/admin/catalog.py).
 
 -- name: cron_register
 -- A schedule as registered in code; an existing one takes the new definition and keeps
@@ -43,6 +44,17 @@ INSERT INTO awa_fast.jobs_hot (kind, queue, args, priority, max_attempts, tags, 
 SELECT kind, queue, args, priority, max_attempts, tags,
        metadata || jsonb_build_object('cron_name', name, 'cron_fire_at', %(fire_at)s)
 FROM fired
+RETURNING id;
+
+-- name: cron_run_now
+-- A periodic job's job now, outside its schedule: inserted as cron_enqueue inserts a fire,
+-- marked with who asked instead of a fire time. last_enqueued_at stays, and so does the
+-- schedule's next fire.
+INSERT INTO awa_fast.jobs_hot (kind, queue, args, priority, max_attempts, tags, metadata)
+SELECT kind, queue, args, priority, max_attempts, tags,
+       metadata || jsonb_build_object('cron_name', name, 'cron_run_by', %(actor)s::text)
+FROM awa_fast.cron_jobs
+WHERE name = %(name)s
 RETURNING id;
 
 -- name: cron_list

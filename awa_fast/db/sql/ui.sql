@@ -1,6 +1,6 @@
--- Named queries of the dashboard (awa_fast/ui): what it reads and does beyond the admin
--- operations it shares with the clients. Every read is bounded, so that a page costs the
--- same on a table of millions of jobs as on an empty one.
+-- Named queries of the dashboard (awa_fast/ui/ops.py): what its pages read beyond the
+-- admin operations, which it shares with the clients. Every read is bounded, so that a page
+-- costs the same on a table of millions of jobs as on an empty one.
 
 -- name: job_list_page
 -- A page of the jobs list, newest first, below the cursor `before` (NULL: from the top).
@@ -61,29 +61,6 @@ LEFT JOIN LATERAL (
     LIMIT %(limit)s
 ) j ON true
 ORDER BY j.id DESC;
-
--- name: job_delete_many
--- Delete the jobs of `ids` that are not running, wherever they wait or lie finished (a
--- running attempt is cancelled instead, so that its handler hears of it). A job claimed
--- meanwhile is running by the time its row is locked, and stays. Unique keys need no
--- care: a claim whose job is gone is taken over by the next insert (migration 0011).
-WITH hot AS (
-    DELETE FROM awa_fast.jobs_hot
-    WHERE id = ANY(%(ids)s::bigint[]) AND state <> 'running'
-    RETURNING id
-),
-deferred AS (
-    DELETE FROM awa_fast.jobs_deferred WHERE id = ANY(%(ids)s::bigint[]) RETURNING id
-),
-done AS (
-    DELETE FROM awa_fast.jobs_done WHERE id = ANY(%(ids)s::bigint[]) RETURNING id
-)
-SELECT id FROM hot UNION ALL SELECT id FROM deferred UNION ALL SELECT id FROM done;
-
--- name: job_unpack_many
--- Before acting on the jobs of `ids`: the packs holding any of them unclaimed become
--- jobs_hot's available rows (migration 0016), as job_unpack does for one.
-SELECT awa_fast.unpack_jobs(NULL, i) FROM unnest(%(ids)s::bigint[]) AS i;
 
 -- name: job_count_failed
 -- The failed jobs retry_failed and discard_failed would act on, for their preview
@@ -148,14 +125,3 @@ ORDER BY h.name, h.id;
 SELECT term, holder, CASE WHEN isfinite(expires_at) THEN expires_at END AS expires_at,
        expires_at > now() AS live
 FROM awa_fast.leader;
-
--- name: cron_run_now
--- A periodic job's job now, outside its schedule: inserted as cron_enqueue inserts a fire,
--- marked with who asked instead of a fire time. last_enqueued_at stays, and so does the
--- schedule's next fire.
-INSERT INTO awa_fast.jobs_hot (kind, queue, args, priority, max_attempts, tags, metadata)
-SELECT kind, queue, args, priority, max_attempts, tags,
-       metadata || jsonb_build_object('cron_name', name, 'cron_run_by', %(actor)s::text)
-FROM awa_fast.cron_jobs
-WHERE name = %(name)s
-RETURNING id;

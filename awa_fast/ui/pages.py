@@ -216,7 +216,10 @@ class Pages:
 
     async def job(self, request: Request) -> Response:
         job_id = validation.int_in("job_id", request.path_params["job_id"], 1, MAX_ID)
-        dumped = await self.dash.run(admin.dump_job(job_id))
+        dumped, followups = await asyncio.gather(
+            self.dash.run(admin.dump_job(job_id)),
+            self.dash.run(admin.list_followups(job_id, limit=PAGE_SIZE)),
+        )
         dump = orjson.loads(dumped)
         job = dump["job"]
         context = {
@@ -226,6 +229,8 @@ class Pages:
             "dlq": dump.get("dlq"),
             "errors": list(reversed(job["errors"])),  # the latest attempt first
             "finished": job["state"] in ("completed", "failed", "cancelled"),
+            "followups": followups,
+            "page_size": PAGE_SIZE,
         }
         return self.dash.render(request, "job", context)
 

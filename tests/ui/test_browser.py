@@ -1,7 +1,8 @@
 """The dashboard in a real browser: Debian's chromium, headless, driven by Selenium, on
 ``awa-fast ui`` run as a user runs it, with a runner working the queues meanwhile. An
 operator follows a queue to a failed job, reads its traceback, retries it and watches it
-complete without reloading; pauses a queue and sees claims stop, then resumes it. No
+complete without reloading, follows the follow-up its completion inserted and back;
+pauses a queue and sees claims stop, then resumes it. No
 page logs a console error: a script the escaping let through would break the CSP, and
 say so there.
 
@@ -50,7 +51,8 @@ class SendEmail:
 
 def _handlers(client: awa_fast.AsyncClient, go_ahead: threading.Event) -> None:
     """Order 7 is declined once; its retry waits for ``go_ahead``, so that the test sees
-    it running before it completes."""
+    it running before it completes, and then has its receipt sent (a follow-up, to a
+    queue nothing works)."""
 
     @client.task(ChargeCard, queue="payments")
     async def charge(job: awa_fast.Job[ChargeCard]) -> None:
@@ -59,6 +61,15 @@ def _handlers(client: awa_fast.AsyncClient, go_ahead: threading.Event) -> None:
         if not job.errors:
             raise ValueError(f"card declined for order {job.args.order}")
         await asyncio.to_thread(go_ahead.wait, 60)
+
+    client.on_completed_enqueue(
+        ChargeCard,
+        lambda args, job, ctx: (
+            awa_fast.InsertRequest(SendEmail("buyer@example.com"), queue="receipts")
+            if args.order == 7
+            else None
+        ),
+    )
 
     @client.task(SendEmail, queue="email")
     async def send(job: awa_fast.Job[SendEmail]) -> None:
@@ -237,6 +248,10 @@ def test_an_operator_retries_a_failed_job_and_pauses_a_queue(
         ui.wait_for("#job-state", "completed")
         assert browser.execute_script("return window.stillThisPage") is True  # no reload
         ui.check_console()
+        ui.wait_for("#followups", "receipts")
+        ui.click("#followups a.job-link")
+        ui.click("#parent")
+        ui.wait_for("h1", f"Job {declined}")
 
         ui.click("h1 + span a")  # the job's queue
         assert ui.confirm("pause", 'Pause queue "payments"?') == 'Paused queue "payments".'

@@ -14,7 +14,7 @@ import awa_fast
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.periodic import periodic_job
 from tests.admin.test_catalog import Report
-from tests.factories import finish_jobs, insert_job
+from tests.factories import finish_jobs, insert_followup, insert_job
 from tests.ui.conftest import get
 
 TRACE = 'Traceback (most recent call last):\n  File "billing.py", line 7\nValueError: declined'
@@ -189,6 +189,26 @@ def test_job_page_of_a_job_parked_on_a_callback_and_of_a_dead_one(
     assert 'data-action="dlq_retry"' in html and 'data-action="dlq_purge"' in html
     assert http.get("/jobs/999999").status_code == 404
     assert http.get("/jobs/" + "9" * 30).status_code == 400
+
+
+def test_job_page_lists_its_followups_and_a_followup_links_its_parent(
+    http: TestClient, client: awa_fast.Client, conn: psycopg.Connection[Any]
+) -> None:
+    parent = _failed(conn)
+    html = get(http, f"/jobs/{parent}").text
+    assert "No follow-up was" in html and 'id="parent"' not in html
+    first = insert_followup(conn, parent, queue="receipts")
+    second = insert_followup(conn, parent, kind="audit")
+    finish_jobs(conn, "completed", [second])
+    html = get(http, f"/jobs/{parent}").text
+    followups = html[html.index('id="followups"') :]
+    assert followups.count('class="job-link"') == 2
+    assert f'href="/jobs/{first}"' in followups and f'href="/jobs/{second}"' in followups
+    assert "audit" in followups and "s-completed" in followups and "s-available" in followups
+    assert 'href="/queue?name=receipts"' in followups
+    html = get(http, f"/jobs/{first}").text
+    assert f'<a href="/jobs/{parent}" id="parent">job {parent}</a>' in html
+    assert "No follow-up was" in html
 
 
 def test_dlq_page_lists_filters_and_pages(

@@ -18,7 +18,7 @@ import awa_fast
 from awa_fast.db.queries import Q
 from awa_fast.ui import BasicAuth, TokenAuth, create_app
 from awa_fast.ui.security import SESSION_COOKIE, is_loopback
-from tests.factories import finish_jobs, insert_job
+from tests.factories import finish_jobs, insert_followup, insert_job
 from tests.ui.conftest import ask, csrf, get
 
 TOKEN = "t0ken-with-enough-entropy"
@@ -118,6 +118,7 @@ def _hostile_everywhere(client: awa_fast.Client, conn: psycopg.Connection[Any]) 
         }
     ]
     finish_jobs(conn, "failed", [job.id], errors=errors, progress={"step": HOSTILE})
+    insert_followup(conn, job.id, kind=name, queue=name, tags=[name])  # listed on its page
     dead = client.insert({"x": HOSTILE}, kind=name, queue=name)
     finish_jobs(conn, "failed", [dead.id])
     client.move_failed_to_dlq(dead.id, HOSTILE)

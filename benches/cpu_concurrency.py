@@ -3,15 +3,18 @@ runs every system at every concurrency, so slow minutes land on all of them.
 
     PYTHONPATH=. python benches/cpu_concurrency.py URL [--jobs 3000] [--runs 3]
         [--concurrency 2 4 10 50 500] [--systems awa-fast,pgqueuer,awa-pg]
-        [--prefetch default] [--processes 2] [--cpu-ms 1.0] [--timeout 300]
+        [--handlers sync async] [--prefetch default] [--processes 2] [--cpu-ms 1.0]
+        [--timeout 300]
 
 awa-fast runs the pool ``awa-fast serve`` runs (``run_as_served``) with ``--processes``
-workers, once for each ``--prefetch`` (``default`` leaves it to the runner, ``0`` turns
-it off: ``--prefetch 0 default`` compares the two). Each peer runs through the peer harness
-(benches/peers) with as many processes, the queue's concurrency split evenly over them
-and mapped by its driver onto the peer's own limit. Every system burns the same loop
-count per job: one calibration, pinned in AWA_FAST_BENCH_CPU_ITERATIONS, which awa-fast's
-cpu scenario reads and the harness hands to its drivers.
+workers, once for each kind of handler in ``--handlers`` (``def``, or ``async def`` burning
+on its worker's loop as the peers' handlers do) and each ``--prefetch`` (``default`` leaves
+it to the runner, ``0`` turns it off: ``--prefetch 0 default`` compares the two). Each
+peer runs through the peer harness (benches/peers) with as many processes, the queue's
+concurrency split evenly over them and mapped by its driver onto the peer's own limit.
+Every system burns the same loop count per job: one calibration, pinned in
+AWA_FAST_BENCH_CPU_ITERATIONS, which awa-fast's cpu scenario reads and the harness hands
+to its drivers.
 
 Prints one markdown table, a row per concurrency: each system's median jobs/s and the
 share of the cores it used (its measured burn's cost x jobs/s / cores), and awa-fast's
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import statistics
@@ -33,7 +37,7 @@ from typing import Any
 from awa_fast.bench.handlers import burn_loops
 from awa_fast.bench.measure import fresh_database, server_settings
 from awa_fast.bench.run import run_as_served
-from awa_fast.bench.throughput import cpu
+from awa_fast.bench.throughput import HANDLERS, cpu
 from benches.peers import harness
 
 AWA_FAST = "awa-fast"
@@ -42,7 +46,13 @@ Run = Callable[[int, int], dict[str, Any]]
 
 
 def awa_fast(
-    url: str, concurrency: int, round_: int, *, opts: argparse.Namespace, prefetch: str
+    url: str,
+    concurrency: int,
+    round_: int,
+    *,
+    opts: argparse.Namespace,
+    prefetch: str,
+    handler: str,
 ) -> dict[str, Any]:
     config: dict[str, Any] = {} if prefetch == "default" else {"prefetch": int(prefetch)}
     with fresh_database(url) as db:
@@ -53,6 +63,7 @@ def awa_fast(
                 processes=opts.processes,
                 ms=opts.cpu_ms,
                 concurrency=concurrency,
+                handler=handler,
                 **config,
             )
         )
@@ -84,14 +95,20 @@ def peer(
 
 
 def columns(opts: argparse.Namespace) -> dict[str, Run]:
-    """The table's columns, each with how to run it: awa-fast once per prefetch setting,
-    then each peer (its virtualenv made first)."""
+    """The table's columns, each with how to run it: awa-fast once per handler kind and
+    prefetch setting, then each peer (its virtualenv made first)."""
     out: dict[str, Run] = {}
     for name in opts.systems.split(","):
         if name == AWA_FAST:
-            for prefetch in opts.prefetch:
-                label = AWA_FAST if prefetch == "default" else f"{AWA_FAST} prefetch {prefetch}"
-                out[label] = functools.partial(awa_fast, opts.url, opts=opts, prefetch=prefetch)
+            for handler, prefetch in itertools.product(opts.handlers, opts.prefetch):
+                label = " ".join(
+                    [AWA_FAST]
+                    + ([] if handler == "sync" else [handler])
+                    + ([] if prefetch == "default" else [f"prefetch {prefetch}"])
+                )
+                out[label] = functools.partial(
+                    awa_fast, opts.url, opts=opts, prefetch=prefetch, handler=handler
+                )
         else:
             versions = harness.ensure_venv(harness.PEERS[name])
             out[name] = functools.partial(peer, opts.url, opts=opts, name=name, versions=versions)
@@ -151,6 +168,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[2, 4, 10, 50, 500])
     parser.add_argument("--systems", default=f"{AWA_FAST},pgqueuer,awa-pg")
     parser.add_argument("--prefetch", nargs="+", default=["default"])
+    parser.add_argument("--handlers", nargs="+", choices=HANDLERS, default=list(HANDLERS))
     parser.add_argument("--cpu-ms", type=float, default=1.0, help="CPU per job")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per peer run")
     opts = parser.parse_args()

@@ -102,6 +102,9 @@ async def drain(
     )
 
 
+HANDLERS = ("sync", "async")
+
+
 async def cpu(
     url: str,
     *,
@@ -109,23 +112,30 @@ async def cpu(
     processes: int | None = None,
     ms: float = 1.0,
     concurrency: int | None = None,
+    handler: str = "sync",
     progress: Progress | None = None,
     **config: Any,
 ) -> dict[str, Any]:
-    """``jobs`` sync handlers each burning a calibrated ``ms`` of pure-Python CPU, at
-    ``concurrency`` (default: 64 a process); ``config`` goes to the runner (``prefetch``).
+    """``jobs`` handlers (``sync`` ones, or ``async`` ones that burn on their loop) each
+    burning a calibrated ``ms`` of pure-Python CPU, at ``concurrency`` (default: 64 a
+    process); ``config`` goes to the runner (``prefetch``).
 
     Each handler also records the CPU time its burn took, so the result carries what the
     work really cost on this machine at that moment (``burn_ms_measured``) and the rate had
     each burn cost exactly ``ms`` (``jobs_per_s_normalized``), which compares runs taken in
     faster and slower minutes."""
+    if handler not in HANDLERS:
+        raise ValueError(f"handler must be one of {', '.join(HANDLERS)}, got {handler!r}")
     client = AsyncClient(url)
     board = Board(jobs)
 
-    @client.task(Burn)
     def burn(job: Job[Burn]) -> None:
         board.put(job.args.n, burn_cpu(job.args.loops))
 
+    async def burn_on_the_loop(job: Job[Burn]) -> None:
+        burn(job)
+
+    client.task(Burn)(burn if handler == "sync" else burn_on_the_loop)
     loops = burn_loops(ms)
     try:
         result = await _timed_drain(
@@ -143,6 +153,7 @@ async def cpu(
         board.close()
     return {
         **result,
+        "variant": "" if handler == "sync" else "async handlers",
         "burn_loops": loops,
         "burn_ms": ms,
         "burn_ms_measured": round(burned_ms, 4),

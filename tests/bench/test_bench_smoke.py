@@ -89,6 +89,14 @@ def test_scenario_in_worker_processes(dsn: str, scenario: str) -> None:
     assert result["system"] == "awa-fast (2 worker processes)"
 
 
+def test_cpu_burns_in_async_handlers_too(dsn: str) -> None:
+    result = uvloop.run(bench.SCENARIOS["cpu"](dsn, processes=2, handler="async", **TINY["cpu"]))
+    check_result(result, "cpu", 2)
+    assert result["variant"] == "async handlers" and _positive(result["burn_ms_measured"])
+    with pytest.raises(ValueError, match="handler must be one of sync, async, got 'thread'"):
+        uvloop.run(bench.SCENARIOS["cpu"](dsn, handler="thread", **TINY["cpu"]))
+
+
 def test_sustained_samples_depth_dead_tuples_and_pickup_over_time(dsn: str) -> None:
     result = uvloop.run(bench.sustained(dsn, **TINY["sustained"]))
     samples = result["samples"]

@@ -17,7 +17,7 @@ from awa_fast.maintenance.rescuer import RescuerConfig
 from awa_fast.maintenance.service import ServiceConfigs, service_configs
 from awa_fast.maintenance.vacuum import VacuumConfig
 from awa_fast.runtime.config import RunnerConfig
-from tests.helpers import await_until, lock_waiters, run, sessions
+from tests.helpers import await_until, cancel_while_connecting, lock_waiters, run, sessions
 from tests.maintenance.support import maintenance, work_for_every_pass
 
 
@@ -127,3 +127,14 @@ def test_a_stop_landing_while_the_loop_unwinds_still_closes_its_connections(dsn:
         await await_until(lambda: sessions(dsn, ours) == 0, timeout=5, what="both closed")
 
     run(main())
+
+
+def test_a_stop_landing_while_the_leader_connects_closes_that_connection(dsn: str) -> None:
+    """A stop's cancel may land while the leader's connection is being opened, which
+    psycopg would drop unclosed (its session open for as long as the cancelled task is
+    kept): the open goes on, and closes the connection once it is made."""
+    run(
+        cancel_while_connecting(
+            dsn, lambda url: maintenance(url).run(lambda: False), application_name="awa-fast leader"
+        )
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import socket
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 import uvloop
+from psycopg import conninfo
 
 from awa_fast.runtime.listener import CHANNELS
 
@@ -195,3 +197,61 @@ def parent_pid(pid: int) -> int | None:
         return None
     match = re.search(r"^PPid:\s+(\d+)", status, re.MULTILINE)
     return int(match[1]) if match else None
+
+
+async def cancel_while_connecting(
+    dsn: str, loop: Callable[[str], Coroutine[Any, Any, None]], *, application_name: str
+) -> None:
+    """Cancel ``loop(url)`` while the connection it opens as ``application_name`` is in
+    flight (the server has let it in, its reply is held back), then wait for that session
+    to end: a stop must not leave it open."""
+    ours = "application_name = %(name)s"
+    name = {"name": application_name}
+    async with _replies_held(dsn) as (proxied, release):
+        task = asyncio.create_task(loop(proxied))
+        await await_until(
+            lambda: sessions(dsn, f"{ours} AND state = 'idle'", name) == 1,
+            what=f"the server to let {application_name} in",
+        )
+        task.cancel()
+        release.set()
+        [outcome] = await asyncio.gather(task, return_exceptions=True)
+        assert isinstance(outcome, asyncio.CancelledError)
+        await await_until(
+            lambda: sessions(dsn, ours, name) == 0, timeout=5, what=f"{application_name} to close"
+        )
+
+
+@contextlib.asynccontextmanager
+async def _replies_held(dsn: str) -> AsyncIterator[tuple[str, asyncio.Event]]:
+    """``dsn`` by way of a proxy on this loop that passes the server's bytes on only once
+    the event is set: a connect stays in flight, its session already idle on the server,
+    for as long as a test needs (without TLS or GSS encryption, whose handshake the proxy
+    would hold first)."""
+    server = conninfo.conninfo_to_dict(dsn)
+    release = asyncio.Event()
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, held: bool) -> None:
+        try:
+            while data := await reader.read(1 << 16):
+                if held:
+                    await release.wait()
+                writer.write(data)
+                await writer.drain()
+        finally:
+            writer.close()
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(server["host"], server["port"])
+        await asyncio.gather(
+            pipe(reader, up_writer, False), pipe(up_reader, writer, True), return_exceptions=True
+        )
+
+    listening = await asyncio.start_server(proxy, "127.0.0.1", 0)
+    port = listening.sockets[0].getsockname()[1]
+    try:
+        plain = {"sslmode": "disable", "gssencmode": "disable"}
+        yield conninfo.make_conninfo(dsn, host="127.0.0.1", port=port, **plain), release
+    finally:
+        listening.close()
+        await listening.wait_closed()

@@ -35,6 +35,7 @@ import psycopg
 
 from awa_fast.db.connections import behind_pooler, keepalives, preparing
 from awa_fast.db.queries import Q
+from awa_fast.runtime.supervisor import connect_or_close
 
 log = logging.getLogger("awa_fast.leader")
 
@@ -66,7 +67,10 @@ class Leader:
         """A connection for this leader's statements, kept alive (TCP keepalives), which
         the server ends once it has been idle in a transaction for a term's length: a
         paused leader's open fence holds off the next term no longer than its own term
-        would have lasted."""
+        would have lasted. Closed, not dropped, if the caller is cancelled meanwhile."""
+        return await connect_or_close(self._open(application_name))
+
+    async def _open(self, application_name: str) -> psycopg.AsyncConnection[Any]:
         conn = await psycopg.AsyncConnection.connect(
             self.dsn,
             autocommit=True,

@@ -146,12 +146,14 @@ class Maintenance:
                     conn = None
                 await asyncio.sleep(pause)
         finally:
-            if election is not None:
-                election.cancel()
-                await asyncio.gather(election, return_exceptions=True)  # raised above already
-            if conn is not None:
-                await conn.close()
-            await self.leader.close()
+            try:
+                if election is not None:
+                    election.cancel()
+                    await asyncio.gather(election, return_exceptions=True)  # raised above
+            finally:  # a stop's cancel may land in that wait, if the loop ended just before
+                if conn is not None:
+                    await conn.close()
+                await self.leader.close()
 
     async def _elect(self) -> None:
         """Renew the term (or try for one) every election interval."""

@@ -28,6 +28,7 @@ from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.context import Workers
 from awa_fast.runtime.flags import Attempt, CancelFlags
 from awa_fast.runtime.host import Host
+from awa_fast.runtime.supervisor import connect_or_close
 
 log = logging.getLogger("awa_fast.heartbeat")
 
@@ -94,8 +95,8 @@ class Heartbeat:
             while not stopping():
                 try:
                     if conn is None or conn.closed:
-                        conn = await connect_hot_async(
-                            self.dsn, application_name="awa-fast heartbeat"
+                        conn = await connect_or_close(
+                            connect_hot_async(self.dsn, application_name="awa-fast heartbeat")
                         )
                     await self.beat_once(conn)
                 except psycopg.OperationalError as exc:

@@ -29,6 +29,7 @@ from awa_fast.logs import Throttled
 from awa_fast.runtime.claimer import Claimer, connect_claimer
 from awa_fast.runtime.flags import Attempt, CancelFlags
 from awa_fast.runtime.host import Host
+from awa_fast.runtime.supervisor import connect_or_close
 
 log = logging.getLogger("awa_fast.listener")
 
@@ -84,7 +85,9 @@ class Listener:
         while not stopping():
             try:
                 # A claim connection: standby collects run on it.
-                conn = await connect_claimer(self.dsn, application_name="awa-fast listener")
+                conn = await connect_or_close(
+                    connect_claimer(self.dsn, application_name="awa-fast listener")
+                )
                 async with conn:
                     for channel in CHANNELS:
                         await conn.execute(f"LISTEN {channel}")

@@ -1,8 +1,9 @@
 """The maintenance composition: each service's configuration from the runner's settings,
-and a leader's round running every service."""
+a leader's round running every service, and its connections closed however it stops."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
@@ -16,7 +17,7 @@ from awa_fast.maintenance.rescuer import RescuerConfig
 from awa_fast.maintenance.service import ServiceConfigs, service_configs
 from awa_fast.maintenance.vacuum import VacuumConfig
 from awa_fast.runtime.config import RunnerConfig
-from tests.helpers import run
+from tests.helpers import await_until, cancel_while_connecting, lock_waiters, run, sessions
 from tests.maintenance.support import maintenance, work_for_every_pass
 
 
@@ -94,3 +95,46 @@ def test_a_leaders_round_runs_every_service(dsn: str, conn: psycopg.Connection[A
     assert state == "running"
     released = conn.execute("SELECT expires_at <= now() FROM awa_fast.leader").fetchall()
     assert released == [(True,)]
+
+
+def test_a_stop_landing_while_the_loop_unwinds_still_closes_its_connections(dsn: str) -> None:
+    """The loop may end on its own (its runner is stopping) just before the runner cancels
+    it, so the cancel lands in its cleanup, while it waits for a renewal to end: the
+    leader's connection and the pass's are closed all the same."""
+    upkeep = maintenance(dsn, election_interval=0.05, promote_interval=0.05)
+    ours = "application_name IN ('awa-fast leader', 'awa-fast maintenance')"
+    stopping = False
+
+    async def main() -> None:
+        nonlocal stopping
+        task = asyncio.create_task(upkeep.run(lambda: stopping))
+        await await_until(lambda: sessions(dsn, f"{ours} AND state = 'idle'") == 2, what="a pass")
+        async with await psycopg.AsyncConnection.connect(dsn) as holder:
+            await holder.execute("SELECT FROM awa_fast.leader FOR UPDATE")  # renewals wait
+            await await_until(
+                lambda: lock_waiters(dsn, application_name="awa-fast leader") == 1,
+                what="a renewal to wait",
+            )
+            [election] = [t for t in asyncio.all_tasks() if t.get_name() == "awa-fast election"]
+            stopping = True
+            while not election.cancelling():  # the loop has ended and stops its election
+                await asyncio.sleep(0)
+            assert not election.done()
+            task.cancel()
+            await holder.rollback()
+        [outcome] = await asyncio.gather(task, return_exceptions=True)
+        assert isinstance(outcome, asyncio.CancelledError)
+        await await_until(lambda: sessions(dsn, ours) == 0, timeout=5, what="both closed")
+
+    run(main())
+
+
+def test_a_stop_landing_while_the_leader_connects_closes_that_connection(dsn: str) -> None:
+    """A stop's cancel may land while the leader's connection is being opened, which
+    psycopg would drop unclosed (its session open for as long as the cancelled task is
+    kept): the open goes on, and closes the connection once it is made."""
+    run(
+        cancel_while_connecting(
+            dsn, lambda url: maintenance(url).run(lambda: False), application_name="awa-fast leader"
+        )
+    )

@@ -1,9 +1,9 @@
 """The runtime's services driven one pass at a time, with their collaborators named: a
-claim round, and a batch of notes heard."""
+claim round, a batch of notes heard, and a stop while a service connects."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,13 +14,15 @@ import awa_fast
 from awa_fast._core import InFlight
 from awa_fast.runtime.claimed import Claimed, Delivered
 from awa_fast.runtime.claimer import Claimer, ClaimerConfig, connect_claimer
+from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.context import Capacity
 from awa_fast.runtime.flags import CancelFlags
+from awa_fast.runtime.heartbeat import Heartbeat, HeartbeatConfig
 from awa_fast.runtime.hooks import HookDispatcher, HookRegistry
 from awa_fast.runtime.host import Host
 from awa_fast.runtime.listener import Listener, ListenerConfig
 from awa_fast.runtime.packwatch import PackWatch
-from tests.helpers import job, run
+from tests.helpers import cancel_while_connecting, job, run
 
 
 @dataclass
@@ -86,6 +88,25 @@ def parts(dsn: str, *, concurrency: int, workers: int = 1, prefetch: int = 0) ->
     return Parts(claimer, delivery, inflight, host, given_back)
 
 
+def listener(dsn: str, p: Parts, flags: CancelFlags) -> Listener:
+    return Listener(
+        dsn, ListenerConfig(), host=p.host, claimer=p.claimer, inflight=p.inflight, flags=flags
+    )
+
+
+def heartbeat(dsn: str, p: Parts, flags: CancelFlags) -> Heartbeat:
+    config = HeartbeatConfig.of(RunnerConfig(), ["default"])
+    return Heartbeat(
+        dsn,
+        config,
+        host=p.host,
+        inflight=p.inflight,
+        flags=flags,
+        workers=p.workers,
+        descriptors=[],
+    )
+
+
 def insert(dsn: str, count: int) -> list[int]:
     with awa_fast.Client(dsn) as client:
         return [client.insert(Mark(n)).id for n in range(count)]
@@ -146,14 +167,7 @@ def test_notes_heard_together_wake_once_and_flag_only_a_confirmed_cancel(
     [job_id] = insert(dsn, 1)
     p = parts(dsn, concurrency=1)
     flags = CancelFlags(p.inflight, workers=1, on_ended=lambda: None)
-    listener = Listener(
-        dsn,
-        ListenerConfig(),
-        host=p.host,
-        claimer=p.claimer,
-        inflight=p.inflight,
-        flags=flags,
-    )
+    hearing = listener(dsn, p, flags)
 
     async def claim_then_hear() -> Any:
         async with await connect_claimer(dsn, application_name="test") as conn:
@@ -171,9 +185,28 @@ def test_notes_heard_together_wake_once_and_flag_only_a_confirmed_cancel(
                 note("awa_fast_cancel", f"{job_id}:{lease}"),
                 note("awa_fast_cancel", f"{job_id + 1}:{lease}"),
             ]
-            return await listener.heard(cur, notes, stopping=False), lease
+            return await hearing.heard(cur, notes, stopping=False), lease
 
     heard, lease = run(claim_then_hear())
     assert (heard.woke, heard.collected, heard.not_understood) == (True, False, 1)
     assert heard.flagged == ([(job_id, lease)] if cancelled else [])
     assert flags.reasons() == ({(job_id, lease): "cancelled by admin"} if cancelled else {})
+
+
+SERVICES = {"heartbeat": heartbeat, "listener": listener}
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_a_stop_landing_while_a_service_connects_closes_that_connection(
+    dsn: str, service: str
+) -> None:
+    """The runner stops a service by cancelling it, maybe while it connects, which psycopg
+    would leave unclosed (its session open for as long as the cancelled task is kept):
+    the connect goes on, and closes the connection once it is made."""
+
+    def loop(url: str) -> Coroutine[Any, Any, None]:
+        p = parts(url, concurrency=1)
+        flags = CancelFlags(p.inflight, workers=1, on_ended=lambda: None)
+        return SERVICES[service](url, p, flags).run(lambda: False)
+
+    run(cancel_while_connecting(dsn, loop, application_name=f"awa-fast {service}"))

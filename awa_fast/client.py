@@ -317,7 +317,11 @@ class AsyncClient(_AsyncOnly):
             # One connection first, so that a database out of reach raises psycopg's error
             # (an awa_fast.DatabaseError) at once: the pool would retry in the background,
             # logging each failure, until its timeout.
-            await (await AsyncConnection.connect(self.dsn, autocommit=True)).close()
+            await (
+                await AsyncConnection.connect(
+                    self.dsn, autocommit=True, application_name="awa-fast client"
+                )
+            ).close()
             await self._pool.open()
             self._opened = True
         return self._pool.connection()
@@ -723,7 +727,9 @@ class Client(_SyncOnly):
             # One connection first, so that a database out of reach raises psycopg's error
             # (an awa_fast.DatabaseError) at once: the pool would retry in the background,
             # logging each failure, until its timeout.
-            (Connection.connect(self.dsn, autocommit=True)).close()
+            (
+                Connection.connect(self.dsn, autocommit=True, application_name="awa-fast client")
+            ).close()
             self._pool.open()
             self._opened = True
         return self._pool.connection()

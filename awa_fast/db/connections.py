@@ -32,9 +32,10 @@ leader's and the workers' as much as the runner's own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import psycopg
@@ -197,3 +198,24 @@ async def connect_hot_async(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[
         await conn.close()
         raise
     return conn
+
+
+Conn = TypeVar("Conn", bound=psycopg.AsyncConnection[Any])
+
+
+async def connect_or_close(connect: Coroutine[Any, Any, Conn]) -> Conn:
+    """The connection ``connect`` opens; if this task is cancelled meanwhile, the connect
+    goes on and closes its connection once made. Cancelled inside a connect, psycopg
+    drops the connection unclosed, its session open for as long as the cancelled task is
+    kept (its traceback holds the connection)."""
+    opening = asyncio.ensure_future(connect)
+    try:
+        return await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(_close_opened)
+        raise
+
+
+def _close_opened(opening: asyncio.Future[Conn]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result().pgconn.finish()  # all that close() does, which a callback cannot await

@@ -141,7 +141,7 @@ def require_migrated(dsn: str) -> None:
     """Raise :class:`SchemaNotMigrated` unless the database holds every bundled migration:
     a runner on an older schema would otherwise fail later, statement by statement, with
     errors that name a missing table or column instead of the cause."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True, application_name="awa-fast schema check") as conn:
         current = current_version(conn)
     needed = len(migrations())
     if current < needed:

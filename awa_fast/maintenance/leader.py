@@ -33,9 +33,8 @@ from typing import Any
 
 import psycopg
 
-from awa_fast.db.connections import behind_pooler, keepalives, preparing
+from awa_fast.db.connections import behind_pooler, connect_or_close, keepalives, preparing
 from awa_fast.db.queries import Q
-from awa_fast.runtime.supervisor import connect_or_close
 
 log = logging.getLogger("awa_fast.leader")
 

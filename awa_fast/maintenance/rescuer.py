@@ -191,7 +191,9 @@ class Rescuer:
         wanted = any(outcome is tr.Outcome.RESCUED for outcome, _ in self.followups.specs)
         if not ids or not (wanted or self.hooks.registry.hooks):
             return
-        async with await psycopg.AsyncConnection.connect(self.dsn) as conn:
+        async with await psycopg.AsyncConnection.connect(
+            self.dsn, application_name="awa-fast maintenance"
+        ) as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(Q.job_get_many, {"ids": ids})
             rows = [JobRow.from_row(r) for r in await cur.fetchall()]
@@ -205,7 +207,10 @@ class Rescuer:
 
     def _insert_followups(self, specs: Sequence[Spec], row: JobRow, ctx: OutcomeContext) -> None:
         try:
-            with psycopg.connect(self.dsn) as conn, conn.transaction():
+            with (
+                psycopg.connect(self.dsn, application_name="awa-fast maintenance") as conn,
+                conn.transaction(),
+            ):
                 insert_followups(conn, specs, row, orjson.dumps(row.args), ctx)
         except Exception:
             log.exception(

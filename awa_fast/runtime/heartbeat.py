@@ -21,14 +21,18 @@ from psycopg.types.json import Jsonb
 
 from awa_fast import descriptors
 from awa_fast._core import InFlight
-from awa_fast.db.connections import Int8Array, attempts_params, connect_hot_async
+from awa_fast.db.connections import (
+    Int8Array,
+    attempts_params,
+    connect_hot_async,
+    connect_or_close,
+)
 from awa_fast.db.queries import Q
 from awa_fast.descriptors import Descriptor
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.context import Workers
 from awa_fast.runtime.flags import Attempt, CancelFlags
 from awa_fast.runtime.host import Host
-from awa_fast.runtime.supervisor import connect_or_close
 
 log = logging.getLogger("awa_fast.heartbeat")
 

@@ -58,5 +58,7 @@ class Host:
         if self.id is None:
             return
         with contextlib.suppress(psycopg.Error):
-            async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            async with await psycopg.AsyncConnection.connect(
+                self.dsn, autocommit=True, application_name="awa-fast runner"
+            ) as conn:
                 await conn.execute(Q.host_forget, {"id": self.id})

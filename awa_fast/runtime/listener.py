@@ -23,13 +23,12 @@ from typing import Any
 import psycopg
 
 from awa_fast._core import InFlight
-from awa_fast.db.connections import attempts_params
+from awa_fast.db.connections import attempts_params, connect_or_close
 from awa_fast.db.queries import Q
 from awa_fast.logs import Throttled
 from awa_fast.runtime.claimer import Claimer, connect_claimer
 from awa_fast.runtime.flags import Attempt, CancelFlags
 from awa_fast.runtime.host import Host
-from awa_fast.runtime.supervisor import connect_or_close
 
 log = logging.getLogger("awa_fast.listener")
 

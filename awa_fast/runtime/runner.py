@@ -308,7 +308,7 @@ class Runner:
     async def _register(self) -> None:
         """This host's row, and the periodic jobs and descriptors registered on its
         client, on one connection."""
-        params = {"autocommit": True, **preparing(self.dsn)}
+        params = {"autocommit": True, "application_name": "awa-fast runner", **preparing(self.dsn)}
         async with await psycopg.AsyncConnection.connect(self.dsn, **params) as conn:
             await periodic.register(conn, list(self.handlers.schedules.values()))
             await descriptors.register(

@@ -6,7 +6,7 @@ it silently, and the runner would go on without it while its health read fine; s
 that ends by an exception is logged here, reported down (awa_fast.runtime.health) and
 started again after a backoff, until the runner stops. The runner stops a loop by
 cancelling it, at whatever it awaits then; a connect it was in goes on to the end, to
-close what it opens (:func:`connect_or_close`).
+close what it opens (:func:`awa_fast.db.connections.connect_or_close`).
 """
 
 from __future__ import annotations
@@ -16,17 +16,12 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
-
-import psycopg
+from collections.abc import Awaitable, Callable
 
 log = logging.getLogger("awa_fast.runner")
 
 # A loop that ran this long before it failed starts its backoff afresh.
 STEADY_SECONDS = 60.0
-
-Conn = TypeVar("Conn", bound=psycopg.AsyncConnection[Any])
 
 
 def retry_delay(failures: int) -> float:
@@ -98,21 +93,3 @@ class Supervisor:
     def _restarting(self, name: str) -> None:
         self._down.discard(name)
         self.restarts[name] += 1
-
-
-async def connect_or_close(connect: Coroutine[Any, Any, Conn]) -> Conn:
-    """The connection ``connect`` opens; if this task is cancelled meanwhile, the connect
-    goes on and closes its connection once made. Cancelled inside a connect, psycopg
-    drops the connection unclosed, its session open for as long as the cancelled task is
-    kept (its traceback holds the connection)."""
-    opening = asyncio.ensure_future(connect)
-    try:
-        return await asyncio.shield(opening)
-    except asyncio.CancelledError:
-        opening.add_done_callback(_close_opened)
-        raise
-
-
-def _close_opened(opening: asyncio.Future[Conn]) -> None:
-    if not opening.cancelled() and opening.exception() is None:
-        opening.result().pgconn.finish()  # all that close() does, which a callback cannot await

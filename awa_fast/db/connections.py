@@ -187,8 +187,12 @@ def connect_hot(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
 
 
 async def connect_hot_async(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
-    """A hot connection; one whose task is cancelled while its settings are applied (a
-    runner stopped just after it started) is closed, not left open to the collector."""
+    """A hot connection; one whose task is cancelled while it connects or its settings are
+    applied (a runner stopped just after it started) is closed, not left open."""
+    return await connect_or_close(_open_hot_async(dsn, **kwargs))
+
+
+async def _open_hot_async(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
     conn = await psycopg.AsyncConnection.connect(dsn, **_hot_params(dsn), **kwargs)
     if behind_pooler(dsn):
         return conn

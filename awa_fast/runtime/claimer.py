@@ -25,7 +25,7 @@ from psycopg.types.string import ByteaBinaryLoader
 
 from awa_fast._core import InFlight
 from awa_fast.codec import decode_json
-from awa_fast.db.connections import connect_hot_async
+from awa_fast.db.connections import connect_hot_async, connect_or_close
 from awa_fast.db.queries import Q
 from awa_fast.runtime.claimed import (
     Claimed,
@@ -494,9 +494,18 @@ def in_flight_by_queue(capacity: Capacity, inflight: InFlight) -> Mapping[str, i
 
 
 async def connect_claimer(dsn: str, *, application_name: str) -> psycopg.AsyncConnection[Any]:
-    """A hot connection whose claimed rows load as :class:`Claimed` expects them."""
+    """A hot connection whose claimed rows load as :class:`Claimed` expects them; closed,
+    not dropped, if the caller is cancelled meanwhile."""
+    return await connect_or_close(_open_claimer(dsn, application_name))
+
+
+async def _open_claimer(dsn: str, application_name: str) -> psycopg.AsyncConnection[Any]:
     conn = await connect_hot_async(dsn, application_name=application_name)
-    await load_jsonb_payloads(conn)
+    try:
+        await load_jsonb_payloads(conn)
+    except BaseException:
+        await conn.close()
+        raise
     # Timestamps as the integers Postgres sends (awa_fast.worker.instant decodes them).
     conn.adapters.register_loader("timestamptz", Int8BinaryLoader)
     return conn

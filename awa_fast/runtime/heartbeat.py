@@ -21,12 +21,7 @@ from psycopg.types.json import Jsonb
 
 from awa_fast import descriptors
 from awa_fast._core import InFlight
-from awa_fast.db.connections import (
-    Int8Array,
-    attempts_params,
-    connect_hot_async,
-    connect_or_close,
-)
+from awa_fast.db.connections import Int8Array, attempts_params, connect_hot_async
 from awa_fast.db.queries import Q
 from awa_fast.descriptors import Descriptor
 from awa_fast.runtime.config import RunnerConfig
@@ -99,8 +94,8 @@ class Heartbeat:
             while not stopping():
                 try:
                     if conn is None or conn.closed:
-                        conn = await connect_or_close(
-                            connect_hot_async(self.dsn, application_name="awa-fast heartbeat")
+                        conn = await connect_hot_async(
+                            self.dsn, application_name="awa-fast heartbeat"
                         )
                     await self.beat_once(conn)
                 except psycopg.OperationalError as exc:

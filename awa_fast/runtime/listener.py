@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from awa_fast._core import InFlight
-from awa_fast.db.connections import attempts_params, connect_or_close
+from awa_fast.db.connections import attempts_params
 from awa_fast.db.queries import Q
 from awa_fast.logs import Throttled
 from awa_fast.runtime.claimer import Claimer, connect_claimer
@@ -84,9 +84,7 @@ class Listener:
         while not stopping():
             try:
                 # A claim connection: standby collects run on it.
-                conn = await connect_or_close(
-                    connect_claimer(self.dsn, application_name="awa-fast listener")
-                )
+                conn = await connect_claimer(self.dsn, application_name="awa-fast listener")
                 async with conn:
                     for channel in CHANNELS:
                         await conn.execute(f"LISTEN {channel}")

@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -280,10 +280,7 @@ class Runner:
         await _at_start(lambda: asyncio.to_thread(require_migrated, self.dsn), what="schema check")
         await self.workers.start()
         await _at_start(self._register, what="host registration")
-        claim_conns = [
-            await _at_start(self.claimer.connect, what="claim connection")
-            for _ in range(self.config.claimers)
-        ]
+        claim_conns = await self._claim_connections()
         self.hooks.start()
         stop = self._commit_stop
         self._commit_thread = threading.Thread(
@@ -304,6 +301,18 @@ class Runner:
             asyncio.create_task(run("listener", lambda: self.listener.run(stopping))),
             asyncio.create_task(run("maintenance", lambda: self.maintenance.run(stopping))),
         ]
+
+    async def _claim_connections(self) -> list[psycopg.AsyncConnection[Any]]:
+        """One connection per claimer; those made are closed if a later one fails."""
+        conns: list[psycopg.AsyncConnection[Any]] = []
+        try:
+            for _ in range(self.config.claimers):
+                conns.append(await _at_start(self.claimer.connect, what="claim connection"))
+        except BaseException:
+            for conn in conns:
+                await conn.close()
+            raise
+        return conns
 
     async def _register(self) -> None:
         """This host's row, and the periodic jobs and descriptors registered on its

@@ -7,8 +7,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import conninfo
 
 import awa_fast
+from awa_fast.cli import grant_sql
 from awa_fast.db.connections import connect_hot, connect_hot_async
 from tests.helpers import await_until, run, wait_until
 
@@ -90,3 +92,27 @@ def test_a_hot_connection_whose_settings_fail_is_closed_not_leaked(dsn: str) -> 
         run(connect_async())
     # Closing is synchronous in the client; the server ends the session a moment later.
     wait_until(lambda: name not in application_names(dsn), what="the sessions to end")
+
+
+def test_a_start_that_fails_leaves_none_of_its_connections_open(
+    dsn: str, outsider_dsn: str
+) -> None:
+    """A role allowed one session gets its first claim connection and is refused the
+    second: the start fails, and closes the one it had."""
+    role = conninfo.conninfo_to_dict(outsider_dsn)["user"]
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(grant_sql(str(role)).encode())
+        admin.execute(f"ALTER ROLE {role} CONNECTION LIMIT 1")
+    client = awa_fast.AsyncClient(outsider_dsn)
+    client.task(Ping)(lambda job: None)
+
+    async def main() -> None:
+        with pytest.raises(psycopg.OperationalError, match="too many connections"):
+            await client.start({"default": 1}, claimers=2)
+
+    run(main())
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        sessions = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = %s", (role,)
+        ).fetchone()
+    assert sessions == (0,)

@@ -313,7 +313,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hosts", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--jobs", type=int, default=20_000, help="the backlog")
     parser.add_argument("--concurrency", type=int, default=100, help="the queue's, per host")
-    parser.add_argument("--logs", default="many-hosts-logs", help="folder for serve's logs")
+    parser.add_argument(
+        "--logs", default="benches/results/many-hosts-logs", help="folder for serve's logs"
+    )
     args = parser.parse_args(argv)
     logs = Path(args.logs)
     logs.mkdir(parents=True, exist_ok=True)

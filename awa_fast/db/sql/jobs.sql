@@ -462,6 +462,17 @@ WITH d AS (
            deadline_seconds, parent_id)
 )
 
+-- fragment: insert_scheduled
+-- The rows of `d` (insert_rows) written to jobs_deferred as scheduled, for a WHERE to pick.
+INSERT INTO awa_fast.jobs_deferred (id, kind, queue, args, state, priority, max_attempts,
+                                    run_at, tags, metadata, unique_key, deadline_seconds,
+                                    parent_id)
+SELECT COALESCE(id, nextval('awa_fast.job_id_seq')), kind, queue, args, 'scheduled',
+       priority, max_attempts, run_at,
+       ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key,
+       deadline_seconds, parent_id
+FROM d
+
 -- name: job_insert_many
 -- Insert rows given as parallel arrays; rows due now go to jobs_hot, future rows to
 -- jobs_deferred as scheduled. A unique job's id comes from the caller (nextval) so its
@@ -478,14 +489,8 @@ WITH d AS (
     RETURNING *
 ),
 deferred AS (
-    INSERT INTO awa_fast.jobs_deferred (id, kind, queue, args, state, priority, max_attempts,
-                                        run_at, tags, metadata, unique_key, deadline_seconds,
-                                        parent_id)
-    SELECT COALESCE(id, nextval('awa_fast.job_id_seq')), kind, queue, args, 'scheduled',
-           priority, max_attempts, run_at,
-           ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key,
-           deadline_seconds, parent_id
-    FROM d WHERE run_at > now()
+    -- include: insert_scheduled
+    WHERE run_at > now()
     RETURNING *
 )
 SELECT * FROM hot
@@ -496,14 +501,7 @@ SELECT * FROM deferred;
 -- job_insert_many for the bridge, as the Awa SDK's bridge inserts: a job given a run_at
 -- starts scheduled in jobs_deferred, due or not, for the promoter to make available.
 -- include: insert_rows
-INSERT INTO awa_fast.jobs_deferred (id, kind, queue, args, state, priority, max_attempts,
-                                    run_at, tags, metadata, unique_key, deadline_seconds,
-                                    parent_id)
-SELECT COALESCE(id, nextval('awa_fast.job_id_seq')), kind, queue, args, 'scheduled',
-       priority, max_attempts, run_at,
-       ARRAY(SELECT jsonb_array_elements_text(d.tags)), metadata, unique_key,
-       deadline_seconds, parent_id
-FROM d
+-- include: insert_scheduled
 RETURNING *;
 
 -- name: job_insert_uniform

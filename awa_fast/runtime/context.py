@@ -51,17 +51,18 @@ class Capacity:
     def held(self, queue_index: int, worker: int) -> int:
         """The jobs of a queue that ``worker`` holds at its start: its share, and its
         prefetch (until its pace is known, when that is the worker's to set)."""
-        share = self.share(queue_index, worker)
-        if not share:
-            return 0
-        return share + (default_prefetch(share) if self.prefetch is None else self.prefetch)
+        return self._with_share(queue_index, worker, default_prefetch)
 
     def most(self, queue_index: int, worker: int) -> int:
         """The most jobs of a queue that ``worker`` may ever hold."""
+        return self._with_share(queue_index, worker, lambda share: PREFETCH_MAX)
+
+    def _with_share(self, queue_index: int, worker: int, paced: Callable[[int], int]) -> int:
+        """The worker's share plus a prefetch: the fixed one, else ``paced(share)``."""
         share = self.share(queue_index, worker)
         if not share:
             return 0
-        return share + (PREFETCH_MAX if self.prefetch is None else self.prefetch)
+        return share + (paced(share) if self.prefetch is None else self.prefetch)
 
     def counters(self) -> list[int]:
         """Every counter's capacity at the start, in table order."""

@@ -54,12 +54,12 @@ class Pace:
             self._busy += now - self._since
         self._since = now
 
-    def completed(self) -> bool:
-        """One more job done; True when that took a new measure of the pace."""
+    def completed(self) -> float | None:
+        """One more job done; the pace, when that took a new measure of it."""
         self._done += 1
         if self._done < PACE_JOBS and self._busy < PACE_BUSY_S:
-            return False
+            return None
         measured = self._done / max(self._busy, 1e-6)
         self.per_s = measured if self.per_s is None else (self.per_s + measured) / 2
         self._done, self._busy = 0, 0.0
-        return True
+        return self.per_s

@@ -57,10 +57,8 @@ class Starts:
         self._paced(capacity)
         self._running[capacity] -= 1
         pace = self._paces.get(capacity)
-        if pace is not None and pace.completed():
-            assert pace.per_s is not None
-            held = self._limit[capacity] + held_for(pace.per_s)
-            self._inflight.set_capacity(capacity, held)
+        if pace is not None and (per_s := pace.completed()) is not None:
+            self._inflight.set_capacity(capacity, self._limit[capacity] + held_for(per_s))
         return self._ready(capacity)
 
     def retire(self) -> None:

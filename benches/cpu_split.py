@@ -4,7 +4,10 @@ window. Prints CPU microseconds per completed job for each part (supervisor, wor
 processes, the producer process, each Postgres backend by its application name or last
 statement, Postgres' own processes), then the total. With ``--drain N``, the same for a
 drain of N pre-inserted jobs and no producer, read from the moment the pool's claimer
-connects to the last moment it is seen, every 50 ms.
+connects to the last moment it is seen, every 50 ms; with ``--cpu N``, the same for the
+cpu scenario (N jobs burning ``--cpu-ms`` each at ``--concurrency``), followed by the
+handlers' burn per job and its share of the cores: what is not burn is the pool's, the
+server's and the machine's cost of running the jobs.
 
 Linux only (it reads /proc). The database server must run on this machine for its
 processes to be counted.
@@ -12,6 +15,7 @@ processes to be counted.
     PYTHONPATH=. python benches/cpu_split.py URL --rate 33000
     PYTHONPATH=. python benches/cpu_split.py URL --rate 36000 --processes 0
     PYTHONPATH=. python benches/cpu_split.py URL --drain 200000
+    PYTHONPATH=. python benches/cpu_split.py URL --cpu 20000 --concurrency 10
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import psycopg
 from awa_fast.bench.latency import sustained
 from awa_fast.bench.measure import fresh_database
 from awa_fast.bench.run import run_as_served
-from awa_fast.bench.throughput import drain
+from awa_fast.bench.throughput import HANDLERS, cpu, drain
 from awa_fast.db.dsn import database_of
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -39,18 +43,24 @@ CpuSnapshot = dict[int, tuple[float, int, str]]  # pid -> (CPU seconds, parent p
 
 
 def snapshot() -> CpuSnapshot:
-    """Every process's CPU seconds (user + system), parent and command line."""
-    seen: CpuSnapshot = {}
+    """CPU seconds (user + system), parent and command line of every process that may be
+    part of the run: this one, its children and Postgres' (the rest are not read further,
+    which keeps a snapshot every 50 ms cheap)."""
+    me, seen = os.getpid(), {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as stat, open(f"/proc/{entry}/cmdline") as cmd:
-                fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/stat") as stat:
+                head, tail = stat.read().rsplit(")", 1)
+            fields, pid = tail.split(), int(entry)
+            if not (pid == me or int(fields[1]) == me or head.endswith("(postgres")):
+                continue
+            with open(f"/proc/{entry}/cmdline") as cmd:
                 cmdline = cmd.read().replace("\0", " ").strip()
         except OSError:  # ended meanwhile
             continue
-        seen[int(entry)] = ((int(fields[11]) + int(fields[12])) / _TICKS, int(fields[1]), cmdline)
+        seen[pid] = ((int(fields[11]) + int(fields[12])) / _TICKS, int(fields[1]), cmdline)
     return seen
 
 
@@ -89,27 +99,37 @@ def part_of(pid: int, parent: int, cmdline: str, labels: Mapping[int, str]) -> s
 def split(before: CpuSnapshot, after: CpuSnapshot, labels: Mapping[int, str]) -> dict[str, float]:
     """CPU seconds per part between two snapshots."""
     parts: dict[str, float] = defaultdict(float)
-    for pid, (cpu, parent, cmdline) in after.items():
+    for pid, (seconds, parent, cmdline) in after.items():
         part = part_of(pid, parent, cmdline, labels)
         if part is not None:
-            parts[part] += cpu - before.get(pid, (0.0, 0, ""))[0]
+            parts[part] += seconds - before.get(pid, (0.0, 0, ""))[0]
     return dict(parts)
 
 
 @dataclass
 class Window:
-    """Two snapshots ``seconds`` apart, and the backends' labels at the second."""
+    """Two snapshots ``seconds`` apart, the backends' labels at the second, and the CPU
+    the sampling thread spent between them: it runs in the supervisor's process, whose
+    share it would otherwise inflate (reading /proc every 50 ms is not free)."""
 
     before: CpuSnapshot = field(default_factory=dict)
     after: CpuSnapshot = field(default_factory=dict)
     seconds: float = 0.0
     labels: dict[int, str] = field(default_factory=dict)
+    sampling: float = 0.0
+
+    def parts(self) -> dict[str, float]:
+        """CPU seconds per part between the snapshots, the sampling's own taken out."""
+        parts = split(self.before, self.after, self.labels)
+        parts["supervisor"] = parts.get("supervisor", 0.0) - self.sampling
+        return parts
 
     def measure(self, url: str, *, skip: float, seconds: float) -> None:
         time.sleep(skip)
-        began, self.before = time.monotonic(), snapshot()
+        began, spent, self.before = time.monotonic(), time.thread_time(), snapshot()
         time.sleep(seconds)
         self.after, self.seconds = snapshot(), time.monotonic() - began
+        self.sampling = time.thread_time() - spent
         with psycopg.connect(url, autocommit=True) as conn:
             self.labels = backend_labels(conn)
 
@@ -117,19 +137,20 @@ class Window:
         """Every 50 ms until ``stop``: the first and the latest snapshot taken while the
         pool's claimer is connected to ``database``. Watched from the server's own
         database, so the drain's quiet start (no other connection to its database) holds."""
-        began = 0.0
+        began = spent = 0.0
         with psycopg.connect(server_url, autocommit=True) as conn:
             while not stop.is_set():
                 # The processes first, then who they are: a claimer's backend that exits as
                 # the pool stops may still be listed by the server after /proc lost it; a
                 # sample counts only when every claimer listed was in its snapshot.
-                now, taken = time.monotonic(), snapshot()
+                now, cpu, taken = time.monotonic(), time.thread_time(), snapshot()
                 labels = backend_labels(conn, database)
                 claimers = [pid for pid, label in labels.items() if label == CLAIMER]
                 if claimers and all(pid in taken for pid in claimers):
                     if not self.before:
-                        began, self.before = now, taken
+                        began, spent, self.before = now, cpu, taken
                     self.after, self.seconds, self.labels = taken, now - began, labels
+                    self.sampling = cpu - spent
                 time.sleep(0.05)
 
 
@@ -139,6 +160,10 @@ def main(argv: list[str] | None = None) -> None:
     load = parser.add_mutually_exclusive_group(required=True)
     load.add_argument("--rate", type=float, help="jobs/s offered (a sustained run)")
     load.add_argument("--drain", type=int, metavar="N", help="drain N jobs, no producer")
+    load.add_argument("--cpu", type=int, metavar="N", help="run N jobs of the cpu scenario")
+    parser.add_argument("--cpu-ms", type=float, default=1.0, help="CPU per job (--cpu)")
+    parser.add_argument("--concurrency", type=int, default=10, help="queue concurrency (--cpu)")
+    parser.add_argument("--handler", choices=HANDLERS, default="sync", help="(--cpu)")
     parser.add_argument("--processes", type=int, default=2, help="worker processes (0: none)")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds offered")
     parser.add_argument("--skip", type=float, default=3.0, help="seconds before measuring")
@@ -149,12 +174,24 @@ def main(argv: list[str] | None = None) -> None:
     with fresh_database(args.server_url) as url:
         processes = args.processes or None
         window, stop = Window(), threading.Event()
-        if args.drain is not None:
+        drained = args.drain if args.cpu is None else args.cpu
+        if drained is not None:
             database = database_of(url)
             sampler = threading.Thread(
                 target=window.watch_pool, args=(args.server_url, database, stop)
             )
-            run = drain(url, jobs=args.drain, processes=processes)
+            run = (
+                drain(url, jobs=drained, processes=processes)
+                if args.cpu is None
+                else cpu(
+                    url,
+                    jobs=drained,
+                    processes=processes,
+                    ms=args.cpu_ms,
+                    concurrency=args.concurrency,
+                    handler=args.handler,
+                )
+            )
         else:
             sampler = threading.Thread(
                 target=window.measure,
@@ -172,21 +209,27 @@ def main(argv: list[str] | None = None) -> None:
             sampler.join()
     if not window.seconds:
         raise SystemExit("the pool ended before two snapshots of it were taken: run longer")
-    if args.drain is not None:
+    if drained is not None:
         # Every job drained while the claimer was connected: per job of all of them (the
         # first snapshot may come up to 50 ms late, about 1 % of a 200,000-job drain).
-        per_job = 1e6 / args.drain
-        print(f"drained {args.drain:,} jobs at {result['jobs_per_s']:,.0f} jobs/s; CPU us per job:")
+        per_job = 1e6 / drained
+        verb = "drained" if args.cpu is None else f"burned {args.cpu_ms:g} ms in"
+        print(f"{verb} {drained:,} jobs at {result['jobs_per_s']:,.0f} jobs/s; CPU us per job:")
     else:
         per_job = 1e6 / (window.seconds * result["completed_per_s"])
         print(
             f"offered {args.rate:,.0f} completed {result['completed_per_s']:,.0f} jobs/s, "
             f"p99 {result['latency_ms']['p99']:.0f} ms; CPU us per job:"
         )
-    parts = split(window.before, window.after, window.labels)
+    parts = window.parts()
     for part, seconds in sorted(parts.items(), key=lambda item: -item[1]):
         print(f"{seconds * per_job:8.2f}  {part}")
     print(f"{sum(parts.values()) * per_job:8.2f}  total")
+    print(f"{window.sampling * per_job:8.2f}  this tool's sampling, not in the supervisor's")
+    if args.cpu is not None:
+        burn_ms, cores = result["burn_ms_measured"], os.cpu_count() or 1
+        share = result["jobs_per_s"] * burn_ms / 1000 / cores
+        print(f"{burn_ms * 1000:8.2f}  of it the handlers' burn: {share:.1%} of {cores} cores")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -289,7 +290,7 @@ def test_cpu_split_prints_cpu_per_job_of_each_part(
 
     window = ["--duration", "2", "--skip", "0.5", "--window", "1"]
     cpu_split.main([server_url, "--rate", "300", "--processes", "0", *window])
-    head, *parts, total = capsys.readouterr().out.splitlines()
+    head, *parts, total, _sampling = capsys.readouterr().out.splitlines()
     assert head.startswith("offered 300 completed ") and head.endswith("CPU us per job:")
     assert "supervisor" in {line.split(None, 1)[1] for line in parts}
     assert total.endswith(" total") and float(total.split()[0]) > 0
@@ -301,10 +302,30 @@ def test_cpu_split_of_a_drain_counts_the_pool_per_drained_job(
     from benches import cpu_split
 
     cpu_split.main([server_url, "--drain", "20000", "--processes", "0"])
-    head, *parts, total = capsys.readouterr().out.splitlines()
+    head, *parts, total, _sampling = capsys.readouterr().out.splitlines()
     assert head.startswith("drained 20,000 jobs at ") and head.endswith("CPU us per job:")
     per_part = {line.split(None, 1)[1]: float(line.split()[0]) for line in parts}
     assert per_part["supervisor"] > 0 and per_part["postgres: awa-fast claimer"] > 0
     assert float(total.split()[0]) == pytest.approx(sum(per_part.values()), abs=0.05 * len(parts))
     with pytest.raises(SystemExit):  # a rate and a drain at once
         cpu_split.main([server_url, "--drain", "10", "--rate", "10"])
+
+
+def test_cpu_split_of_the_cpu_scenario_names_the_burn_and_its_share(
+    server_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benches import cpu_split
+
+    cpu_split.main([server_url, "--cpu", "400", "--cpu-ms", "0.5", "--concurrency", "4"])
+    head, *parts, total, sampling, burn = capsys.readouterr().out.splitlines()
+    assert head.startswith("burned 0.5 ms in 400 jobs at ") and head.endswith("CPU us per job:")
+    per_part = {line.split(None, 1)[1]: float(line.split()[0]) for line in parts}
+    assert per_part["worker processes"] > 0 and per_part["postgres: awa-fast claimer"] > 0
+    assert float(total.split()[0]) == pytest.approx(sum(per_part.values()), abs=0.05 * len(parts))
+    assert sampling.endswith("this tool's sampling, not in the supervisor's")
+    # The burn runs in the workers: never more CPU a job than theirs, whose count from
+    # /proc may fall short by a clock tick in each of the two.
+    tick_per_job = 1e6 / os.sysconf("SC_CLK_TCK") / 400
+    burned = float(burn.split()[0])
+    assert 0 < burned <= per_part["worker processes"] + 2 * tick_per_job
+    assert burn.endswith(f"of {os.cpu_count()} cores") and "% of" in burn

@@ -153,11 +153,25 @@ class Claimer:
         self._wake.set()
 
     def capacity_freed(self) -> None:
-        """Handlers returned: wake claiming if it waits for capacity. Safe from any
-        thread (the committer calls it as outcomes drain)."""
+        """Handlers returned: wake claiming if it waits for capacity and a queue now has
+        enough free to claim. Safe from any thread (the committer calls it as each batch
+        of outcomes drains): a wake-up that finds too little free costs the loop a round,
+        and a handler its core, for nothing."""
         loop = self._loop
-        if self._starved and loop is not None and not loop.is_closed():
+        if (
+            self._starved
+            and loop is not None
+            and not loop.is_closed()
+            and (self._shares.weighted or any(map(self._claimable, range(len(self.queues)))))
+        ):
             loop.call_soon_threadsafe(self._wake.set)
+
+    def _claimable(self, queue_index: int) -> bool:
+        """Whether the free units of ``queue_index``'s counters, every worker's, are worth
+        a claim (:meth:`reserve` asks the same of the accepting workers' alone)."""
+        caps = [self._capacity.index(queue_index, w) for w in range(self._capacity.workers)]
+        free = sum(self._inflight.free(cap) for cap in caps)
+        return self._worth_a_claim(queue_index, free, sum(map(self._inflight.capacity, caps)))
 
     def stop(self) -> None:
         """Claim no more: the claim loops end after the round they are in."""
@@ -328,11 +342,9 @@ class Claimer:
         capacity = sum(self._inflight.capacity(cap) for _, cap, _ in free)
         ceiling = self._shares.ceiling(queue_index)
         capacity = capacity if ceiling is None else min(capacity, ceiling)
-        batch = self.config.batch(queue_index)
-        threshold = max(1, min(batch // 2, capacity // 2))
-        if total_free < threshold and total_free < capacity:
+        if not self._worth_a_claim(queue_index, total_free, capacity):
             return []
-        remaining = batch
+        remaining = self.config.batch(queue_index)
         bucket = self._buckets[queue_index]
         if bucket is not None:
             now = time.monotonic()
@@ -344,6 +356,12 @@ class Claimer:
         if bucket is not None:
             bucket.spend(sum(n for _, n in reserved))
         return reserved
+
+    def _worth_a_claim(self, queue_index: int, free: int, capacity: int) -> bool:
+        """Whether ``free`` units of a queue's ``capacity`` are worth a claim's commit: half
+        a claim batch, at most half the capacity, or all of it."""
+        threshold = max(1, min(self.config.batch(queue_index) // 2, capacity // 2))
+        return free >= threshold or free >= capacity
 
     def _free_units(self, queue_index: int) -> list[tuple[int, int, int]]:
         """(free units, capacity index, worker) of each accepting worker, most free first,

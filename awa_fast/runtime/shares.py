@@ -50,6 +50,11 @@ class Shares:
         queues = len(weights.minimums) if weights is not None else 0
         self._demand = [True] * queues  # until a claim says otherwise
 
+    @property
+    def weighted(self) -> bool:
+        """Whether what a queue may start depends on the other queues."""
+        return self._weights is not None
+
     def room(self, queue_index: int) -> int | None:
         """Attempts ``queue_index`` may start now, on top of those in flight (None: as many
         as its own capacity allows)."""

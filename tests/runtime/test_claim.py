@@ -89,6 +89,34 @@ def test_a_claim_waits_for_half_a_batch_and_takes_up_to_a_batch(
     assert sum(n for _, n in runner.claimer.reserve(0)) == reserved
 
 
+@pytest.mark.parametrize(("running", "wakes"), [(751, False), (750, True)])
+def test_returning_handlers_wake_claiming_once_a_claim_is_worth_it(
+    dsn: str, running: int, wakes: bool
+) -> None:
+    """The committer tells claiming that handlers returned as often as it drains outcomes,
+    about every millisecond under load. A claim waiting for capacity wakes only once half
+    a batch is free, as it would claim then: each wake-up before that cost the claim loop
+    a round, and a handler its core, for nothing."""
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Mark)(lambda job: None)
+    config = RunnerConfig(claim_batch=500, prefetch=0, standby=False)  # no host to collect for
+    runner = Runner(dsn, client.handlers, {"default": 1000}, config)
+    claimer = runner.claimer
+
+    async def main() -> bool:
+        claimer.bind(asyncio.get_running_loop())
+        assert runner.inflight.reserve(0, 752) == 752  # 248 free: the round waits
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            assert (await claimer.claim_round(conn.cursor(binary=True))).starved
+        claimer._wake.clear()
+        runner.inflight.release(0, 752 - running)  # handlers returned
+        claimer.capacity_freed()
+        await asyncio.sleep(0)  # one turn of the loop: a wake-up scheduled runs in it
+        return claimer._wake.is_set()
+
+    assert run(main()) is wakes
+
+
 def test_paused_queue_is_not_claimed(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO awa_fast.queue_meta (queue, paused) VALUES ('held', true)")

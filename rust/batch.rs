@@ -171,6 +171,21 @@ impl Batcher {
         self.oldest.map(|t| t + self.max_delay)
     }
 
+    /// How long a consumer holding this forming batch may wait before it looks for more
+    /// records: half the time the records still to come would take at the pace the batch
+    /// has filled so far. Those to come are its room, or fewer where only `in_flight`
+    /// jobs are yet to report (None: unknown). At least `least`; never past the due time.
+    pub fn next_look(&self, now: Instant, in_flight: Option<usize>, least: Duration) -> Duration {
+        let (Some(oldest), Some(due)) = (self.oldest, self.due_at()) else {
+            return least;
+        };
+        let records = u32::try_from(self.len().max(1)).unwrap_or(u32::MAX);
+        let per_record = now.saturating_duration_since(oldest) / records;
+        let coming = in_flight.map_or(self.room(), |k| k.min(self.room()));
+        let look = per_record.saturating_mul(u32::try_from(coming).unwrap_or(u32::MAX)) / 2;
+        look.max(least).min(due.saturating_duration_since(now))
+    }
+
     /// True when the batch is full or its oldest record has waited `max_delay`.
     pub fn ready_at(&self, now: Instant) -> bool {
         self.len() >= self.max_size || self.due_at().is_some_and(|d| now >= d)
@@ -253,6 +268,29 @@ mod tests {
         assert_eq!(b.due_at(), Some(due));
         let _ = b.take();
         assert!(b.due_at().is_none());
+    }
+
+    #[test]
+    fn the_next_look_follows_the_pace_the_batch_fills_at() {
+        let least = Duration::from_millis(1);
+        let mut b = Batcher::new(100, Duration::from_secs(1), 100);
+        assert_eq!(b.next_look(Instant::now(), None, least), least);
+        for id in 0..10 {
+            b.push(&rec(id, 0), b"");
+        }
+        let oldest = b.due_at().unwrap() - Duration::from_secs(1);
+        // 10 records in 10 ms: 90 more to fill it take about 90 ms; look in half that.
+        let now = oldest + Duration::from_millis(10);
+        assert_eq!(b.next_look(now, None, least), Duration::from_millis(45));
+        // Only 4 jobs out: the batch may be all there is in 4 ms; look in 2.
+        assert_eq!(b.next_look(now, Some(4), least), Duration::from_millis(2));
+        // Nothing out, or a batch filling fast: look again soon.
+        assert_eq!(b.next_look(now, Some(0), least), least);
+        let fast = oldest + Duration::from_micros(10);
+        assert_eq!(b.next_look(fast, None, least), least);
+        // Never past the due time.
+        let late = oldest + Duration::from_millis(990);
+        assert_eq!(b.next_look(late, None, least), Duration::from_millis(10));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
-/// How often a consumer with a forming batch looks for more records.
+/// How often, at most, a consumer with a forming batch looks for more records.
 const BATCH_POLL: Duration = Duration::from_millis(1);
 
 use pyo3::exceptions::{PyIndexError, PyOSError, PyRuntimeError, PyTimeoutError, PyValueError};
@@ -118,9 +118,11 @@ fn fill(
         } else {
             // A batch is forming and flushes at its deadline or size: poll instead of
             // advertising sleep, so producers do not pay a futex wake (and this thread a
-            // wake-up) for every record.
-            let nap = wake.saturating_duration_since(now).min(BATCH_POLL);
-            std::thread::sleep(nap);
+            // wake-up) for every record. At the pace it fills, not every millisecond: each
+            // wake-up takes a core from a handler.
+            let in_flight = table.map(|t| usize::try_from(t.total_in_flight()).unwrap_or(0));
+            let look = b.next_look(now, in_flight, BATCH_POLL);
+            std::thread::sleep(wake.saturating_duration_since(now).min(look));
         }
     }
 }

@@ -1,6 +1,7 @@
 """awa-fast behind a real PgBouncer in transaction pooling mode (docs/pgbouncer.md): jobs
-drain, cancels reach running handlers, the leader maintains, and the pooler's server
-sessions carry nothing from awa-fast's clients to the next."""
+drain, cancels reach running handlers, the leader maintains, a client that only produces
+inserts, and the pooler's server sessions carry nothing from awa-fast's clients to the
+next."""
 
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ import pytest
 
 import awa_fast
 from awa_fast.cli import parser, serve_config
-from awa_fast.db.connections import behind_pooler, declare_pooler, session_dsn
-from awa_fast.db.dsn import with_database
+from awa_fast.db.connections import Database
 from awa_fast.errors import ConfigError
 from awa_fast.maintenance.leader import Leader
 from awa_fast.runtime.config import RunnerConfig
@@ -147,8 +147,7 @@ async def _idle_limit(conn: psycopg.AsyncConnection[tuple[str]]) -> str:
 def test_a_fenced_transaction_limits_its_idle_time_behind_a_pooler(pooled: str) -> None:
     """The leader's idle limit, a session setting on its own connection, is set in each
     fenced transaction behind a pooler (which would lend the session on with it)."""
-    declare_pooler(pooled)
-    leader = Leader(pooled, interval=0.5)
+    leader = Leader(Database(pooled, pooled=True), interval=0.5)
 
     async def main() -> tuple[str, str]:
         assert await leader.check()
@@ -164,15 +163,14 @@ def test_a_fenced_transaction_limits_its_idle_time_behind_a_pooler(pooled: str) 
     assert run(main()) == ("1500ms", "0")
 
 
-def test_a_pooler_is_known_by_its_address(dsn: str, pooled: str) -> None:
-    """Every database behind a declared pooler is behind it; Postgres itself is not, and
-    a session goes to the direct URL, or nowhere without one."""
-    declare_pooler(pooled)
-    elsewhere = with_database(pooled, "postgres")
-    assert behind_pooler(elsewhere) and not behind_pooler(dsn)
-    assert session_dsn(elsewhere, direct=dsn) == dsn
-    assert session_dsn(elsewhere, direct=None) is None
-    assert session_dsn(dsn, direct=None) == dsn
+def test_a_session_goes_to_the_direct_url_behind_a_pooler() -> None:
+    """Behind a pooler a session goes to the direct URL, or nowhere without one; a URL
+    said to reach Postgres itself keeps its sessions, whatever other URL names the same
+    address."""
+    pooler, direct = "postgresql://app@pgbouncer:6432/app", "postgresql://app@postgres/app"
+    assert Database(pooler, pooled=True).session(direct=direct) == Database(direct)
+    assert Database(pooler, pooled=True).session(direct=None) is None
+    assert Database(pooler).session(direct=None) == Database(pooler)
 
 
 def test_a_direct_url_needs_transaction_pooling() -> None:
@@ -202,26 +200,43 @@ def test_serve_options_set_transaction_pooling(monkeypatch: pytest.MonkeyPatch) 
         RunnerConfig(**config())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("sync", [True, False])
-def test_a_client_built_before_the_pooler_is_declared_prepares_nothing_through_it(
+def _turns(pooled: str) -> Iterator[int]:
+    """Twelve turns to run a statement in, every other one while another client of the
+    pooler is in a transaction: as in a busy fleet, the pooler then lends consecutive
+    transactions of one connection different server sessions (it lends the last one
+    freed first)."""
+    for n in range(12):
+        with psycopg.connect(pooled, prepare_threshold=None) as other:
+            if n % 2:
+                other.execute("SELECT 1")  # holds a server session until it closes
+            yield n
+
+
+def _produce(pooled: str, *, sync: bool, transaction_pooling: bool) -> list[int]:
+    """Twelve jobs, one at a time on one connection, from a client that only produces:
+    no runner in sight."""
+    if sync:
+        with awa_fast.Client(
+            pooled, max_connections=1, transaction_pooling=transaction_pooling
+        ) as client:
+            return [client.insert(Flush(n)).id for n in _turns(pooled)]
+
+    async def main() -> list[int]:
+        async with awa_fast.AsyncClient(
+            pooled, max_connections=1, transaction_pooling=transaction_pooling
+        ) as client:
+            return [(await client.insert(Flush(n))).id for n in _turns(pooled)]
+
+    return run(main())
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["Client", "AsyncClient"])
+def test_a_producer_told_of_the_pooler_prepares_nothing_through_it(
     pooled: str, pgbouncer: PgBouncer, sync: bool
 ) -> None:
-    """A client made first, then a runner declaring the pooler (as `client.start(...,
-    transaction_pooling=True)` does): the same statement run many times on one pooled
-    connection is never prepared, so it fails on no server session and leaves none
-    holding a statement."""
-    items = [Flush(n) for n in range(12)]
-    if sync:
-        with awa_fast.Client(pooled, max_connections=1) as client:
-            declare_pooler(pooled)
-            ids = [client.insert(item).id for item in items]
-    else:
-
-        async def main() -> list[int]:
-            async with awa_fast.AsyncClient(pooled, max_connections=1) as client:
-                declare_pooler(pooled)
-                return [(await client.insert(item)).id for item in items]
-
-        ids = run(main())
+    """A client made with transaction_pooling=True, and nothing else in the process
+    saying so, runs the same insert past psycopg's prepare threshold (5) without an
+    error, and leaves no server session holding a statement."""
+    ids = _produce(pooled, sync=sync, transaction_pooling=True)
     assert len(set(ids)) == 12
     assert _carried_over(pgbouncer.server_sessions(pooled)) == []

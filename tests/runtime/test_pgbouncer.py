@@ -52,8 +52,9 @@ def test_serve_drains_through_the_pooler_and_leaves_its_sessions_clean(
     dsn: str, pooled: str, pgbouncer: PgBouncer, tmp_path: Path
 ) -> None:
     """`serve --pgbouncer`, no direct URL: two workers run jobs that write to their rows
-    while they run, the leader promotes a scheduled job, and afterwards no server session
-    of the pool holds a prepared statement, a LISTEN or a changed setting."""
+    while they run and read them back through the app's client, the leader promotes a
+    scheduled job, and afterwards no server session of the pool holds a prepared
+    statement, a LISTEN or a changed setting."""
     with awa_fast.Client(dsn) as producer:
         ids = producer.insert_many([Flush(n) for n in range(40)])
         ids += producer.insert_many([FlushSync(n) for n in range(40)])
@@ -94,18 +95,23 @@ class Wait:
     n: int
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["direct URL", "pooler only"])
+@pytest.mark.parametrize(
+    "direct",
+    [True, False],
+    ids=["direct URL, the client says pooled", "pooler only, its start says pooled"],
+)
 def test_a_cancel_reaches_a_running_handler(
     dsn: str, pooled: str, pgbouncer: PgBouncer, direct: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     """With a direct URL the cancel's NOTIFY is heard there (heartbeats are too far apart
-    to bring it in time); without one, the next heartbeat through the pooler brings it."""
-    beats = (
+    to bring it in time); without one, the next heartbeat through the pooler brings it.
+    The pooler is the client's to say in the first case, its start's in the second."""
+    options = (
         {"heartbeat_interval": 60.0, "heartbeat_staleness": 600.0}
         if direct
-        else {"heartbeat_interval": 0.2}
+        else {"heartbeat_interval": 0.2, "transaction_pooling": True}
     )
-    worker = awa_fast.AsyncClient(pooled)
+    worker = awa_fast.AsyncClient(pooled, transaction_pooling=direct)
     seen: list[int] = []
 
     @worker.task(Wait)
@@ -117,12 +123,7 @@ def test_a_cancel_reaches_a_running_handler(
     async def main() -> int:
         async with awa_fast.AsyncClient(dsn) as admin, worker:
             row = await admin.insert(Wait(1))
-            await worker.start(
-                {"default": 1},
-                transaction_pooling=True,
-                direct_dsn=dsn if direct else None,
-                **beats,
-            )
+            await worker.start({"default": 1}, direct_dsn=dsn if direct else None, **options)
             try:
                 await await_until(lambda: job(dsn, row.id)["state"] == "running")
                 assert await admin.cancel(row.id) is not None
@@ -171,6 +172,18 @@ def test_a_session_goes_to_the_direct_url_behind_a_pooler() -> None:
     assert Database(pooler, pooled=True).session(direct=direct) == Database(direct)
     assert Database(pooler, pooled=True).session(direct=None) is None
     assert Database(pooler).session(direct=None) == Database(pooler)
+
+
+def test_transaction_pooling_must_be_a_bool() -> None:
+    with pytest.raises(ConfigError, match="transaction_pooling must be True or False"):
+        awa_fast.Client("postgresql:///app", transaction_pooling="yes")  # type: ignore[arg-type]
+
+
+def test_a_runner_of_a_pooled_client_cannot_turn_pooling_off() -> None:
+    """Both connect to the same URL, through the same pooler."""
+    client = awa_fast.AsyncClient("postgresql:///app", transaction_pooling=True)
+    with pytest.raises(ConfigError, match="transaction_pooling must stay True"):
+        run(client.start({"default": 1}, transaction_pooling=False))
 
 
 def test_a_direct_url_needs_transaction_pooling() -> None:
@@ -240,3 +253,11 @@ def test_a_producer_told_of_the_pooler_prepares_nothing_through_it(
     ids = _produce(pooled, sync=sync, transaction_pooling=True)
     assert len(set(ids)) == 12
     assert _carried_over(pgbouncer.server_sessions(pooled)) == []
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["Client", "AsyncClient"])
+def test_a_producer_not_told_of_the_pooler_breaks_through_it(pooled: str, sync: bool) -> None:
+    """What the flag is for: the same client without it prepares its insert after five
+    runs, in one server session, and the next run, lent another, fails there."""
+    with pytest.raises(psycopg.ProgrammingError, match="prepared statement"):
+        _produce(pooled, sync=sync, transaction_pooling=False)

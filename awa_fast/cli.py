@@ -23,6 +23,7 @@ from psycopg import conninfo
 
 from awa_fast import __version__, bench, logs, sdk_commands
 from awa_fast.client import Client
+from awa_fast.db.connections import Database
 from awa_fast.db.migrate import (
     SCHEMA,
     current_migration_version,
@@ -413,7 +414,8 @@ def _cmd_serve(opts: argparse.Namespace) -> int:
     app = load_app(opts.app)
     url = database_url(opts.database_url) if opts.database_url or not app.dsn else app.dsn
     ensure_migrated(url)
-    app.dsn = url
+    # the client's pool too: handlers in the workers use it
+    app.database = Database(url, pooled=opts.pgbouncer or app.database.pooled)
     queues = dict(opts.queue) if opts.queue else None
     processes = opts.processes or os.cpu_count() or 1
     return serve(app, queues, processes=processes, **serve_config(opts))
@@ -434,9 +436,11 @@ def serve_config(opts: argparse.Namespace) -> dict[str, Any]:
         config["queue_rate_limits"] = dict(opts.rate_limit)
     if not opts.standby:
         config["standby"] = False
+    if opts.pgbouncer:
+        config["transaction_pooling"] = True
     direct = opts.direct_database_url or os.environ.get("AWA_FAST_DIRECT_DATABASE_URL")
     if opts.pgbouncer or direct:
-        config.update(transaction_pooling=opts.pgbouncer, direct_dsn=direct)
+        config["direct_dsn"] = direct
     return config
 
 

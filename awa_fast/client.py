@@ -22,7 +22,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from awa_fast import admin, batch, producer
-from awa_fast.db.connections import behind_pooler, keepalives
+from awa_fast.db.connections import Database, keepalives
 from awa_fast.db.migrate import migrate as _migrate
 from awa_fast.db.transitions import Outcome
 from awa_fast.descriptors import DescriptorOptions, descriptor
@@ -52,11 +52,14 @@ T = TypeVar("T")
 class _Handlers:
     """Registration shared by both clients: handlers, follow-ups, lifecycle hooks."""
 
-    def __init__(self, dsn: str) -> None:
-        if not isinstance(dsn, str) or not dsn:
-            raise ValueError("a database URL is required")
-        self.dsn = dsn
+    def __init__(self, dsn: str, *, transaction_pooling: bool) -> None:
+        # How this client's pool and its runners connect (docs/pgbouncer.md).
+        self.database = Database(dsn, pooled=transaction_pooling)
         self.handlers = Handlers(Registry(), FollowupRegistry(), HookRegistry())
+
+    @property
+    def dsn(self) -> str:
+        return self.database.dsn
 
     def task(
         self, args_type: type | None = None, *, kind: str | None = None, queue: str = "default"
@@ -191,8 +194,8 @@ class _AsyncOnly(_Handlers):
     """What only :class:`AsyncClient` has: handlers started on the caller's event loop, and
     their health."""
 
-    def __init__(self, dsn: str) -> None:
-        super().__init__(dsn)
+    def __init__(self, dsn: str, *, transaction_pooling: bool) -> None:
+        super().__init__(dsn, transaction_pooling=transaction_pooling)
         self._runner: Runner | None = None
 
     async def health_check(self) -> health.HealthCheck:
@@ -211,7 +214,7 @@ class _AsyncOnly(_Handlers):
         ``min_workers`` and ``weight`` for its weighted mode (:mod:`awa_fast.runtime.shares`)."""
         if self._runner is not None:
             raise RuntimeError("this client is already running; call shutdown() first")
-        settings = runner_config(config, queues=queues)
+        settings = runner_config(config, queues=queues, pooled=self.database.pooled)
         given = queues if queues is not None else self.default_queues()
         parsed = parse_queues(given, config=settings)
         _check_handled(self.handlers, parsed)
@@ -254,9 +257,15 @@ class RawClient:
     :class:`Client`'s ``name``, each side on a pool of its own. The SDK's storage-engine
     methods have no counterpart here, and raise AttributeError saying so."""
 
-    def __init__(self, database_url: str, max_connections: int = 10) -> None:
-        self._async = AsyncClient(database_url, max_connections=max_connections)
-        self._sync = Client(database_url, max_connections=max_connections)
+    def __init__(
+        self, database_url: str, max_connections: int = 10, *, transaction_pooling: bool = False
+    ) -> None:
+        self._async = AsyncClient(
+            database_url, max_connections=max_connections, transaction_pooling=transaction_pooling
+        )
+        self._sync = Client(
+            database_url, max_connections=max_connections, transaction_pooling=transaction_pooling
+        )
 
     def __getattr__(self, name: str) -> Any:
         if name in _STORAGE_ENGINE_METHODS:
@@ -289,28 +298,30 @@ async def _execute_async(conn: AsyncConnection[Any], op: admin.Op[T]) -> T:
     return op.shape(await cur.fetchall() if cur.description else [])
 
 
-async def _configure_async(conn: AsyncConnection[Any]) -> None:
-    """No prepared statements on a pool connection that reaches Postgres through a
-    transaction pooler (docs/pgbouncer.md): a runner may declare the pooler after the
-    client is built, and the pool opens its connections later."""
-    if behind_pooler(conn.info.dsn):
-        conn.prepare_threshold = None
-
-
 class AsyncClient(_AsyncOnly):
-    """The asyncio client: insert jobs, administer them, run handlers."""
+    """The asyncio client: insert jobs, administer them, run handlers. Give
+    ``transaction_pooling=True`` when ``dsn`` goes through a transaction pooler
+    (PgBouncer's ``pool_mode=transaction``, docs/pgbouncer.md): no connection of this
+    client or of the runners it starts then prepares a statement."""
 
-    def __init__(self, dsn: str, *, max_connections: int = 10) -> None:
-        super().__init__(dsn)
+    def __init__(
+        self, dsn: str, *, max_connections: int = 10, transaction_pooling: bool = False
+    ) -> None:
+        super().__init__(dsn, transaction_pooling=transaction_pooling)
         self._pool = AsyncConnectionPool(
             dsn,
             min_size=0,
             max_size=max_connections,
             open=False,
             kwargs={**_SESSION, **keepalives(dsn)},
-            configure=_configure_async,
+            configure=self._configure,
         )
         self._opened = False
+
+    async def _configure(self, conn: AsyncConnection[Any]) -> None:
+        """No prepared statements behind a transaction pooler: read as the pool opens each
+        connection, for ``serve --pgbouncer`` tells a client made at import afterwards."""
+        conn.prepare_threshold = self.database.prepare_threshold()
 
     async def _conn(self) -> Any:
         if not self._opened:
@@ -699,28 +710,30 @@ def _execute(conn: Connection[Any], op: admin.Op[T]) -> T:
     return op.shape(cur.fetchall() if cur.description else [])
 
 
-def _configure(conn: Connection[Any]) -> None:
-    """No prepared statements on a pool connection that reaches Postgres through a
-    transaction pooler (docs/pgbouncer.md): a runner may declare the pooler after the
-    client is built, and the pool opens its connections later."""
-    if behind_pooler(conn.info.dsn):
-        conn.prepare_threshold = None
-
-
 class Client(_SyncOnly):
-    """The synchronous client: insert jobs, administer them, run handlers."""
+    """The synchronous client: insert jobs, administer them, run handlers. Give
+    ``transaction_pooling=True`` when ``dsn`` goes through a transaction pooler
+    (PgBouncer's ``pool_mode=transaction``, docs/pgbouncer.md): no connection of this
+    client or of the runners it starts then prepares a statement."""
 
-    def __init__(self, dsn: str, *, max_connections: int = 10) -> None:
-        super().__init__(dsn)
+    def __init__(
+        self, dsn: str, *, max_connections: int = 10, transaction_pooling: bool = False
+    ) -> None:
+        super().__init__(dsn, transaction_pooling=transaction_pooling)
         self._pool = ConnectionPool(
             dsn,
             min_size=0,
             max_size=max_connections,
             open=False,
             kwargs={**_SESSION, **keepalives(dsn)},
-            configure=_configure,
+            configure=self._configure,
         )
         self._opened = False
+
+    def _configure(self, conn: Connection[Any]) -> None:
+        """No prepared statements behind a transaction pooler: read as the pool opens each
+        connection, for ``serve --pgbouncer`` tells a client made at import afterwards."""
+        conn.prepare_threshold = self.database.prepare_threshold()
 
     def _conn(self) -> Any:
         if not self._opened:

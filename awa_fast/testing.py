@@ -259,13 +259,13 @@ class _Worker:
     record goes into an outcome ring, and a committer that applies it."""
 
     def __init__(self, client: Client | AsyncClient, registry: Registry) -> None:
-        dsn = client.dsn
-        self.dsn = dsn
+        database = client.database
+        self.database = database
         self.registry = registry
         self.ring = OutcomeRing(64, 128)
         self.hooks = HookDispatcher(client.handlers.hooks)
         self.committer = Committer(
-            lambda: connect_hot(dsn, application_name=_APPLICATION),
+            lambda: connect_hot(database, application_name=_APPLICATION),
             self.ring,
             registry=registry,
             followups=client.handlers.followups,
@@ -278,7 +278,7 @@ class _Worker:
             self.ring,
             _NeverCancelled(),
             _CONFIG.backoff,
-            AttemptWriter(dsn),
+            AttemptWriter(database),
             self.threads,
         )
         self._stack = AsyncExitStack()
@@ -303,7 +303,10 @@ class _Worker:
         conn = await self._stack.enter_async_context(await self._claim_connection())
         holder = await self._stack.enter_async_context(
             await psycopg.AsyncConnection.connect(
-                self.dsn, autocommit=True, application_name=_APPLICATION
+                self.database.dsn,
+                autocommit=True,
+                application_name=_APPLICATION,
+                prepare_threshold=self.database.prepare_threshold(),
             )
         )
         cur = conn.cursor(binary=True)
@@ -330,7 +333,7 @@ class _Worker:
                 await self._give_back(job)
 
     async def _claim_connection(self) -> psycopg.AsyncConnection[Any]:
-        return await connect_claimer(self.dsn, application_name=_APPLICATION)
+        return await connect_claimer(self.database, application_name=_APPLICATION)
 
     async def _give_back(self, job: Claimed) -> None:
         push_unstarted(

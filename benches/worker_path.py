@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import uvloop
 
 from awa_fast._core import InFlight, OutcomeRing
+from awa_fast.db.connections import Database
 from awa_fast.db.transitions import Backoff, Target
 from awa_fast.runtime import collector
 from awa_fast.runtime.attempt_writer import AttemptWriter
@@ -70,7 +71,9 @@ def one_run(rows: int, size: int) -> float:
     inflight = InFlight([rows], rows + 64)
     ring = OutcomeRing(1 << 20, 128)
     # The registrar connects only when a handler registers a callback; a no-op never does.
-    executor = Executor(registry, ring, inflight, Backoff(), AttemptWriter(""))
+    executor = Executor(
+        registry, ring, inflight, Backoff(), AttemptWriter(Database("postgresql:///unused"))
+    )
     batch = delivered_rows(rows, inflight)
     began = time.perf_counter()
     uvloop.run(run_batches(executor, inflight, batch, size))

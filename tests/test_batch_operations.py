@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 import awa_fast
+from awa_fast.db.connections import Database
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.batch import BatchStep
 from awa_fast.maintenance.service import Maintenance
@@ -37,7 +38,7 @@ class Leader:
         client = awa_fast.Client(dsn)
         config = RunnerConfig(batch_chunk=chunk)
         self.maintenance = Maintenance(
-            dsn, config, client.handlers, HookDispatcher(client.handlers.hooks)
+            Database(dsn), config, client.handlers, HookDispatcher(client.handlers.hooks)
         )
         self.dsn = dsn
 

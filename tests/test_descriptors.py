@@ -14,6 +14,7 @@ import pytest
 
 import awa_fast
 from awa_fast import descriptors
+from awa_fast.db.connections import Database
 from awa_fast.errors import ConfigError, ValidationError
 from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.config import RunnerConfig
@@ -248,7 +249,9 @@ def _seen_within_a_minute(dsn: str) -> set[tuple[str, str]]:
 
 def _maintenance(dsn: str, **config: Any) -> Maintenance:
     handlers = awa_fast.AsyncClient(dsn).handlers
-    return Maintenance(dsn, RunnerConfig(**config), handlers, HookDispatcher(handlers.hooks))
+    return Maintenance(
+        Database(dsn), RunnerConfig(**config), handlers, HookDispatcher(handlers.hooks)
+    )
 
 
 TESTS = "tests"  # the leader's holder the tests' steps run as
@@ -260,7 +263,7 @@ async def _step(maintenance: Maintenance) -> int:
     maintenance.leader.holder = TESTS
     async with (
         leading(maintenance),
-        await psycopg.AsyncConnection.connect(maintenance.dsn, autocommit=True) as c,
+        await psycopg.AsyncConnection.connect(maintenance.database.dsn, autocommit=True) as c,
     ):
         await c.execute("SET lock_timeout = '5s'")
         return await maintenance.descriptor_cleaner.run_once(c)

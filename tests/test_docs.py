@@ -85,6 +85,10 @@ def check_pool(page: types.ModuleType, dsn: str) -> None:
     assert count(dsn, "SELECT count(*) FROM awa_fast.hosts") == 0  # gone when it stopped
 
 
+def check_pgbouncer(page: types.ModuleType, dsn: str) -> None:
+    assert count(dsn, "SELECT count(*) FROM awa_fast.jobs WHERE kind = 'send_receipt'") == 10
+
+
 def check_observability(page: types.ModuleType, dsn: str) -> None:
     assert "awa_fast_worker_processes 1" in page.metrics
     completed = "SELECT count(*) FROM awa_fast.jobs WHERE state = 'completed'"
@@ -145,6 +149,7 @@ CHECKS: dict[str, Check] = {
     "docs/followups-and-events.md": check_followups,
     "docs/periodic.md": check_periodic,
     "docs/pool.md": check_pool,
+    "docs/pgbouncer.md": check_pgbouncer,
     "docs/observability.md": check_observability,
     "docs/maintenance.md": check_maintenance,
     "docs/admin.md": check_admin,

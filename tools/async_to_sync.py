@@ -37,7 +37,6 @@ NAMES = {
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "_AsyncOnly": "_SyncOnly",
-    "_configure_async": "_configure",
     "_execute_async": "_execute",
     "drive_async": "drive",
     "enter_async_context": "enter_context",

@@ -38,6 +38,7 @@ from awa_fast.bench.measure import (
     wait_done,
 )
 from awa_fast.client import AsyncClient
+from awa_fast.db.connections import Database
 from awa_fast.db.transitions import Backoff
 from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.config import RunnerConfig
@@ -257,7 +258,9 @@ async def promote(
     await asyncio.to_thread(insert_items, url, [Noop(i) for i in range(jobs)], run_at=_utc(due))
     await asyncio.sleep(max(0.0, due - time.time()) + 0.05)
     handlers = Handlers(Registry(), FollowupRegistry(), HookRegistry())
-    maintenance = Maintenance(url, RunnerConfig(), handlers, HookDispatcher(handlers.hooks))
+    maintenance = Maintenance(
+        Database(url), RunnerConfig(), handlers, HookDispatcher(handlers.hooks)
+    )
     quiesce(url)
     before = Counters.read(url)
     if not await maintenance.leader.check():

@@ -25,16 +25,16 @@ Behind a transaction pooler (PgBouncer's ``pool_mode=transaction``, docs/pgbounc
 connection gets whichever server session is free for each transaction, so nothing may
 outlive one: connections there prepare no statement and apply no session setting (the
 pooler's database entry may carry the planner settings), and LISTEN goes to a direct URL
-(:func:`session_dsn`). The runner declares such a pooler by its address
-(:func:`declare_pooler`), which every connection to it reads: the heartbeat's, the
-leader's and the workers' as much as the runner's own.
+(:meth:`Database.session`). Only the caller knows whether a URL goes through one, so it is
+said where the URL is given and carried with it as a :class:`Database` to every part that
+keeps a connection open: the runner's, the heartbeat's, the leader's and the workers'.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
@@ -42,6 +42,8 @@ import psycopg
 from psycopg import conninfo
 from psycopg.adapt import Dumper
 from psycopg.postgres import types as pg_types
+
+from awa_fast.errors import ConfigError
 
 PLANNER_SETTINGS = {
     "plan_cache_mode": "force_generic_plan",
@@ -133,50 +135,50 @@ def keepalives(dsn: str) -> dict[str, Any]:
 
 _PSYCOPG_THRESHOLD = 5  # psycopg's own default
 
-# The addresses (host, port, as URLs write them) of transaction poolers in front of
-# Postgres, as declared by the runners configured for one (RunnerConfig.transaction_pooling).
-_POOLERS: set[tuple[str, str]] = set()
+
+@dataclass(frozen=True, slots=True)
+class Database:
+    """A database URL, and whether it reaches Postgres through a transaction pooler
+    (``pooled``) rather than directly: nothing in the URL tells, so whoever gives the URL
+    says, and every connection made from it follows."""
+
+    dsn: str = field(repr=False)  # it may hold a password
+    pooled: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dsn, str) or not self.dsn:
+            raise ValueError("a database URL is required")
+        if not isinstance(self.pooled, bool):
+            raise ConfigError(f"transaction_pooling must be True or False, got {self.pooled!r}")
+
+    def prepare_threshold(self, threshold: int = _PSYCOPG_THRESHOLD) -> int | None:
+        """psycopg's ``prepare_threshold`` for a connection here: ``threshold``, or never
+        (None) behind a transaction pooler, where a statement prepared in one transaction's
+        server session is missing from the next one's and in the way of that session's
+        next client."""
+        return None if self.pooled else threshold
+
+    def session(self, *, direct: str | None) -> Database | None:
+        """Where a connection that must keep its session (LISTEN) goes: here, or, behind a
+        transaction pooler, to ``direct``, Postgres itself (None: no session to be had)."""
+        if not self.pooled:
+            return self
+        return None if direct is None else Database(direct)
 
 
-def _address(dsn: str) -> tuple[str, str]:
-    given = conninfo.conninfo_to_dict(dsn)
-    return str(given.get("host", "")), str(given.get("port", ""))
+def _hot_params(database: Database) -> dict[str, Any]:
+    return {
+        "autocommit": True,
+        "prepare_threshold": database.prepare_threshold(0),
+        **keepalives(database.dsn),
+    }
 
 
-def declare_pooler(dsn: str) -> None:
-    """Take ``dsn``'s host and port for a transaction pooler, for every URL naming them
-    in this process and in the workers it forks afterwards: being one is a fact of the
-    address, whichever client learned it."""
-    _POOLERS.add(_address(dsn))
-
-
-def behind_pooler(dsn: str) -> bool:
-    """Whether ``dsn`` reaches Postgres through a declared transaction pooler."""
-    return _address(dsn) in _POOLERS
-
-
-def preparing(dsn: str, *, threshold: int = _PSYCOPG_THRESHOLD) -> dict[str, Any]:
-    """psycopg's ``prepare_threshold`` for a connection to ``dsn``: ``threshold``, or never
-    behind a transaction pooler, where a statement prepared in one transaction's server
-    session is missing from the next one's and in the way of that session's next client."""
-    return {"prepare_threshold": None if behind_pooler(dsn) else threshold}
-
-
-def session_dsn(dsn: str, *, direct: str | None) -> str | None:
-    """Where a connection that must keep its session (LISTEN) goes: ``dsn`` itself, or,
-    behind a transaction pooler, ``direct`` (None: no session to be had)."""
-    return direct if behind_pooler(dsn) else dsn
-
-
-def _hot_params(dsn: str) -> dict[str, Any]:
-    return {"autocommit": True, **preparing(dsn, threshold=0), **keepalives(dsn)}
-
-
-def connect_hot(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
+def connect_hot(database: Database, **kwargs: Any) -> psycopg.Connection[Any]:
     """A hot connection; closed again if its settings cannot be applied (an interrupt, a
     server gone in between), not left open to the collector."""
-    conn = psycopg.connect(dsn, **_hot_params(dsn), **kwargs)
-    if behind_pooler(dsn):  # a session setting would stay with a server session lent out
+    conn = psycopg.connect(database.dsn, **_hot_params(database), **kwargs)
+    if database.pooled:  # a session setting would stay with a server session lent out
         return conn
     try:
         conn.execute(_APPLY)
@@ -186,15 +188,15 @@ def connect_hot(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
     return conn
 
 
-async def connect_hot_async(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
+async def connect_hot_async(database: Database, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
     """A hot connection; one whose task is cancelled while it connects or its settings are
     applied (a runner stopped just after it started) is closed, not left open."""
-    return await connect_or_close(_open_hot_async(dsn, **kwargs))
+    return await connect_or_close(_open_hot_async(database, **kwargs))
 
 
-async def _open_hot_async(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
-    conn = await psycopg.AsyncConnection.connect(dsn, **_hot_params(dsn), **kwargs)
-    if behind_pooler(dsn):
+async def _open_hot_async(database: Database, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
+    conn = await psycopg.AsyncConnection.connect(database.dsn, **_hot_params(database), **kwargs)
+    if database.pooled:
         return conn
     try:
         await conn.execute(_APPLY)

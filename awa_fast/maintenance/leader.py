@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from awa_fast.db.connections import behind_pooler, connect_or_close, keepalives, preparing
+from awa_fast.db.connections import Database, connect_or_close, keepalives
 from awa_fast.db.queries import Q
 
 log = logging.getLogger("awa_fast.leader")
@@ -51,8 +51,8 @@ class Leader:
     begins a new term; ``is_leader`` says whether a term is held; statements that must
     act only under that term run in :meth:`fenced`."""
 
-    def __init__(self, dsn: str, *, interval: float) -> None:
-        self.dsn = dsn
+    def __init__(self, database: Database, *, interval: float) -> None:
+        self.database = database
         self.term_s = TERM_INTERVALS * interval
         self.holder = f"{socket.gethostname()} pid {os.getpid()} {uuid.uuid4().hex[:12]}"
         self.term: int | None = None
@@ -70,14 +70,15 @@ class Leader:
         return await connect_or_close(self._open(application_name))
 
     async def _open(self, application_name: str) -> psycopg.AsyncConnection[Any]:
+        database = self.database
         conn = await psycopg.AsyncConnection.connect(
-            self.dsn,
+            database.dsn,
             autocommit=True,
             application_name=application_name,
-            **keepalives(self.dsn),
-            **preparing(self.dsn),
+            **keepalives(database.dsn),
+            prepare_threshold=database.prepare_threshold(),
         )
-        if behind_pooler(self.dsn):  # fenced() limits each transaction instead
+        if database.pooled:  # fenced() limits each transaction instead
             return conn
         try:
             await self._limit_idle(conn, local=False)
@@ -122,7 +123,7 @@ class Leader:
         if term is None:
             raise Deposed("not the leader")
         async with conn.transaction():
-            if behind_pooler(self.dsn):  # before the lock, which the limit must cover
+            if self.database.pooled:  # before the lock, which the limit must cover
                 await self._limit_idle(conn, local=True)
             await conn.execute(Q.leader_fence_lock, {"key": FENCE_KEY})
             cur = await conn.execute(Q.leader_fence, {"term": term})

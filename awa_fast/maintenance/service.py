@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import psycopg
 
+from awa_fast.db.connections import Database
 from awa_fast.maintenance.batch_ops import BatchOps, BatchOpsConfig
 from awa_fast.maintenance.cleaner import Cleaner, CleanerConfig
 from awa_fast.maintenance.cron import Cron, CronConfig
@@ -88,17 +89,17 @@ class Maintenance:
     """The services built from a runner's ``config``, run while this host leads."""
 
     def __init__(
-        self, dsn: str, config: RunnerConfig, handlers: Registered, hooks: HookDispatcher
+        self, database: Database, config: RunnerConfig, handlers: Registered, hooks: HookDispatcher
     ) -> None:
-        self.dsn = dsn
+        self.database = database
         self.config = config
-        self.leader = leader = Leader(dsn, interval=config.election_interval)
+        self.leader = leader = Leader(database, interval=config.election_interval)
         self.stats = stats = MaintenanceStats()
         self.instance = uuid.uuid4()  # recorded as runner_instance by batch operations
         configs = service_configs(config)
         self.promoter = Promoter(leader=leader, stats=stats, config=configs.promoter)
         self.rescuer = Rescuer(
-            dsn=dsn,
+            dsn=database.dsn,
             leader=leader,
             followups=handlers.followups,
             hooks=hooks,

@@ -37,7 +37,7 @@ from typing import Any
 import psycopg
 
 from awa_fast.codec import encode_json
-from awa_fast.db.connections import keepalives, preparing
+from awa_fast.db.connections import Database, keepalives
 from awa_fast.db.queries import Q
 from awa_fast.errors import LeaseLost
 from awa_fast.validation import positive_seconds
@@ -59,8 +59,8 @@ class _Wait:
 
 
 class AttemptWriter:
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
+    def __init__(self, database: Database) -> None:
+        self.database = database
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._connecting = asyncio.Lock()
         self._sync_conn: psycopg.Connection[Any] | None = None
@@ -103,7 +103,7 @@ class AttemptWriter:
         params = {**_progress_params(progress, metadata), "id": job_id, "lease": run_lease}
         with self._sync_lock:
             if self._sync_conn is None or self._sync_conn.closed:
-                self._sync_conn = psycopg.connect(self.dsn, **_params(self.dsn))
+                self._sync_conn = psycopg.connect(self.database.dsn, **_params(self.database))
             row = self._sync_conn.execute(Q.job_save_progress, params).fetchone()
         if row is None:
             raise LeaseLost(job_id, run_lease)
@@ -193,7 +193,9 @@ class AttemptWriter:
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         async with self._connecting:
             if self._conn is None or self._conn.closed:
-                self._conn = await psycopg.AsyncConnection.connect(self.dsn, **_params(self.dsn))
+                self._conn = await psycopg.AsyncConnection.connect(
+                    self.database.dsn, **_params(self.database)
+                )
             return self._conn
 
     async def _execute(
@@ -228,9 +230,10 @@ class AttemptWriter:
                 self._sync_conn = None
 
 
-def _params(dsn: str) -> dict[str, Any]:
+def _params(database: Database) -> dict[str, Any]:
     """Both connections' parameters: they stay open, and may go through a pooler."""
-    return {**_SESSION, **keepalives(dsn), **preparing(dsn)}
+    threshold = database.prepare_threshold()
+    return {**_SESSION, **keepalives(database.dsn), "prepare_threshold": threshold}
 
 
 def _progress_params(progress: object, metadata: dict[str, Any]) -> dict[str, Any]:

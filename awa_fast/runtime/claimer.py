@@ -25,7 +25,7 @@ from psycopg.types.string import ByteaBinaryLoader
 
 from awa_fast._core import InFlight
 from awa_fast.codec import decode_json
-from awa_fast.db.connections import connect_hot_async, connect_or_close
+from awa_fast.db.connections import Database, connect_hot_async, connect_or_close
 from awa_fast.db.queries import Q
 from awa_fast.runtime.claimed import (
     Claimed,
@@ -98,7 +98,7 @@ class Round:
 class Claimer:
     def __init__(
         self,
-        dsn: str,
+        database: Database,
         config: ClaimerConfig,
         *,
         capacity: Capacity,
@@ -110,7 +110,7 @@ class Claimer:
         standby: Standby | None,
         packs: PackWatch,
     ) -> None:
-        self.dsn = dsn
+        self.database = database
         self.config = config
         self.queues = list(capacity.queues)
         self._capacity = capacity
@@ -181,7 +181,7 @@ class Claimer:
     # -- loops ----------------------------------------------------------------------------
 
     async def connect(self) -> psycopg.AsyncConnection[Any]:
-        return await connect_claimer(self.dsn, application_name="awa-fast claimer")
+        return await connect_claimer(self.database, application_name="awa-fast claimer")
 
     def loop(self, conn: psycopg.AsyncConnection[Any]) -> Callable[[], Awaitable[None]]:
         """A claim loop to supervise: on ``conn`` first, on a new connection once
@@ -485,7 +485,7 @@ class Claimer:
             return
         try:
             # Not named as a claimer: nothing is claimed on it.
-            conn = await connect_claimer(self.dsn, application_name="awa-fast standby")
+            conn = await connect_claimer(self.database, application_name="awa-fast standby")
             async with conn:
                 cur = conn.cursor(binary=True)
                 await standby.withdraw(cur, host_id=host_id)
@@ -511,14 +511,16 @@ def in_flight_by_queue(capacity: Capacity, inflight: InFlight) -> Mapping[str, i
     }
 
 
-async def connect_claimer(dsn: str, *, application_name: str) -> psycopg.AsyncConnection[Any]:
+async def connect_claimer(
+    database: Database, *, application_name: str
+) -> psycopg.AsyncConnection[Any]:
     """A hot connection whose claimed rows load as :class:`Claimed` expects them; closed,
     not dropped, if the caller is cancelled meanwhile."""
-    return await connect_or_close(_open_claimer(dsn, application_name))
+    return await connect_or_close(_open_claimer(database, application_name))
 
 
-async def _open_claimer(dsn: str, application_name: str) -> psycopg.AsyncConnection[Any]:
-    conn = await connect_hot_async(dsn, application_name=application_name)
+async def _open_claimer(database: Database, application_name: str) -> psycopg.AsyncConnection[Any]:
+    conn = await connect_hot_async(database, application_name=application_name)
     try:
         await load_jsonb_payloads(conn)
     except BaseException:

@@ -105,6 +105,7 @@ class RunnerConfig:
     # The database URL reaches Postgres through a transaction pooler (PgBouncer's
     # pool_mode=transaction): no prepared statements or session settings there, and LISTEN
     # only on direct_dsn, Postgres itself; without it claiming polls (docs/pgbouncer.md).
+    # True for every runner of a client made with transaction_pooling=True.
     transaction_pooling: bool = False
     direct_dsn: str | None = field(default=None, repr=False)  # it may hold a password
 

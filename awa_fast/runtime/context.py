@@ -14,6 +14,7 @@ from typing import Protocol
 
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db import transitions as tr
+from awa_fast.db.connections import Database
 from awa_fast.runtime.attempt_writer import AttemptWriter
 from awa_fast.runtime.claimed import Claimed, Delivered
 from awa_fast.runtime.config import RunnerConfig
@@ -109,7 +110,7 @@ class Workers(Protocol):
 class WorkerContext:
     """The narrow view of the runtime a worker gets."""
 
-    dsn: str
+    database: Database
     config: RunnerConfig
     capacity: Capacity
     registry: Registry
@@ -126,7 +127,7 @@ class WorkerContext:
             self.ring,
             self.inflight,
             self.config.backoff,
-            AttemptWriter(self.dsn),
+            AttemptWriter(self.database),
             threads,
             dlq_queues=self.config.dlq_for(list(self.capacity.queues)),
         )

@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 
 from awa_fast import descriptors
 from awa_fast._core import InFlight
-from awa_fast.db.connections import Int8Array, attempts_params, connect_hot_async
+from awa_fast.db.connections import Database, Int8Array, attempts_params, connect_hot_async
 from awa_fast.db.queries import Q
 from awa_fast.descriptors import Descriptor
 from awa_fast.runtime.config import RunnerConfig
@@ -61,7 +61,7 @@ class Beat:
 class Heartbeat:
     def __init__(
         self,
-        dsn: str,
+        database: Database,
         config: HeartbeatConfig,
         *,
         host: Host,
@@ -70,7 +70,7 @@ class Heartbeat:
         workers: Workers,
         descriptors: Sequence[Descriptor],
     ) -> None:
-        self.dsn = dsn
+        self.database = database
         self.config = config
         self._host = host
         self._inflight = inflight
@@ -95,7 +95,7 @@ class Heartbeat:
                 try:
                     if conn is None or conn.closed:
                         conn = await connect_hot_async(
-                            self.dsn, application_name="awa-fast heartbeat"
+                            self.database, application_name="awa-fast heartbeat"
                         )
                     await self.beat_once(conn)
                 except psycopg.OperationalError as exc:

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from awa_fast._core import InFlight
-from awa_fast.db.connections import attempts_params
+from awa_fast.db.connections import Database, attempts_params
 from awa_fast.db.queries import Q
 from awa_fast.logs import Throttled
 from awa_fast.runtime.claimer import Claimer, connect_claimer
@@ -54,7 +54,7 @@ class Heard:
 class Listener:
     def __init__(
         self,
-        dsn: str | None,
+        database: Database | None,
         config: ListenerConfig,
         *,
         host: Host,
@@ -62,7 +62,7 @@ class Listener:
         inflight: InFlight,
         flags: CancelFlags,
     ) -> None:
-        self.dsn = dsn
+        self.database = database
         self.config = config
         self._host = host
         self._claimer = claimer
@@ -74,7 +74,7 @@ class Listener:
     async def run(self, stopping: Callable[[], bool]) -> None:
         """Listen until ``stopping()``; on a lost connection, listen again after a delay
         (claiming polls meanwhile). Without a URL to listen on, return at once."""
-        if self.dsn is None:
+        if self.database is None:
             log.warning(
                 "not listening: the database URL goes through a transaction pooler and no "
                 "direct URL was given; new jobs wait for claiming's next poll, cancels "
@@ -84,7 +84,7 @@ class Listener:
         while not stopping():
             try:
                 # A claim connection: standby collects run on it.
-                conn = await connect_claimer(self.dsn, application_name="awa-fast listener")
+                conn = await connect_claimer(self.database, application_name="awa-fast listener")
                 async with conn:
                     for channel in CHANNELS:
                         await conn.execute(f"LISTEN {channel}")

@@ -24,6 +24,7 @@ from typing import Protocol
 
 import orjson
 
+from awa_fast.db.connections import Database
 from awa_fast.runtime import health
 from awa_fast.runtime.snapshot import Snapshot
 
@@ -39,7 +40,7 @@ MAX_HEADERS = 100
 class Reader(Protocol):
     """Where the server reads its numbers: a runner."""
 
-    dsn: str
+    database: Database
 
     def snapshot(self) -> Snapshot: ...
 
@@ -291,7 +292,7 @@ async def _answer(read: Reader, method: str, path: str) -> bytes:
     if path == "/metrics":
         return _response(HTTPStatus.OK, PROMETHEUS_TEXT, render(read.snapshot()).encode())
     if path == "/health":
-        check = await health.probe(read.dsn, read)
+        check = await health.probe(read.database.dsn, read)
         body = orjson.dumps({"healthy": check.healthy, **dataclasses.asdict(check)})
         status = HTTPStatus.OK if check.healthy else HTTPStatus.SERVICE_UNAVAILABLE
         return _response(status, "application/json", body)

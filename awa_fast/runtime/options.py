@@ -59,12 +59,16 @@ _warned_ignored: set[str] = set()  # each storage option is logged once a proces
 _FIELDS = frozenset(f.name for f in dataclasses.fields(RunnerConfig))
 
 
-def runner_config(options: Mapping[str, Any], *, queues: QueueSpec | None = None) -> RunnerConfig:
+def runner_config(
+    options: Mapping[str, Any], *, queues: QueueSpec | None = None, pooled: bool = False
+) -> RunnerConfig:
     """A validated :class:`RunnerConfig` from ``options`` and the per-queue settings of
     ``queues`` given as the SDK's dicts (:func:`queue_settings`); a name it cannot honour
     raises :class:`ConfigError` naming it. A queue's ``claimers`` raises the runner's,
-    whose claim loops serve every queue, to at least that many."""
-    config = _runner_options(options)
+    whose claim loops serve every queue, to at least that many. ``pooled``: the client's
+    URL goes through a transaction pooler, so its runner's does too
+    (:func:`_pooled_runner`)."""
+    config = _runner_options(_pooled_runner(options) if pooled else options)
     settings = queue_settings(queues or (), config)
     per_queue_claimers = settings.pop("claimers")
     merged: dict[str, Any] = {
@@ -174,6 +178,19 @@ def _runner_options(options: Mapping[str, Any]) -> RunnerConfig:
         given = [n for n, (f, _) in AWA_OPTIONS.items() if f == field and n in options]
         raise ConfigError(f"{field}: given twice, as {field} and as {', '.join(given)}")
     return RunnerConfig(**own, **translated)
+
+
+def _pooled_runner(options: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``options`` for a runner of a client whose URL goes through a transaction pooler:
+    the runner connects to that URL too, so ``transaction_pooling`` is True unless given,
+    and may not be given False."""
+    if options.get("transaction_pooling", True) is not True:
+        raise ConfigError(
+            "transaction_pooling must stay True for a runner of a client made with "
+            f"transaction_pooling=True (given {options['transaction_pooling']!r}): both "
+            "connect through the same pooler"
+        )
+    return {**options, "transaction_pooling": True}
 
 
 def _ignored(name: str, value: object) -> None:

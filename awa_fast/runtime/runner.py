@@ -30,7 +30,7 @@ import psycopg
 
 from awa_fast import descriptors
 from awa_fast._core import InFlight, OutcomeRing
-from awa_fast.db.connections import connect_hot, declare_pooler, preparing, session_dsn
+from awa_fast.db.connections import Database, connect_hot
 from awa_fast.db.migrate import require_migrated
 from awa_fast.db.transitions import Target
 from awa_fast.errors import ConfigError
@@ -77,9 +77,8 @@ class Runner:
         count = 1 if processes is None else processes
         if count < 1:
             raise ConfigError(f"processes must be >= 1, got {processes}")
-        if config.transaction_pooling:  # before any part connects, or a worker forks
-            declare_pooler(dsn)
-        self.dsn = dsn
+        # How every part connects, the workers' too: given to each, not looked up.
+        self.database = database = Database(dsn, pooled=config.transaction_pooling)
         self.handlers = handlers
         self.config = config
         self.queues = dict(queues)
@@ -94,7 +93,7 @@ class Runner:
         self.workers: Workers = self._workers(processes)
         self.claimer = self._claimer()
         self.listener = Listener(
-            session_dsn(dsn, direct=config.direct_dsn),
+            database.session(direct=config.direct_dsn),
             ListenerConfig(reconnect_delay=config.poll_interval),
             host=self.host,
             claimer=self.claimer,
@@ -102,7 +101,7 @@ class Runner:
             flags=self.flags,
         )
         self.heartbeat = Heartbeat(
-            dsn,
+            database,
             HeartbeatConfig.of(config, list(self.queues)),
             host=self.host,
             inflight=self.inflight,
@@ -111,7 +110,7 @@ class Runner:
             descriptors=[*handlers.queue_descriptors.values(), *handlers.kind_descriptors.values()],
         )
         self.committer = self._committer()
-        self.maintenance = Maintenance(dsn, config, handlers, self.hooks)
+        self.maintenance = Maintenance(database, config, handlers, self.hooks)
         self._commit_stop = threading.Event()
         self._commit_thread: threading.Thread | None = None
         self._claimers: list[asyncio.Task[None]] = []
@@ -131,7 +130,7 @@ class Runner:
 
     def _workers(self, processes: int | None) -> Workers:
         context = WorkerContext(
-            dsn=self.dsn,
+            database=self.database,
             config=self.config,
             capacity=self.capacity,
             registry=self.handlers.registry,
@@ -152,7 +151,7 @@ class Runner:
             deadlines = [self.config.deadline_for(q) for q in queues]
             standby = Standby(queues, deadlines=deadlines, recheck=self.config.poll_interval)
         return Claimer(
-            self.dsn,
+            self.database,
             ClaimerConfig.of(self.config, queues),
             capacity=self.capacity,
             inflight=self.inflight,
@@ -167,7 +166,7 @@ class Runner:
     def _committer(self) -> Committer:
         config = self.config
         return Committer(
-            lambda: connect_hot(self.dsn, application_name="awa-fast committer"),
+            lambda: connect_hot(self.database, application_name="awa-fast committer"),
             self.ring,
             registry=self.handlers.registry,
             followups=self.handlers.followups,
@@ -277,7 +276,9 @@ class Runner:
         LIVE.add(self)
 
     async def _start(self) -> None:
-        await _at_start(lambda: asyncio.to_thread(require_migrated, self.dsn), what="schema check")
+        await _at_start(
+            lambda: asyncio.to_thread(require_migrated, self.database.dsn), what="schema check"
+        )
         await self.workers.start()
         await _at_start(self._register, what="host registration")
         claim_conns = await self._claim_connections()
@@ -317,8 +318,12 @@ class Runner:
     async def _register(self) -> None:
         """This host's row, and the periodic jobs and descriptors registered on its
         client, on one connection."""
-        params = {"autocommit": True, "application_name": "awa-fast runner", **preparing(self.dsn)}
-        async with await psycopg.AsyncConnection.connect(self.dsn, **params) as conn:
+        async with await psycopg.AsyncConnection.connect(
+            self.database.dsn,
+            autocommit=True,
+            application_name="awa-fast runner",
+            prepare_threshold=self.database.prepare_threshold(),
+        ) as conn:
             await periodic.register(conn, list(self.handlers.schedules.values()))
             await descriptors.register(
                 conn,

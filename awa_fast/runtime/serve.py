@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import uvloop
 
+from awa_fast.db.connections import Database
 from awa_fast.runtime import collector
 from awa_fast.runtime.config import QueueSpec, parse_queues
 from awa_fast.runtime.handlers import Handlers
@@ -29,7 +30,7 @@ FORCED_EXIT = 1
 class Served(Protocol):
     """What serving needs of a client: its database and its handlers."""
 
-    dsn: str
+    database: Database
     handlers: Handlers
 
     def default_queues(self) -> dict[str, int]: ...
@@ -37,11 +38,11 @@ class Served(Protocol):
 
 def serve(client: Served, queues: QueueSpec | None, *, processes: int | None, **config: Any) -> int:
     """Run ``client``'s handlers until signalled; ``processes=None`` runs them in-process."""
-    settings = runner_config(config, queues=queues)
+    settings = runner_config(config, queues=queues, pooled=client.database.pooled)
     parsed = parse_queues(
         queues if queues is not None else client.default_queues(), config=settings
     )
-    runner = Runner(client.dsn, client.handlers, parsed, settings, processes=processes)
+    runner = Runner(client.database.dsn, client.handlers, parsed, settings, processes=processes)
     runner.prefork()
     with collector.settled():  # the process runs jobs until it returns
         return uvloop.run(_until_signalled(runner))

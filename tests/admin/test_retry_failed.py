@@ -13,6 +13,7 @@ from psycopg.rows import dict_row
 
 import awa_fast
 from awa_fast import admin
+from awa_fast.db.connections import Database
 from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.hooks import HookDispatcher
@@ -33,7 +34,10 @@ def _maintenance(dsn: str, **config: Any) -> Maintenance:
     """The leader's maintenance steps, with ``config``'s settings (retention among them)."""
     client = awa_fast.Client(dsn)
     return Maintenance(
-        dsn, RunnerConfig(**config), client.handlers, HookDispatcher(client.handlers.hooks)
+        Database(dsn),
+        RunnerConfig(**config),
+        client.handlers,
+        HookDispatcher(client.handlers.hooks),
     )
 
 

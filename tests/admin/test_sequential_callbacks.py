@@ -16,6 +16,7 @@ import pytest
 
 import awa_fast
 from awa_fast import LeaseLost, RetryAfter
+from awa_fast.db.connections import Database
 from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.hooks import HookDispatcher
@@ -33,7 +34,9 @@ class Order:
 
 def _maintenance(dsn: str, **config: Any) -> Maintenance:
     handlers = awa_fast.Client(dsn).handlers
-    return Maintenance(dsn, RunnerConfig(**config), handlers, HookDispatcher(handlers.hooks))
+    return Maintenance(
+        Database(dsn), RunnerConfig(**config), handlers, HookDispatcher(handlers.hooks)
+    )
 
 
 def _waiting_on(dsn: str, job_id: int, *, other_than: str | None = None) -> str | None:

@@ -46,7 +46,7 @@ def client(dsn: str) -> Iterator[awa_fast.Client]:
 def committer_for(client: awa_fast.Client, ring: OutcomeRing, **kw: Any) -> Committer:
     handlers = client.handlers
     return Committer(
-        lambda: connect_hot(client.dsn),
+        lambda: connect_hot(client.database),
         ring,
         registry=handlers.registry,
         followups=handlers.followups,

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from awa_fast.db.connections import Database
 from awa_fast.db.queries import Q
 from awa_fast.runtime.claimer import connect_claimer
 from awa_fast.runtime.standby import Standby
@@ -244,7 +245,7 @@ async def collect_twice_first_forget_blocked(dsn: str, host_id: int, blocker: Co
     def start(_: int, rows: list[tuple[Any, ...]]) -> None:
         started.extend(row[0] for row in rows)
 
-    conn = await connect_claimer(dsn, application_name="test")
+    conn = await connect_claimer(Database(dsn), application_name="test")
     async with conn:
         await conn.execute("SET lock_timeout = '50ms'")
         cur = conn.cursor(binary=True)

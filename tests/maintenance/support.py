@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import psycopg
 
 import awa_fast
+from awa_fast.db.connections import Database
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.leader import Leader
 from awa_fast.maintenance.periodic import periodic_job
@@ -25,7 +26,7 @@ Conn = psycopg.AsyncConnection[Any]
 
 def leader(dsn: str) -> Leader:
     """A leader with the runner's default election interval (nothing renews its term)."""
-    return Leader(dsn, interval=1.0)
+    return Leader(Database(dsn), interval=1.0)
 
 
 async def one_pass(
@@ -35,7 +36,9 @@ async def one_pass(
     released after."""
     assert await leader.check(), "another leader's term lasts"
     try:
-        async with await psycopg.AsyncConnection.connect(leader.dsn, autocommit=autocommit) as c:
+        async with await psycopg.AsyncConnection.connect(
+            leader.database.dsn, autocommit=autocommit
+        ) as c:
             return await run_once(c)
     finally:
         await leader.close()
@@ -45,7 +48,10 @@ def maintenance(dsn: str, **config: Any) -> Maintenance:
     """The composition a runner with settings ``config`` and no handlers builds."""
     client = awa_fast.Client(dsn)
     return Maintenance(
-        dsn, RunnerConfig(**config), client.handlers, HookDispatcher(client.handlers.hooks)
+        Database(dsn),
+        RunnerConfig(**config),
+        client.handlers,
+        HookDispatcher(client.handlers.hooks),
     )
 
 

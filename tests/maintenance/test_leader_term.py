@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 import awa_fast
+from awa_fast.db.connections import Database
 from awa_fast.maintenance.leader import Deposed, Leader
 from awa_fast.maintenance.service import Maintenance
 from tests.helpers import await_until, job, leading, run, wait_until
@@ -98,7 +99,10 @@ def test_one_leader_at_a_time_and_reelection(dsn: str) -> None:
     begins the next term, without waiting for the last to expire."""
 
     async def main() -> list[bool]:
-        first, second = Leader(dsn, interval=3600.0), Leader(dsn, interval=3600.0)
+        first, second = (
+            Leader(Database(dsn), interval=3600.0),
+            Leader(Database(dsn), interval=3600.0),
+        )
         seen = [await first.check(), await second.check(), await first.check()]
         await first.close()
         seen.append(await second.check())
@@ -111,7 +115,7 @@ def test_one_leader_at_a_time_and_reelection(dsn: str) -> None:
 def test_an_open_fenced_transaction_holds_off_the_next_term_not_a_renewal(dsn: str) -> None:
     """While a leader's fenced transaction runs, it renews its term without waiting; once
     the term has expired, the next cannot begin until that transaction ends."""
-    first, second = Leader(dsn, interval=0.2), Leader(dsn, interval=0.2)
+    first, second = Leader(Database(dsn), interval=0.2), Leader(Database(dsn), interval=0.2)
 
     async def main() -> tuple[int | None, list[bool], int | None]:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
@@ -135,7 +139,7 @@ def test_an_open_fenced_transaction_holds_off_the_next_term_not_a_renewal(dsn: s
 def test_a_term_nobody_renews_passes_to_another_host(dsn: str) -> None:
     """A leader that stops renewing (a paused process) keeps its term no longer than
     the term's length; another host's next election after that begins the next term."""
-    first, second = Leader(dsn, interval=0.2), Leader(dsn, interval=0.2)
+    first, second = Leader(Database(dsn), interval=0.2), Leader(Database(dsn), interval=0.2)
 
     async def main() -> float:
         began = time.monotonic()  # before the term's start by the database's clock

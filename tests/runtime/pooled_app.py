@@ -1,5 +1,7 @@
 """The app the PgBouncer tests serve (tests/runtime/test_pgbouncer.py): handlers that
-write to their job while they run, on the attempt writer's connections, async and sync."""
+write to their job while they run, on the attempt writer's connections, async and sync;
+the async one reads each write back through the app's own client, as a handler using its
+client would."""
 
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ async def flush(job: awa_fast.Job[Flush]) -> None:
     for step in range(1, FLUSHES + 1):
         job.set_progress(100 * step // FLUSHES)
         await job.flush_progress()
+        row = await client.get_job(job.id)
+        assert row.progress == {"percent": 100 * step // FLUSHES}
     job.update_metadata({"pid": os.getpid()})
 
 

@@ -16,7 +16,7 @@ import pytest
 import awa_fast
 from awa_fast._core import Batcher, OutcomeRing
 from awa_fast.db import transitions as tr
-from awa_fast.db.connections import connect_hot
+from awa_fast.db.connections import Database, connect_hot
 from awa_fast.db.queries import Q
 from awa_fast.runtime.committer import Committer
 from awa_fast.runtime.hooks import Event, EventType, HookDispatcher
@@ -47,7 +47,7 @@ class Harness:
             self.hooks = HookDispatcher(handlers.hooks)
             self.hooks.start()
             self._committer = Committer(
-                lambda: connect_hot(self.dsn),  # as the runner's: key access only
+                lambda: connect_hot(Database(self.dsn)),  # as the runner's: key access only
                 OutcomeRing(1024),
                 registry=handlers.registry,
                 followups=handlers.followups,
@@ -470,7 +470,7 @@ def test_a_backlog_commits_in_batches_as_large_as_the_limit(
     ids = _running(conn, 12)
     handlers = harness.client.handlers
     committer = Committer(
-        lambda: connect_hot(harness.dsn),
+        lambda: connect_hot(Database(harness.dsn)),
         OutcomeRing(1024),
         registry=handlers.registry,
         followups=handlers.followups,

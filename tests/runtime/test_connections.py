@@ -11,7 +11,7 @@ from psycopg import conninfo
 
 import awa_fast
 from awa_fast.cli import grant_sql
-from awa_fast.db.connections import connect_hot, connect_hot_async
+from awa_fast.db.connections import Database, connect_hot, connect_hot_async
 from tests.helpers import await_until, run, wait_until
 
 
@@ -83,10 +83,12 @@ def test_a_hot_connection_whose_settings_fail_is_closed_not_leaked(dsn: str) -> 
     server gone) must not leave a session open on the server until the collector runs."""
     name = "awa-fast refused"
     with pytest.raises(_Refused):
-        connect_hot(dsn, application_name=name, cursor_factory=_RefusingCursor)
+        connect_hot(Database(dsn), application_name=name, cursor_factory=_RefusingCursor)
 
     async def connect_async() -> None:
-        await connect_hot_async(dsn, application_name=name, cursor_factory=_RefusingAsyncCursor)
+        await connect_hot_async(
+            Database(dsn), application_name=name, cursor_factory=_RefusingAsyncCursor
+        )
 
     with pytest.raises(_Refused):
         run(connect_async())

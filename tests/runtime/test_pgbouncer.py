@@ -1,6 +1,7 @@
 """awa-fast behind a real PgBouncer in transaction pooling mode (docs/pgbouncer.md): jobs
-drain, cancels reach running handlers, the leader maintains, and the pooler's server
-sessions carry nothing from awa-fast's clients to the next."""
+drain, cancels reach running handlers, the leader maintains, a client that only produces
+inserts, and the pooler's server sessions carry nothing from awa-fast's clients to the
+next."""
 
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ import pytest
 
 import awa_fast
 from awa_fast.cli import parser, serve_config
-from awa_fast.db.connections import behind_pooler, declare_pooler, session_dsn
-from awa_fast.db.dsn import with_database
+from awa_fast.db.connections import Database
 from awa_fast.errors import ConfigError
 from awa_fast.maintenance.leader import Leader
 from awa_fast.runtime.config import RunnerConfig
@@ -52,8 +52,9 @@ def test_serve_drains_through_the_pooler_and_leaves_its_sessions_clean(
     dsn: str, pooled: str, pgbouncer: PgBouncer, tmp_path: Path
 ) -> None:
     """`serve --pgbouncer`, no direct URL: two workers run jobs that write to their rows
-    while they run, the leader promotes a scheduled job, and afterwards no server session
-    of the pool holds a prepared statement, a LISTEN or a changed setting."""
+    while they run and read them back through the app's client, the leader promotes a
+    scheduled job, and afterwards no server session of the pool holds a prepared
+    statement, a LISTEN or a changed setting."""
     with awa_fast.Client(dsn) as producer:
         ids = producer.insert_many([Flush(n) for n in range(40)])
         ids += producer.insert_many([FlushSync(n) for n in range(40)])
@@ -94,18 +95,23 @@ class Wait:
     n: int
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["direct URL", "pooler only"])
+@pytest.mark.parametrize(
+    "direct",
+    [True, False],
+    ids=["direct URL, the client says pooled", "pooler only, its start says pooled"],
+)
 def test_a_cancel_reaches_a_running_handler(
     dsn: str, pooled: str, pgbouncer: PgBouncer, direct: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     """With a direct URL the cancel's NOTIFY is heard there (heartbeats are too far apart
-    to bring it in time); without one, the next heartbeat through the pooler brings it."""
-    beats = (
+    to bring it in time); without one, the next heartbeat through the pooler brings it.
+    The pooler is the client's to say in the first case, its start's in the second."""
+    options = (
         {"heartbeat_interval": 60.0, "heartbeat_staleness": 600.0}
         if direct
-        else {"heartbeat_interval": 0.2}
+        else {"heartbeat_interval": 0.2, "transaction_pooling": True}
     )
-    worker = awa_fast.AsyncClient(pooled)
+    worker = awa_fast.AsyncClient(pooled, transaction_pooling=direct)
     seen: list[int] = []
 
     @worker.task(Wait)
@@ -117,12 +123,7 @@ def test_a_cancel_reaches_a_running_handler(
     async def main() -> int:
         async with awa_fast.AsyncClient(dsn) as admin, worker:
             row = await admin.insert(Wait(1))
-            await worker.start(
-                {"default": 1},
-                transaction_pooling=True,
-                direct_dsn=dsn if direct else None,
-                **beats,
-            )
+            await worker.start({"default": 1}, direct_dsn=dsn if direct else None, **options)
             try:
                 await await_until(lambda: job(dsn, row.id)["state"] == "running")
                 assert await admin.cancel(row.id) is not None
@@ -147,8 +148,7 @@ async def _idle_limit(conn: psycopg.AsyncConnection[tuple[str]]) -> str:
 def test_a_fenced_transaction_limits_its_idle_time_behind_a_pooler(pooled: str) -> None:
     """The leader's idle limit, a session setting on its own connection, is set in each
     fenced transaction behind a pooler (which would lend the session on with it)."""
-    declare_pooler(pooled)
-    leader = Leader(pooled, interval=0.5)
+    leader = Leader(Database(pooled, pooled=True), interval=0.5)
 
     async def main() -> tuple[str, str]:
         assert await leader.check()
@@ -164,15 +164,26 @@ def test_a_fenced_transaction_limits_its_idle_time_behind_a_pooler(pooled: str) 
     assert run(main()) == ("1500ms", "0")
 
 
-def test_a_pooler_is_known_by_its_address(dsn: str, pooled: str) -> None:
-    """Every database behind a declared pooler is behind it; Postgres itself is not, and
-    a session goes to the direct URL, or nowhere without one."""
-    declare_pooler(pooled)
-    elsewhere = with_database(pooled, "postgres")
-    assert behind_pooler(elsewhere) and not behind_pooler(dsn)
-    assert session_dsn(elsewhere, direct=dsn) == dsn
-    assert session_dsn(elsewhere, direct=None) is None
-    assert session_dsn(dsn, direct=None) == dsn
+def test_a_session_goes_to_the_direct_url_behind_a_pooler() -> None:
+    """Behind a pooler a session goes to the direct URL, or nowhere without one; a URL
+    said to reach Postgres itself keeps its sessions, whatever other URL names the same
+    address."""
+    pooler, direct = "postgresql://app@pgbouncer:6432/app", "postgresql://app@postgres/app"
+    assert Database(pooler, pooled=True).session(direct=direct) == Database(direct)
+    assert Database(pooler, pooled=True).session(direct=None) is None
+    assert Database(pooler).session(direct=None) == Database(pooler)
+
+
+def test_transaction_pooling_must_be_a_bool() -> None:
+    with pytest.raises(ConfigError, match="transaction_pooling must be True or False"):
+        awa_fast.Client("postgresql:///app", transaction_pooling="yes")  # type: ignore[arg-type]
+
+
+def test_a_runner_of_a_pooled_client_cannot_turn_pooling_off() -> None:
+    """Both connect to the same URL, through the same pooler."""
+    client = awa_fast.AsyncClient("postgresql:///app", transaction_pooling=True)
+    with pytest.raises(ConfigError, match="transaction_pooling must stay True"):
+        run(client.start({"default": 1}, transaction_pooling=False))
 
 
 def test_a_direct_url_needs_transaction_pooling() -> None:
@@ -202,26 +213,51 @@ def test_serve_options_set_transaction_pooling(monkeypatch: pytest.MonkeyPatch) 
         RunnerConfig(**config())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("sync", [True, False])
-def test_a_client_built_before_the_pooler_is_declared_prepares_nothing_through_it(
+def _turns(pooled: str) -> Iterator[int]:
+    """Twelve turns to run a statement in, every other one while another client of the
+    pooler is in a transaction: as in a busy fleet, the pooler then lends consecutive
+    transactions of one connection different server sessions (it lends the last one
+    freed first)."""
+    for n in range(12):
+        with psycopg.connect(pooled, prepare_threshold=None) as other:
+            if n % 2:
+                other.execute("SELECT 1")  # holds a server session until it closes
+            yield n
+
+
+def _produce(pooled: str, *, sync: bool, transaction_pooling: bool) -> list[int]:
+    """Twelve jobs, one at a time on one connection, from a client that only produces:
+    no runner in sight."""
+    if sync:
+        with awa_fast.Client(
+            pooled, max_connections=1, transaction_pooling=transaction_pooling
+        ) as client:
+            return [client.insert(Flush(n)).id for n in _turns(pooled)]
+
+    async def main() -> list[int]:
+        async with awa_fast.AsyncClient(
+            pooled, max_connections=1, transaction_pooling=transaction_pooling
+        ) as client:
+            return [(await client.insert(Flush(n))).id for n in _turns(pooled)]
+
+    return run(main())
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["Client", "AsyncClient"])
+def test_a_producer_told_of_the_pooler_prepares_nothing_through_it(
     pooled: str, pgbouncer: PgBouncer, sync: bool
 ) -> None:
-    """A client made first, then a runner declaring the pooler (as `client.start(...,
-    transaction_pooling=True)` does): the same statement run many times on one pooled
-    connection is never prepared, so it fails on no server session and leaves none
-    holding a statement."""
-    items = [Flush(n) for n in range(12)]
-    if sync:
-        with awa_fast.Client(pooled, max_connections=1) as client:
-            declare_pooler(pooled)
-            ids = [client.insert(item).id for item in items]
-    else:
-
-        async def main() -> list[int]:
-            async with awa_fast.AsyncClient(pooled, max_connections=1) as client:
-                declare_pooler(pooled)
-                return [(await client.insert(item)).id for item in items]
-
-        ids = run(main())
+    """A client made with transaction_pooling=True, and nothing else in the process
+    saying so, runs the same insert past psycopg's prepare threshold (5) without an
+    error, and leaves no server session holding a statement."""
+    ids = _produce(pooled, sync=sync, transaction_pooling=True)
     assert len(set(ids)) == 12
     assert _carried_over(pgbouncer.server_sessions(pooled)) == []
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["Client", "AsyncClient"])
+def test_a_producer_not_told_of_the_pooler_breaks_through_it(pooled: str, sync: bool) -> None:
+    """What the flag is for: the same client without it prepares its insert after five
+    runs, in one server session, and the next run, lent another, fails there."""
+    with pytest.raises(psycopg.ProgrammingError, match="prepared statement"):
+        _produce(pooled, sync=sync, transaction_pooling=False)

@@ -12,6 +12,7 @@ import pytest
 
 import awa_fast
 from awa_fast._core import InFlight
+from awa_fast.db.connections import Database
 from awa_fast.runtime.claimed import Claimed, Delivered
 from awa_fast.runtime.claimer import Claimer, ClaimerConfig, connect_claimer
 from awa_fast.runtime.config import RunnerConfig
@@ -74,7 +75,7 @@ def parts(dsn: str, *, concurrency: int, workers: int = 1, prefetch: int = 0) ->
     host = Host(dsn)
     given_back: list[tuple[Claimed, str]] = []
     claimer = Claimer(
-        dsn,
+        Database(dsn),
         ClaimerConfig(claim_batch=10, deadlines=(60.0,), rate_limits=(None,)),
         capacity=capacity,
         inflight=inflight,
@@ -90,14 +91,19 @@ def parts(dsn: str, *, concurrency: int, workers: int = 1, prefetch: int = 0) ->
 
 def listener(dsn: str, p: Parts, flags: CancelFlags) -> Listener:
     return Listener(
-        dsn, ListenerConfig(), host=p.host, claimer=p.claimer, inflight=p.inflight, flags=flags
+        Database(dsn),
+        ListenerConfig(),
+        host=p.host,
+        claimer=p.claimer,
+        inflight=p.inflight,
+        flags=flags,
     )
 
 
 def heartbeat(dsn: str, p: Parts, flags: CancelFlags) -> Heartbeat:
     config = HeartbeatConfig.of(RunnerConfig(), ["default"])
     return Heartbeat(
-        dsn,
+        Database(dsn),
         config,
         host=p.host,
         inflight=p.inflight,
@@ -117,7 +123,7 @@ def test_a_claim_round_claims_what_capacity_allows_and_says_so(dsn: str) -> None
     p = parts(dsn, concurrency=3)
 
     async def rounds() -> tuple[Any, Any]:
-        async with await connect_claimer(dsn, application_name="test") as conn:
+        async with await connect_claimer(Database(dsn), application_name="test") as conn:
             await p.host.register(conn)
             cur = conn.cursor(binary=True)
             return await p.claimer.claim_round(cur), await p.claimer.claim_round(cur)
@@ -144,7 +150,7 @@ def test_a_short_claim_spreads_over_the_workers(dsn: str) -> None:
     p = parts(dsn, concurrency=4, workers=2, prefetch=4)
 
     async def one_round() -> Any:
-        async with await connect_claimer(dsn, application_name="test") as conn:
+        async with await connect_claimer(Database(dsn), application_name="test") as conn:
             await p.host.register(conn)
             return await p.claimer.claim_round(conn.cursor(binary=True))
 
@@ -170,7 +176,7 @@ def test_notes_heard_together_wake_once_and_flag_only_a_confirmed_cancel(
     hearing = listener(dsn, p, flags)
 
     async def claim_then_hear() -> Any:
-        async with await connect_claimer(dsn, application_name="test") as conn:
+        async with await connect_claimer(Database(dsn), application_name="test") as conn:
             await p.host.register(conn)
             cur = conn.cursor(binary=True)
             await p.claimer.claim_round(cur)

@@ -177,8 +177,13 @@ class WorkerProcess:
 
     def on_message(self, message: list[Any]) -> None:
         if message[0] == "jobs":
-            for fields in message[1]:
-                self._start(self.starts.admit(Delivered.of(fields)))
+            delivered = [Delivered.of(fields) for fields in message[1]]
+            if self.retiring:  # sent before the supervisor saw this worker's capacity go
+                self._give_back(delivered, "delivered to a worker on its way out")
+                self._maybe_exit()
+                return
+            for one in delivered:
+                self._start(self.starts.admit(one))
         elif message[0] == "drain":
             self.retire(0, give_back=True)
         elif message[0] == "retire":  # past its memory limit

@@ -51,6 +51,11 @@ _LOST = int(tr.Target.LOST)
 # Longest a stopping committer keeps flushing: room for the ring to take back a dead
 # producer's slots (its stall timeout per slot) and for the last batches to commit.
 FLUSH_TIMEOUT = 30.0
+# How long one drain waits while outcomes flow, and while the ring is idle. Between drains
+# the committer tells claiming that handlers returned (on_drain): a worker's held jobs may
+# last less than a batch's delay (commit_delay).
+REPORT_EVERY = 0.01
+IDLE_WAIT = 0.05
 
 
 @dataclass(slots=True)
@@ -152,6 +157,7 @@ class Committer:
         ``flush_timeout`` seconds after ``stop``: a record held up behind a producer that
         never publishes is left to rescue rather than holding the shutdown forever."""
         give_up: float | None = None
+        flowing = False  # the last drain found outcomes
         try:
             while True:
                 if give_up is None and stop.is_set():
@@ -159,8 +165,12 @@ class Committer:
                 stopping = give_up is not None
                 # While stopping, wait only for records already reserved (a dead producer's
                 # slot is taken back inside the wait); an empty ring ends the loop at once.
-                wait = 0.0 if stopping and not len(self.ring) else 0.05
+                # While outcomes flow, come back often enough to tell claiming in time: a
+                # claim waiting for capacity hears of returned handlers only between drains.
+                wait = REPORT_EVERY if flowing else IDLE_WAIT
+                wait = 0.0 if stopping and not len(self.ring) else wait
                 ready = self.ring.drain_into(self.batcher, wait, self._inflight)
+                flowing = len(self.batcher) > 0
                 if self._on_drain is not None and len(self.batcher):
                     self._on_drain()  # handlers returned: their capacity is free again
                 if ready or (stopping and len(self.batcher)):

@@ -42,26 +42,38 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 CpuSnapshot = dict[int, tuple[float, int, str]]  # pid -> (CPU seconds, parent pid, cmdline)
 
 
-def snapshot() -> CpuSnapshot:
-    """CPU seconds (user + system), parent and command line of every process that may be
-    part of the run: this one, its children and Postgres' (the rest are not read further,
-    which keeps a snapshot every 50 ms cheap)."""
-    me, seen = os.getpid(), {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                head, tail = stat.read().rsplit(")", 1)
-            fields, pid = tail.split(), int(entry)
-            if not (pid == me or int(fields[1]) == me or head.endswith("(postgres")):
+class Processes:
+    """Reads the CPU seconds (user + system), parent and command line of every process
+    that may be part of the run: this one, its children and Postgres'. Each process is
+    looked at in full once; after that, the others are skipped and these are read for
+    their CPU alone (a read of /proc costs tens of microseconds on a VM, and the pool's
+    watch reads every 50 ms)."""
+
+    def __init__(self) -> None:
+        self._skipped: set[int] = set()
+        self._cmdlines: dict[int, str] = {}
+
+    def snapshot(self) -> CpuSnapshot:
+        me, seen = os.getpid(), {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) in self._skipped:
                 continue
-            with open(f"/proc/{entry}/cmdline") as cmd:
-                cmdline = cmd.read().replace("\0", " ").strip()
-        except OSError:  # ended meanwhile
-            continue
-        seen[pid] = ((int(fields[11]) + int(fields[12])) / _TICKS, int(fields[1]), cmdline)
-    return seen
+            pid = int(entry)
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    head, tail = stat.read().rsplit(")", 1)
+                fields = tail.split()
+                if pid not in self._cmdlines:
+                    if not (pid == me or int(fields[1]) == me or head.endswith("(postgres")):
+                        self._skipped.add(pid)
+                        continue
+                    with open(f"/proc/{entry}/cmdline") as cmd:
+                        self._cmdlines[pid] = cmd.read().replace("\0", " ").strip()
+            except OSError:  # ended meanwhile
+                continue
+            cpu = (int(fields[11]) + int(fields[12])) / _TICKS
+            seen[pid] = (cpu, int(fields[1]), self._cmdlines[pid])
+        return seen
 
 
 CLAIMER = "postgres: awa-fast claimer"
@@ -117,6 +129,7 @@ class Window:
     seconds: float = 0.0
     labels: dict[int, str] = field(default_factory=dict)
     sampling: float = 0.0
+    processes: Processes = field(default_factory=Processes)
 
     def parts(self) -> dict[str, float]:
         """CPU seconds per part between the snapshots, the sampling's own taken out."""
@@ -126,9 +139,9 @@ class Window:
 
     def measure(self, url: str, *, skip: float, seconds: float) -> None:
         time.sleep(skip)
-        began, spent, self.before = time.monotonic(), time.thread_time(), snapshot()
+        began, spent, self.before = time.monotonic(), time.thread_time(), self.processes.snapshot()
         time.sleep(seconds)
-        self.after, self.seconds = snapshot(), time.monotonic() - began
+        self.after, self.seconds = self.processes.snapshot(), time.monotonic() - began
         self.sampling = time.thread_time() - spent
         with psycopg.connect(url, autocommit=True) as conn:
             self.labels = backend_labels(conn)
@@ -138,13 +151,18 @@ class Window:
         pool's claimer is connected to ``database``. Watched from the server's own
         database, so the drain's quiet start (no other connection to its database) holds."""
         began = spent = 0.0
+        labels: dict[int, str] = {}
+        known: set[int] = set()  # the processes there were when the labels were read
         with psycopg.connect(server_url, autocommit=True) as conn:
             while not stop.is_set():
                 # The processes first, then who they are: a claimer's backend that exits as
                 # the pool stops may still be listed by the server after /proc lost it; a
-                # sample counts only when every claimer listed was in its snapshot.
-                now, cpu, taken = time.monotonic(), time.thread_time(), snapshot()
-                labels = backend_labels(conn, database)
+                # sample counts only when every claimer listed was in its snapshot. The
+                # labels are read again only when a process came: a query every 50 ms
+                # would cost the server, and this process, more than the pool's own parts.
+                now, cpu, taken = time.monotonic(), time.thread_time(), self.processes.snapshot()
+                if not known.issuperset(taken):
+                    labels, known = backend_labels(conn, database), set(taken)
                 claimers = [pid for pid, label in labels.items() if label == CLAIMER]
                 if claimers and all(pid in taken for pid in claimers):
                     if not self.before:

@@ -453,6 +453,7 @@ def _cmd_bench(opts: argparse.Namespace) -> int:
         processes=opts.processes or None,
         duration=opts.duration,
         standby=opts.standby,
+        transaction_pooling=opts.transaction_pooling,
     )
     url = database_url(opts.database_url)
     results = bench.run_all(url, planned, runs=opts.runs)
@@ -655,6 +656,12 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--duration", type=float, help="seconds of offered load (sustained)")
     bench.add_argument("--out", default="bench-results", help="folder for results and charts")
     _no_standby(bench, help="latency, sustained: run the pool without standby claims")
+    bench.add_argument(
+        "--transaction-pooling",
+        action="store_true",
+        help="latency: run as behind a transaction pooler with no direct URL "
+        "(no LISTEN, claims poll; nothing prepared)",
+    )
     bench.add_argument(
         "--include", action="append", default=[], metavar="FILE.jsonl", help="peer results"
     )

@@ -28,13 +28,17 @@ async def latency(
     processes: int | None = None,
     rate: float = 50.0,
     standby: bool = True,
+    transaction_pooling: bool = False,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """``jobs`` jobs inserted one at a time at ``rate``/s into idle workers; pickup latency
     (insert commit → handler start) percentiles in ms. ``standby=False`` runs the pool
-    without standby claims (awa_fast.runtime.standby): each job on a claim of its own."""
+    without standby claims (awa_fast.runtime.standby): each job on a claim of its own.
+    ``transaction_pooling=True`` runs it as behind a transaction pooler with no direct URL
+    (docs/pgbouncer.md): nothing prepared and no listener, so claims find jobs by polling;
+    against Postgres itself, so the pooler's own hop is not in the figure."""
     board = Board(jobs)
-    client = AsyncClient(url)
+    client = AsyncClient(url, transaction_pooling=transaction_pooling)
 
     @client.task(Stamp)
     async def stamp(job: Job[Stamp]) -> None:
@@ -43,11 +47,13 @@ async def latency(
     try:
         window = Window(url, "latency", processes)
         runner = await client.start({"default": 100}, processes=processes, standby=standby)
-        await asyncio.to_thread(wait_for_listener, url)
+        if not transaction_pooling:
+            await asyncio.to_thread(wait_for_listener, url)
         producing = in_producer("produce_one_by_one", url, rate, jobs)
         committed: list[float] = await _with_progress(producing, jobs / rate, progress)
         await wait_done(runner, jobs, timeout=60.0)
         window.stop(runner)
+        listening = runner.listener.database is not None
     finally:
         await client.close()
         started = board.read()
@@ -55,10 +61,18 @@ async def latency(
     pickups = [(s - c) * 1000 for s, c in zip(started, committed, strict=True)]
     return {
         **window.result(jobs=jobs),
-        "variant": "" if standby else "no standby claims",
+        "variant": _latency_variant(standby=standby, transaction_pooling=transaction_pooling),
         "rate": rate,
+        "listening": listening,
         "latency_ms": percentiles(pickups),
     }
+
+
+def _latency_variant(*, standby: bool, transaction_pooling: bool) -> str:
+    parts = ([] if standby else ["no standby claims"]) + (
+        ["as behind a transaction pooler"] if transaction_pooling else []
+    )
+    return ", ".join(parts)
 
 
 async def sustained(

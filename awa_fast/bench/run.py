@@ -70,10 +70,12 @@ def plan(
     processes: int | None = None,
     duration: float | None = None,
     standby: bool = True,
+    transaction_pooling: bool = False,
 ) -> list[Planned]:
     """Expand scenario names into configurations: ``cpu`` at 1..P processes when P > 1,
     ``sustained`` at each of ``SUSTAINED_LOADS``; ``latency`` and ``sustained`` without
-    standby claims when ``standby`` is False."""
+    standby claims when ``standby`` is False; ``latency`` as behind a transaction pooler
+    when ``transaction_pooling`` is True."""
     out = []
     without = {} if standby else {"standby": False}  # for the scenarios that produce live
     for name in scenarios:
@@ -89,7 +91,8 @@ def plan(
                 for load, basis in SUSTAINED_LOADS
             ]
         elif name == "latency":
-            out.append(Planned(name, count, processes, without))
+            pooling = {"transaction_pooling": True} if transaction_pooling else {}
+            out.append(Planned(name, count, processes, {**without, **pooling}))
         else:
             out.append(Planned(name, count, processes, {}))
     return out

@@ -81,6 +81,27 @@ def test_scenario_in_process(dsn: str, scenario: str) -> None:
     check_result(result, scenario, None)
     if scenario in ("latency", "sustained"):
         check_latency(result["latency_ms"])
+    if scenario == "latency":
+        assert result["listening"] is True and result["variant"] == ""
+
+
+def test_latency_as_behind_a_transaction_pooler_polls_without_a_listener(dsn: str) -> None:
+    planned = bench.plan(["latency"], transaction_pooling=True, standby=False)[0]
+    assert planned.options == {"standby": False, "transaction_pooling": True}
+    result = uvloop.run(
+        bench.SCENARIOS["latency"](dsn, transaction_pooling=True, **TINY["latency"])
+    )
+    check_result(result, "latency", None)
+    check_latency(result["latency_ms"])
+    assert result["listening"] is False
+    assert result["variant"] == "as behind a transaction pooler"
+
+
+def test_bench_takes_transaction_pooling_from_the_command_line() -> None:
+    from awa_fast import cli
+
+    assert cli.parser().parse_args(["bench", "latency", "--transaction-pooling"]).transaction_pooling
+    assert not cli.parser().parse_args(["bench", "latency"]).transaction_pooling
 
 
 @pytest.mark.parametrize("scenario", ["drain", "cpu", "latency"])

@@ -100,8 +100,9 @@ def test_latency_as_behind_a_transaction_pooler_polls_without_a_listener(dsn: st
 def test_bench_takes_transaction_pooling_from_the_command_line() -> None:
     from awa_fast import cli
 
-    assert cli.parser().parse_args(["bench", "latency", "--transaction-pooling"]).transaction_pooling
-    assert not cli.parser().parse_args(["bench", "latency"]).transaction_pooling
+    pooled = cli.parser().parse_args(["bench", "latency", "--transaction-pooling"])
+    assert pooled.transaction_pooling is True
+    assert cli.parser().parse_args(["bench", "latency"]).transaction_pooling is False
 
 
 @pytest.mark.parametrize("scenario", ["drain", "cpu", "latency"])

@@ -177,9 +177,9 @@ class InFlight:
     def running(self) -> tuple[list[int], list[int]]:
         """``(ids, leases)`` of every occupied slot."""
 
-    def unstarted(self) -> list[tuple[int, int, int]]:
-        """``(job_id, run_lease, queue)`` of every occupied slot whose handler has not
-        started: a prefetched job waiting in its worker."""
+    def attempts(self) -> list[tuple[int, int, int, bool]]:
+        """``(job_id, run_lease, queue, started)`` of every occupied slot: an attempt whose
+        handler runs, or (not started) a prefetched job waiting in its worker."""
 
     def held_by(self, worker: int) -> list[tuple[int, int]]:
         """``(job_id, run_lease)`` of each slot of ``worker``."""

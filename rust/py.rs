@@ -636,14 +636,13 @@ impl PyInFlight {
             .unzip()
     }
 
-    /// ``(job_id, run_lease, queue)`` of every occupied slot whose handler has not started:
-    /// a prefetched job waiting in its worker.
-    fn unstarted(&self) -> Vec<(i64, i64, u32)> {
+    /// ``(job_id, run_lease, queue, started)`` of every occupied slot: an attempt whose
+    /// handler runs, or (not started) a prefetched job waiting in its worker.
+    fn attempts(&self) -> Vec<(i64, i64, u32, bool)> {
         self.table
             .occupied()
             .into_iter()
-            .filter(|i| !i.started)
-            .map(|i| (i.job_id, i.run_lease, i.queue))
+            .map(|i| (i.job_id, i.run_lease, i.queue, i.started))
             .collect()
     }
 

@@ -98,7 +98,7 @@ def health_of(runtime: Snapshot | None, counts: Mapping[str, int] | None) -> Hea
 
 
 def _queue_health(runtime: Snapshot, queue: str, concurrency: int, available: int) -> QueueHealth:
-    running = runtime.in_flight[queue] - runtime.prefetched[queue]
+    running = runtime.running[queue]
     weighted = runtime.weights.get(queue)
     if weighted is None:
         return QueueHealth(running, available, concurrency)

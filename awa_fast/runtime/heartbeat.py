@@ -120,7 +120,9 @@ class Heartbeat:
         await self.refresh_descriptors(conn)
         ids, leases = self._inflight.running()
         running = set(zip(ids, leases, strict=True))
-        waiting = {(job_id, lease) for job_id, lease, _ in self._inflight.unstarted()}
+        waiting = {
+            (job, lease) for job, lease, _, started in self._inflight.attempts() if not started
+        }
         if running:
             beat.flagged = await self._beat_attempts(conn, running, waiting)
         for attempt, why in beat.flagged:

@@ -204,11 +204,13 @@ class Runner:
 
         standby = self.claimer.standby
         stats, upkeep = self.committer.stats, self.maintenance.stats
+        running, prefetched = self._attempts_by_queue()
         return Snapshot(
             queues=dict(self.queues),
             weights=self._weights(),
             in_flight=in_flight_by_queue(self.capacity, self.inflight),
-            prefetched=self._prefetched(),
+            running=running,
+            prefetched=prefetched,
             claimed=by_queue(self.claimer.claimed_by_queue),
             claims=by_queue(self.claimer.claims_by_queue),
             started_on_standby=by_queue(
@@ -239,13 +241,15 @@ class Runner:
             return {}
         return {q: (weights.minimums[i], weights.weights[i]) for i, q in enumerate(queues)}
 
-    def _prefetched(self) -> dict[str, int]:
-        """Jobs claimed ahead and waiting in their worker, by queue."""
+    def _attempts_by_queue(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The slots held, by queue: running (their handler started) and prefetched
+        (claimed ahead, waiting in their worker); the units a claim round reserves are in
+        neither."""
         names = list(self.queues)
-        counts = dict.fromkeys(names, 0)
-        for _, _, counter in self.inflight.unstarted():
-            counts[names[counter // self.capacity.workers]] += 1
-        return counts
+        running, prefetched = dict.fromkeys(names, 0), dict.fromkeys(names, 0)
+        for _, _, counter, started in self.inflight.attempts():
+            (running if started else prefetched)[names[counter // self.capacity.workers]] += 1
+        return running, prefetched
 
     def _loops_down(self) -> tuple[str, ...]:
         """The supervised loops down now, and the committer if its thread has ended

@@ -20,6 +20,7 @@ class Snapshot:
     queues: Mapping[str, int]  # concurrency, by queue
     weights: Mapping[str, tuple[int, int]]  # weighted mode: (min_workers, weight), by queue
     in_flight: Mapping[str, int]  # attempts running (and units a claim holds), by queue
+    running: Mapping[str, int]  # of those, attempts whose handler has started, by queue
     prefetched: Mapping[str, int]  # of those, claimed ahead and not started yet, by queue
     claimed: Mapping[str, int]  # jobs claimed, by queue
     claims: Mapping[str, int]  # claim statements run, by queue

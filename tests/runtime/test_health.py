@@ -70,15 +70,20 @@ def test_a_running_client_reports_its_loops_and_queues_until_it_shuts_down(dsn: 
             await client.insert_many([Hold(n) for n in range(5)], queue="q")
             runner = await client.start({"q": 3})
 
-            # 3 run; the other 2 are held by the worker, claimed ahead (not available). A
-            # claim round that polls meanwhile holds capacity units the count includes
-            # until it returns: wait for a check between rounds.
+            # 3 run; the other 2 are held by the worker, claimed ahead (not available).
             three_running = {"q": QueueHealth(in_flight=3, available=0, max_workers=3)}
 
             async def three_held() -> bool:
                 return (await client.health_check()).queues == three_running
 
             await await_until(three_held, what="3 jobs running, 2 held")
+            # Units a claim round reserves while it runs are not running attempts.
+            reserved = runner.inflight.reserve(0, 4)
+            assert reserved > 0
+            try:
+                assert (await client.health_check()).queues == three_running
+            finally:
+                runner.inflight.release(0, reserved)
             await await_until(lambda: runner.maintenance.leader.is_leader, what="leadership")
             check = await client.health_check()
             assert check.healthy and check.running

@@ -2,7 +2,7 @@
 runs every system at every concurrency, so slow minutes land on all of them.
 
     PYTHONPATH=. python benches/cpu_concurrency.py URL [--jobs 3000] [--runs 3]
-        [--concurrency 2 4 10 50 500] [--systems awa-fast,pgqueuer,awa-pg]
+        [--concurrency 2 4 10 50 500] [--systems awa-fast,pgqueuer,awa-pg,no-queue]
         [--handlers sync async] [--prefetch default] [--processes 2] [--cpu-ms 1.0]
         [--timeout 300]
 
@@ -14,7 +14,9 @@ peer runs through the peer harness (benches/peers) with as many processes, the q
 concurrency split evenly over them and mapped by its driver onto the peer's own limit.
 Every system burns the same loop count per job: one calibration, pinned in
 AWA_FAST_BENCH_CPU_ITERATIONS, which awa-fast's cpu scenario reads and the harness hands
-to its drivers.
+to its drivers. ``no-queue`` is the ceiling: the same burns split over as many plain
+processes, no database, timed from the moment all of them are up, so its share of the
+cores is what this machine's kernel and hypervisor leave of it with no queue at all.
 
 Prints one markdown table, a row per concurrency: each system's median jobs/s and the
 share of the cores it used (its measured burn's cost x jobs/s / cores), and awa-fast's
@@ -28,19 +30,23 @@ import argparse
 import functools
 import itertools
 import json
+import multiprocessing
 import os
 import statistics
 import time
 from collections.abc import Callable
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
 from typing import Any
 
-from awa_fast.bench.handlers import burn_loops
+from awa_fast.bench.handlers import burn_cpu, burn_loops
 from awa_fast.bench.measure import fresh_database, server_settings
 from awa_fast.bench.run import run_as_served
 from awa_fast.bench.throughput import HANDLERS, cpu
 from benches.peers import harness
 
 AWA_FAST = "awa-fast"
+NO_QUEUE = "no-queue"
 # One run of a column at a concurrency, in a round: its result row.
 Run = Callable[[int, int], dict[str, Any]]
 
@@ -94,6 +100,44 @@ def peer(
     return {**row, "packages": harness.peer_packages(system, versions)}
 
 
+def _burn_share(jobs: int, loops: int, go: Event, out: Connection) -> None:
+    out.send("ready")
+    go.wait()
+    out.send(sum(burn_cpu(loops) for _ in range(jobs)))
+
+
+def no_queue(concurrency: int, round_: int, *, opts: argparse.Namespace) -> dict[str, Any]:
+    """The burns alone: ``--jobs`` of them split over ``--processes`` forked processes (the
+    concurrency does not apply), timed from the moment every process is up."""
+    fork = multiprocessing.get_context("fork")
+    loops, go = burn_loops(opts.cpu_ms), fork.Event()
+    each, extra = divmod(opts.jobs, opts.processes)
+    splits = [each + (i < extra) for i in range(opts.processes)]
+    pipes = [fork.Pipe(duplex=False) for _ in splits]
+    procs = [
+        fork.Process(target=_burn_share, args=(n, loops, go, send))
+        for n, (_, send) in zip(splits, pipes, strict=True)
+    ]
+    for proc in procs:
+        proc.start()
+    for recv, _ in pipes:
+        recv.recv()
+    started = time.perf_counter()
+    go.set()
+    burned = sum(recv.recv() for recv, _ in pipes)
+    elapsed = time.perf_counter() - started
+    for proc in procs:
+        proc.join()
+    return {
+        "system": NO_QUEUE,
+        "ok": True,
+        "jobs": opts.jobs,
+        "elapsed_s": round(elapsed, 4),
+        "jobs_per_s": round(opts.jobs / elapsed, 1),
+        "burn_ms_measured": round(burned / opts.jobs * 1000, 4),
+    }
+
+
 def columns(opts: argparse.Namespace) -> dict[str, Run]:
     """The table's columns, each with how to run it: awa-fast once per handler kind and
     prefetch setting, then each peer (its virtualenv made first)."""
@@ -109,6 +153,8 @@ def columns(opts: argparse.Namespace) -> dict[str, Run]:
                 out[label] = functools.partial(
                     awa_fast, opts.url, opts=opts, prefetch=prefetch, handler=handler
                 )
+        elif name == NO_QUEUE:
+            out[name] = functools.partial(no_queue, opts=opts)
         else:
             versions = harness.ensure_venv(harness.PEERS[name])
             out[name] = functools.partial(peer, opts.url, opts=opts, name=name, versions=versions)
@@ -138,8 +184,8 @@ def figures(runs: list[dict[str, Any]], cores: int) -> tuple[float, float] | Non
 def table(results: dict[tuple[int, str], list[dict[str, Any]]], labels: list[str]) -> str:
     """A row per concurrency: each column's figures, then awa-fast's ratio to the best peer."""
     cores = os.cpu_count() or 1
-    peers = [label for label in labels if not label.startswith(AWA_FAST)]
-    ratios = [label for label in labels if label not in peers] if peers else []
+    peers = [label for label in labels if not label.startswith(AWA_FAST) and label != NO_QUEUE]
+    ratios = [label for label in labels if label.startswith(AWA_FAST)] if peers else []
     head = ["concurrency"]
     for label in labels:
         head += [f"{label} jobs/s", f"{label} of the cores"]
@@ -166,7 +212,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[2, 4, 10, 50, 500])
-    parser.add_argument("--systems", default=f"{AWA_FAST},pgqueuer,awa-pg")
+    parser.add_argument("--systems", default=f"{AWA_FAST},pgqueuer,awa-pg,{NO_QUEUE}")
     parser.add_argument("--prefetch", nargs="+", default=["default"])
     parser.add_argument("--handlers", nargs="+", choices=HANDLERS, default=list(HANDLERS))
     parser.add_argument("--cpu-ms", type=float, default=1.0, help="CPU per job")

@@ -348,3 +348,33 @@ def test_cpu_split_of_the_cpu_scenario_names_the_burn_and_its_share(
     burned, share = float(burn.split()[0]), float(burn.split(": ")[1].split("%")[0])
     assert burned > 0 and 0 < share <= 100, burn
     assert burn.endswith(f"% of {os.cpu_count()} cores")
+
+
+def test_cpu_concurrency_measures_the_burn_alone_as_its_ceiling() -> None:
+    import argparse
+
+    from benches import cpu_concurrency
+
+    opts = argparse.Namespace(jobs=41, processes=2, cpu_ms=0.2)
+    row = cpu_concurrency.no_queue(4, 1, opts=opts)
+    assert row["system"] == cpu_concurrency.NO_QUEUE and row["ok"] and row["jobs"] == 41
+    assert _positive(row["jobs_per_s"]) and _positive(row["burn_ms_measured"])
+    assert row["jobs_per_s"] == pytest.approx(41 / row["elapsed_s"], rel=0.01)
+    # Its burns took CPU time the two processes had between them, no more.
+    cores_used = row["jobs_per_s"] * row["burn_ms_measured"] / 1000
+    assert 0 < cores_used <= 2 * 1.01
+
+
+def test_cpu_concurrency_table_compares_awa_fast_with_the_peers_not_the_ceiling() -> None:
+    from benches import cpu_concurrency
+
+    def run(rate: float) -> list[dict[str, Any]]:
+        return [{"jobs_per_s": rate, "burn_ms_measured": 1.0}]
+
+    labels = ["awa-fast", "pgqueuer", cpu_concurrency.NO_QUEUE]
+    results = {(2, "awa-fast"): run(800.0), (2, "pgqueuer"): run(400.0)}
+    results[(2, cpu_concurrency.NO_QUEUE)] = run(1000.0)
+    lines = cpu_concurrency.table(results, labels).splitlines()
+    assert lines[0].endswith("| awa-fast / best peer |")
+    share = [f"{rate / (os.cpu_count() or 1):.0%}" for rate in (0.8, 0.4, 1.0)]
+    assert lines[2] == f"| 2 | 800 | {share[0]} | 400 | {share[1]} | 1,000 | {share[2]} | 2.00 |"

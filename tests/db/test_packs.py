@@ -86,6 +86,23 @@ def test_claims_take_packs_and_rows_in_one_order_each_job_once(
     assert (started.state, started.attempt, started.run_lease) == ("running", 1, 1)
 
 
+def test_each_job_a_claim_starts_from_a_pack_carries_its_own_args(
+    client: awa_fast.Client, conn: psycopg.Connection[Any]
+) -> None:
+    """Claims of every size, each going on from where the last left the pack: every job
+    comes out once, with its id's args (migration 0024 slices them by subscript)."""
+    ids = client.insert_many([Ping(n) for n in range(300)])
+    assert _packs(conn) == [(300, 0)]
+    params = {"queue": "default", "deadline_s": 60.0, "host_id": None}
+    args_by_id: dict[int, Any] = {}
+    for limit in (1, 7, 64, 3, 500):
+        rows = conn.execute(Q.job_claim_batch, {**params, "limit": limit}).fetchall()
+        assert len(rows) == min(limit, 300 - len(args_by_id))
+        args_by_id.update((row[0], row[4]) for row in rows)
+    assert args_by_id == {job_id: {"n": n} for n, job_id in enumerate(ids)}
+    assert _packs(conn) == []
+
+
 def test_a_paused_queue_gives_no_packed_job(
     client: awa_fast.Client, conn: psycopg.Connection[Any]
 ) -> None:

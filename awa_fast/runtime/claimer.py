@@ -114,6 +114,10 @@ class Claimer:
         self.config = config
         self.queues = list(capacity.queues)
         self._capacity = capacity
+        # Each queue's counters, every worker's (the pool's size is fixed at its start).
+        self._counters = [
+            [capacity.index(q, w) for w in range(capacity.workers)] for q in range(len(self.queues))
+        ]
         self._inflight = inflight
         self._workers = workers
         self._host = host
@@ -169,9 +173,9 @@ class Claimer:
     def _claimable(self, queue_index: int) -> bool:
         """Whether the free units of ``queue_index``'s counters, every worker's, are worth
         a claim (:meth:`reserve` asks the same of the accepting workers' alone)."""
-        caps = [self._capacity.index(queue_index, w) for w in range(self._capacity.workers)]
-        free = sum(self._inflight.free(cap) for cap in caps)
-        return self._worth_a_claim(queue_index, free, sum(map(self._inflight.capacity, caps)))
+        counters = self._counters[queue_index]
+        free = sum(map(self._inflight.free, counters))
+        return self._worth_a_claim(queue_index, free, sum(map(self._inflight.capacity, counters)))
 
     def stop(self) -> None:
         """Claim no more: the claim loops end after the round they are in."""

@@ -90,3 +90,6 @@ def serve(calls: str, tmp_path: Path) -> Iterator[Any]:
     yield start
     for s in started:
         s.close()
+        # Captured: pytest shows it under a failed test only, where a wait timed out on
+        # what the server did.
+        print(f"--- {s.log_path.name}, its end ---\n{s.log()[-8000:]}")

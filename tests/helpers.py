@@ -30,13 +30,19 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def wait_until(
-    predicate: Callable[[], bool], *, timeout: float = 30.0, what: str = "condition"
+    predicate: Callable[[], bool],
+    *,
+    timeout: float = 30.0,
+    what: str = "condition",
+    explain: Callable[[], object] | None = None,
 ) -> None:
-    """Poll ``predicate`` (an observation of database state) until it holds."""
+    """Poll ``predicate`` (an observation of database state) until it holds. A timeout
+    says what ``explain()`` returns then: the state a rare failure needs to be read."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            seen = f"; then: {explain()!r}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{seen}")
         time.sleep(0.01)
 
 

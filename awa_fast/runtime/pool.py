@@ -325,6 +325,12 @@ class ForkedWorkers:
             return
         proc = self.procs[worker]
         assert proc is not None
+        log.info(
+            "worker %d replaced by process %d",
+            worker,
+            proc.pid,
+            extra={"worker": worker, "worker_pid": proc.pid},
+        )
         await self._connect(proc)
 
     def evict(self, job_id: int, run_lease: int, *, reason: str) -> None:

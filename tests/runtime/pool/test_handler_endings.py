@@ -28,7 +28,12 @@ def _run_ending(
         others = client.insert_many([SyncEnd("record") for _ in range(QUEUED)])
     serve(*serve_args, app=APP, in_process=in_process)
     # A failure recorded: the handler's own at once, or "heartbeat stale" ~30 s later.
-    wait_until(lambda: bool(job(dsn, ending)["errors"]), timeout=60, what="the failure")
+    wait_until(
+        lambda: bool(job(dsn, ending)["errors"]),
+        timeout=60,
+        what="the failure",
+        explain=lambda: job(dsn, ending),
+    )
     wait_until(
         lambda: all(job(dsn, i)["state"] == "completed" for i in others),
         timeout=60,

@@ -92,7 +92,11 @@ def test_handlers_run_where_the_collector_is_settled(
 def test_handler_calling_os_exit_is_retried(serve: Any, dsn: str) -> None:
     [job_id] = _insert(dsn, [Step("exit_once")])
     serve("--processes", "1")
-    wait_until(lambda: job(dsn, job_id)["state"] == "completed", what="retry to complete")
+    wait_until(
+        lambda: job(dsn, job_id)["state"] == "completed",
+        what="retry to complete",
+        explain=lambda: job(dsn, job_id),
+    )
     final = job(dsn, job_id)
     assert final["attempt"] == 2
     assert final["errors"][0]["error"].endswith("exited with code 1")

@@ -342,7 +342,8 @@ def test_cpu_split_of_the_cpu_scenario_names_the_burn_and_its_share(
     head, *parts, total, sampling, burn = capsys.readouterr().out.splitlines()
     assert head.startswith("burned 0.5 ms in 400 jobs at ") and head.endswith("CPU us per job:")
     per_part = {line.split(None, 1)[1]: float(line.split()[0]) for line in parts}
-    assert per_part["worker processes"] > 0 and per_part["postgres: awa-fast claimer"] > 0
+    # Named even when a run this short cost its backend less than a clock tick.
+    assert per_part["worker processes"] > 0 and per_part["postgres: awa-fast claimer"] >= 0
     assert float(total.split()[0]) == pytest.approx(sum(per_part.values()), abs=0.05 * len(parts))
     assert sampling.endswith("this tool's sampling, not in the supervisor's")
     burned, share = float(burn.split()[0]), float(burn.split(": ")[1].split("%")[0])

@@ -144,6 +144,8 @@ class Claimer:
         # (or given back) after them.
         self._deferred: list[tuple[int, Claimed]] = []
         self._stopping = False
+        # Each queue's latest claim statement, done once its jobs are handed out.
+        self._last_claim: list[asyncio.Future[None] | None] = [None] * len(self.queues)
         self.claimed_by_queue = [0] * len(self.queues)
         self.claims_by_queue = [0] * len(self.queues)  # claim statements run
 
@@ -282,9 +284,8 @@ class Claimer:
             if not want:
                 done.starved = True
                 continue
-            jobs = await self._claim_queue(cur, queue_index, queue, reserved)
+            jobs = await self._claim_in_order(cur, queue_index, queue, reserved)
             self._shares.claimed(queue_index, wanted=want, got=len(jobs))
-            self._dispatch(jobs, queue_index, reserved)
             self.claimed_by_queue[queue_index] += len(jobs)
             done.claimed[queue_index] = len(jobs)
             done.full = done.full or len(jobs) == want
@@ -295,6 +296,29 @@ class Claimer:
             await standby.offer(cur, drained, host_id=self._host.id)
         self._starved = done.starved
         return done
+
+    async def _claim_in_order(
+        self,
+        cur: psycopg.AsyncCursor[Any],
+        queue_index: int,
+        queue: str,
+        reserved: list[tuple[int, int]],
+    ) -> list[Claimed]:
+        """Claim for ``reserved`` and hand the jobs out, after the jobs of the queue's claim
+        issued before this one on another loop: that claim took the jobs ahead in claim
+        order, and a worker starts what it holds in the order it is handed it."""
+        before = self._last_claim[queue_index]
+        mine = self._last_claim[queue_index] = asyncio.get_running_loop().create_future()
+        try:
+            jobs = await self._claim_queue(cur, queue_index, queue, reserved)
+            try:
+                if before is not None and not before.done():
+                    await asyncio.wait([before])
+            finally:  # claimed jobs are handed out, even by a round cancelled here
+                self._dispatch(jobs, queue_index, reserved)
+            return jobs
+        finally:
+            mine.set_result(None)
 
     async def _claim_queue(
         self,

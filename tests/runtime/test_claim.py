@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import psycopg.conninfo
@@ -115,6 +117,106 @@ def test_returning_handlers_wake_claiming_once_a_claim_is_worth_it(
         return claimer._wake.is_set()
 
     assert run(main()) is wakes
+
+
+def _old_and_new(dsn: str, queue: str) -> dict[int, str]:
+    """An old job of priority 4 (run_at ten seconds ago) and a new one of priority 1, by id."""
+    with awa_fast.Client(dsn) as client:
+        old = client.insert(
+            Mark("old"), queue=queue, priority=4, run_at=datetime.now(UTC) - timedelta(seconds=10)
+        )
+        new = client.insert(Mark("new"), queue=queue, priority=1)
+    return {old.id: "old", new.id: "new"}
+
+
+def _handed_out(runner: Runner) -> list[int]:
+    """The ids of the jobs the runner's claimer hands its workers, in order (its workers
+    are not run)."""
+    handed: list[int] = []
+    runner.workers.deliver = lambda worker, jobs: handed.extend(d.job.id for d in jobs)  # type: ignore[method-assign]
+    return handed
+
+
+def test_an_aged_claim_hands_out_its_jobs_in_aged_order(dsn: str) -> None:
+    """With priority aging, a claim of several jobs hands them out in the order it chose
+    them: the old job of priority 4, aged to 1, ahead of the newer one of priority 1."""
+    names = _old_and_new(dsn, "aged")
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Mark, queue="aged")(lambda job: None)
+    config = RunnerConfig(queue_aging={"aged": 1.0}, standby=False)
+    runner = Runner(dsn, client.handlers, {"aged": 2}, config)
+    handed = _handed_out(runner)
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            assert (await runner.claimer.claim_round(conn.cursor(binary=True))).claimed == [2]
+
+    run(main())
+    assert [names[i] for i in handed] == ["old", "new"]
+
+
+class _Gated:
+    """A claim connection's cursor whose steps wait for, or announce, the other's."""
+
+    def __init__(
+        self,
+        cur: psycopg.AsyncCursor[Any],
+        *,
+        execute_after: asyncio.Event | None = None,
+        executed: asyncio.Event | None = None,
+        fetch_after: asyncio.Event | None = None,
+        fetched: asyncio.Event | None = None,
+    ) -> None:
+        self.cur = cur
+        self.execute_after, self.executed = execute_after, executed
+        self.fetch_after, self.fetched = fetch_after, fetched
+
+    async def execute(self, query: str, params: dict[str, Any]) -> None:
+        if self.execute_after is not None:
+            await self.execute_after.wait()
+        await self.cur.execute(query, params)
+        if self.executed is not None:
+            self.executed.set()
+
+    async def fetchall(self) -> list[Any]:
+        if self.fetch_after is not None:
+            await self.fetch_after.wait()
+        rows = await self.cur.fetchall()
+        if self.fetched is not None:
+            self.fetched.set()
+        return rows
+
+
+def test_a_queues_claims_are_handed_out_in_the_order_they_were_issued(dsn: str) -> None:
+    """Two claim loops claim one queue at once. The first claim takes the job ahead in
+    claim order; when the second one's answer comes back first, its job still waits for
+    the first's, so a worker holding both starts them in claim order."""
+    names = _old_and_new(dsn, "q")
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Mark, queue="q")(lambda job: None)
+    runner = Runner(dsn, client.handlers, {"q": 2}, RunnerConfig(claim_batch=1, standby=False))
+    handed = _handed_out(runner)
+
+    async def main() -> None:
+        first_executed, second_fetched = asyncio.Event(), asyncio.Event()
+        async with (
+            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as a,
+            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as b,
+        ):
+            first = _Gated(
+                a.cursor(binary=True), executed=first_executed, fetch_after=second_fetched
+            )
+            second = _Gated(
+                b.cursor(binary=True), execute_after=first_executed, fetched=second_fetched
+            )
+            rounds = await asyncio.gather(
+                runner.claimer.claim_round(first),  # type: ignore[arg-type]
+                runner.claimer.claim_round(second),  # type: ignore[arg-type]
+            )
+        assert [r.claimed for r in rounds] == [[1], [1]]
+
+    run(main())
+    assert [names[i] for i in handed] == ["new", "old"]
 
 
 def test_paused_queue_is_not_claimed(dsn: str) -> None:

@@ -58,8 +58,8 @@ chosen AS (
 ),
 
 -- fragment: claim_start_packs
--- The chosen packs' jobs started, and every claimed job returned (job_claim_batch and
--- job_claim_aged).
+-- The chosen packs' jobs started (job_claim_batch and job_claim_aged, each of which then
+-- returns these and the claimed rows in its own claim order).
 started AS (
     -- Each pack's taken jobs, started by awa_fast.start_packed (migration 0016), called
     -- once a pack from the select list: a claim that takes no pack runs none of it.
@@ -69,10 +69,6 @@ started AS (
         WHERE c.pack IS NOT NULL
     ) t
 )
-SELECT * FROM claimed
-UNION ALL
-SELECT * FROM started
-ORDER BY priority, run_at, id;
 
 -- name: job_claim_rows
 -- job_claim_batch for a queue that holds no packs, as far as the runner has heard
@@ -141,6 +137,10 @@ claimed AS (
     -- include: claim_columns
 ),
 -- include: claim_start_packs
+SELECT * FROM claimed
+UNION ALL
+SELECT * FROM started
+ORDER BY priority, run_at, id;
 
 -- name: job_claim_aged
 -- job_claim_batch with the Awa SDK's priority aging (priority_aging_interval_ms): a job
@@ -185,6 +185,10 @@ claimed AS (
     -- include: claim_columns
 ),
 -- include: claim_start_packs
+-- In aged order, as claimed: workers start held jobs in the order they are handed them.
+SELECT j.* FROM (SELECT * FROM claimed UNION ALL SELECT * FROM started) j
+ORDER BY greatest(1, j.priority - floor(extract(epoch FROM now() - j.run_at) / %(aging_s)s)),
+         j.run_at, j.id;
 
 -- name: standby_collect
 -- This host's standby claims (migration 0018), each with its queue and id: those still

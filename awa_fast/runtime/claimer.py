@@ -162,10 +162,12 @@ class Claimer:
         """Handlers returned: wake claiming if it waits for capacity and a queue now has
         enough free to claim. Safe from any thread (the committer calls it as each batch
         of outcomes drains): a wake-up that finds too little free costs the loop a round,
-        and a handler its core, for nothing."""
+        and a handler its core, for nothing. A wake-up already set is not sent again: the
+        round it starts reads capacity after clearing it, so it sees this news too."""
         loop = self._loop
         if (
             self._starved
+            and not self._wake.is_set()
             and loop is not None
             and not loop.is_closed()
             and (self._shares.weighted or any(map(self._claimable, range(len(self.queues)))))

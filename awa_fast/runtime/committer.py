@@ -145,6 +145,7 @@ class Committer:
         # Batches wait up to max_delay for company, but not once nothing is in flight.
         self._inflight = inflight
         self._progress = threading.Condition()
+        self._awaited: list[int] = []  # the counts wait_committed callers wait for
         self.committed = 0  # records settled (applied or stale): a milestone for tests
         # The same records by their code (a tr.Target), for awa_fast_outcomes_committed_total:
         # a list another thread may read while this one adds to it.
@@ -217,7 +218,12 @@ class Committer:
     def wait_committed(self, count: int, timeout: float) -> bool:
         """Block until at least ``count`` records were settled (test milestone)."""
         with self._progress:
-            return self._progress.wait_for(lambda: self.committed >= count, timeout)
+            # Woken once the count is reached, not by every batch: a benchmark waits here.
+            self._awaited.append(count)
+            try:
+                return self._progress.wait_for(lambda: self.committed >= count, timeout)
+            finally:
+                self._awaited.remove(count)
 
     # -- one batch ----------------------------------------------------------------------
 
@@ -257,7 +263,8 @@ class Committer:
         self._count(records, plain, lost, mixed + followed)
         with self._progress:
             self.committed += len(records.ids)
-            self._progress.notify_all()
+            if self._awaited and self.committed >= min(self._awaited):
+                self._progress.notify_all()
 
     def _count(self, r: Records, plain: list[int], lost: list[int], others: list[int]) -> None:
         """Add a committed batch to ``committed_by_code``: its groups of plain completions

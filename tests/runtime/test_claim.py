@@ -119,6 +119,35 @@ def test_returning_handlers_wake_claiming_once_a_claim_is_worth_it(
     assert run(main()) is wakes
 
 
+def test_returning_handlers_send_no_second_wake_up_while_one_is_pending(dsn: str) -> None:
+    """The committer reports returned handlers after every drain, about every millisecond.
+    While a wake-up it sent has not been taken up by a claim round, it sends no other: the
+    round reads capacity after taking the wake-up, so it sees every handler returned
+    before. (Each wake-up sent is a write to the loop's pipe and a turn of the loop.)"""
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Mark)(lambda job: None)
+    config = RunnerConfig(claim_batch=500, prefetch=0, standby=False)
+    runner = Runner(dsn, client.handlers, {"default": 1000}, config)
+    claimer = runner.claimer
+
+    async def main() -> list[bool]:
+        claimer.bind(asyncio.get_running_loop())
+        assert runner.inflight.reserve(0, 1000) == 1000  # none free: the round waits
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            assert (await claimer.claim_round(conn.cursor(binary=True))).starved
+        claimer._wake.clear()
+        runner.inflight.release(0, 1000)  # handlers returned
+        claimer.capacity_freed()
+        await asyncio.sleep(0)  # the wake-up sent runs
+        woken = claimer._wake.is_set()
+        claimer.capacity_freed()  # more returned before a round took the wake-up
+        claimer._wake.clear()  # taken up by a round now
+        await asyncio.sleep(0)  # a second wake-up, had one been sent, would run here
+        return [woken, claimer._wake.is_set()]
+
+    assert run(main()) == [True, False]
+
+
 def _old_and_new(dsn: str, queue: str) -> dict[int, str]:
     """An old job of priority 4 (run_at ten seconds ago) and a new one of priority 1, by id."""
     with awa_fast.Client(dsn) as client:

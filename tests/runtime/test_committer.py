@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -460,6 +461,26 @@ def test_committer_thread_drains_the_ring(harness: Harness, conn: psycopg.Connec
     stop.set()
     thread.join()
     assert states(harness.dsn) == {"completed": 500}
+
+
+def test_each_waiter_returns_once_its_own_count_is_committed(
+    harness: Harness, conn: psycopg.Connection[Any]
+) -> None:
+    """A batch wakes the waiters only once the lowest count waited for is reached; each
+    waiter then returns at its own count."""
+    ids = _running(conn, 6)
+    committer = harness.committer
+    with ThreadPoolExecutor(2) as pool:
+        three = pool.submit(committer.wait_committed, 3, 30)
+        six = pool.submit(committer.wait_committed, 6, 30)
+        wait_until(lambda: sorted(committer._awaited) == [3, 6], timeout=10, what="2 waiters")
+        harness.commit([(i, 1, tr.COMPLETED) for i in ids[:2]])
+        harness.commit([(i, 1, tr.COMPLETED) for i in ids[2:3]])
+        assert three.result(timeout=30)
+        assert not six.done() and committer._awaited == [6]
+        harness.commit([(i, 1, tr.COMPLETED) for i in ids[3:]])
+        assert six.result(timeout=30)
+    assert committer._awaited == []
 
 
 def test_a_backlog_commits_in_batches_as_large_as_the_limit(

@@ -14,9 +14,10 @@ peer runs through the peer harness (benches/peers) with as many processes, the q
 concurrency split evenly over them and mapped by its driver onto the peer's own limit.
 Every system burns the same loop count per job: one calibration, pinned in
 AWA_FAST_BENCH_CPU_ITERATIONS, which awa-fast's cpu scenario reads and the harness hands
-to its drivers. ``no-queue`` is the ceiling: the same burns split over as many plain
-processes, no database, timed from the moment all of them are up, so its share of the
-cores is what this machine's kernel and hypervisor leave of it with no queue at all.
+to its drivers. ``no-queue`` is the ceiling: the same burns taken one at a time by as
+many plain processes from a shared counter, no database, timed from the moment all of
+them are up, so its share of the cores is what this machine's kernel and hypervisor
+leave of it with no queue at all.
 
 Prints one markdown table, a row per concurrency: each system's median jobs/s and the
 share of the cores it used (its measured burn's cost x jobs/s / cores), and awa-fast's
@@ -36,6 +37,7 @@ import statistics
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
 from typing import Any
 
@@ -100,23 +102,35 @@ def peer(
     return {**row, "packages": harness.peer_packages(system, versions)}
 
 
-def _burn_share(jobs: int, loops: int, go: Event, out: Connection) -> None:
+def _burn_until_done(
+    taken: Synchronized[int], jobs: int, loops: int, go: Event, out: Connection
+) -> None:
+    """Take burns one at a time until ``jobs`` are taken; send how many this process
+    burned and the CPU seconds they took."""
     out.send("ready")
     go.wait()
-    out.send(sum(burn_cpu(loops) for _ in range(jobs)))
+    done, burned = 0, 0.0
+    while True:
+        with taken.get_lock():
+            if taken.value >= jobs:
+                break
+            taken.value += 1
+        burned += burn_cpu(loops)
+        done += 1
+    out.send((done, burned))
 
 
 def no_queue(concurrency: int, round_: int, *, opts: argparse.Namespace) -> dict[str, Any]:
-    """The burns alone: ``--jobs`` of them split over ``--processes`` forked processes (the
-    concurrency does not apply), timed from the moment every process is up."""
+    """The burns alone: ``--jobs`` of them taken one at a time from a shared counter by
+    ``--processes`` forked processes (the concurrency does not apply), timed from the
+    moment every process is up. Taken as they go, not split up front: a process on a
+    slower core would leave the other idle at the end, which a queue does not."""
     fork = multiprocessing.get_context("fork")
-    loops, go = burn_loops(opts.cpu_ms), fork.Event()
-    each, extra = divmod(opts.jobs, opts.processes)
-    splits = [each + (i < extra) for i in range(opts.processes)]
-    pipes = [fork.Pipe(duplex=False) for _ in splits]
+    loops, go, taken = burn_loops(opts.cpu_ms), fork.Event(), fork.Value("q", 0)
+    pipes = [fork.Pipe(duplex=False) for _ in range(opts.processes)]
     procs = [
-        fork.Process(target=_burn_share, args=(n, loops, go, send))
-        for n, (_, send) in zip(splits, pipes, strict=True)
+        fork.Process(target=_burn_until_done, args=(taken, opts.jobs, loops, go, send))
+        for _, send in pipes
     ]
     for proc in procs:
         proc.start()
@@ -124,17 +138,18 @@ def no_queue(concurrency: int, round_: int, *, opts: argparse.Namespace) -> dict
         recv.recv()
     started = time.perf_counter()
     go.set()
-    burned = sum(recv.recv() for recv, _ in pipes)
+    shares = [recv.recv() for recv, _ in pipes]
     elapsed = time.perf_counter() - started
     for proc in procs:
         proc.join()
     return {
         "system": NO_QUEUE,
         "ok": True,
-        "jobs": opts.jobs,
+        "jobs": sum(done for done, _ in shares),
+        "jobs_by_process": [done for done, _ in shares],
         "elapsed_s": round(elapsed, 4),
         "jobs_per_s": round(opts.jobs / elapsed, 1),
-        "burn_ms_measured": round(burned / opts.jobs * 1000, 4),
+        "burn_ms_measured": round(sum(burned for _, burned in shares) / opts.jobs * 1000, 4),
     }
 
 

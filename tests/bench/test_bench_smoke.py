@@ -359,6 +359,8 @@ def test_cpu_concurrency_measures_the_burn_alone_as_its_ceiling() -> None:
     opts = argparse.Namespace(jobs=41, processes=2, cpu_ms=0.2)
     row = cpu_concurrency.no_queue(4, 1, opts=opts)
     assert row["system"] == cpu_concurrency.NO_QUEUE and row["ok"] and row["jobs"] == 41
+    # Each burn taken once, by one of the two processes.
+    assert len(row["jobs_by_process"]) == 2 and sum(row["jobs_by_process"]) == 41
     assert _positive(row["jobs_per_s"]) and _positive(row["burn_ms_measured"])
     assert row["jobs_per_s"] == pytest.approx(41 / row["elapsed_s"], rel=0.01)
     # Its burns took CPU time the two processes had between them, no more.

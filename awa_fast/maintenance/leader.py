@@ -111,6 +111,8 @@ class Leader:
         if row is None:
             self._lose("the term is another's, or its last transactions still run")
         elif row[0] != self.term:
+            # A term of ours that expired unrenewed is over, whoever held the ones between.
+            self._lose(f"term {self.term} is over")
             self.term = row[0]
             log.info("this host is now the maintenance leader (term %d)", self.term)
         return self.is_leader

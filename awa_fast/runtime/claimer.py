@@ -15,7 +15,7 @@ import contextlib
 import heapq
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -286,7 +286,8 @@ class Claimer:
             if not want:
                 done.starved = True
                 continue
-            jobs = await self._claim_in_order(cur, queue_index, queue, reserved)
+            claim = self._claim_queue(cur, queue_index, queue, reserved)
+            jobs = await self._in_claim_order(queue_index, reserved, claim)
             self._shares.claimed(queue_index, wanted=want, got=len(jobs))
             self.claimed_by_queue[queue_index] += len(jobs)
             done.claimed[queue_index] = len(jobs)
@@ -299,20 +300,19 @@ class Claimer:
         self._starved = done.starved
         return done
 
-    async def _claim_in_order(
+    async def _in_claim_order(
         self,
-        cur: psycopg.AsyncCursor[Any],
         queue_index: int,
-        queue: str,
         reserved: list[tuple[int, int]],
+        claim: Coroutine[Any, Any, list[Claimed]],
     ) -> list[Claimed]:
-        """Claim for ``reserved`` and hand the jobs out, after the jobs of the queue's claim
-        issued before this one on another loop: that claim took the jobs ahead in claim
-        order, and a worker starts what it holds in the order it is handed it."""
+        """Run ``claim`` (for ``reserved``) and hand its jobs out, after the jobs of the
+        queue's claim issued before it on another loop: that claim took the jobs ahead in
+        claim order, and a worker starts what it holds in the order it is handed it."""
         before = self._last_claim[queue_index]
         mine = self._last_claim[queue_index] = asyncio.get_running_loop().create_future()
         try:
-            jobs = await self._claim_queue(cur, queue_index, queue, reserved)
+            jobs = await claim
             try:
                 if before is not None and not before.done():
                     await asyncio.wait([before])

@@ -47,7 +47,11 @@ def wait_until(
 
 
 async def await_until(
-    predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "condition"
+    predicate: Callable[[], Any],
+    *,
+    timeout: float = 30.0,
+    what: str = "condition",
+    explain: Callable[[], Any] | None = None,
 ) -> None:
     """The asyncio twin of :func:`wait_until` (the predicate runs in a thread)."""
     import asyncio
@@ -61,7 +65,8 @@ async def await_until(
         if result:
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            seen = f"; then: {explain()!r}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{seen}")
         await asyncio.sleep(0.01)
 
 

@@ -140,6 +140,9 @@ class Claimer:
         self._starved = False
         self._refill_wake: asyncio.TimerHandle | None = None
         self._rounds = 0  # claim rounds in flight, whose reservations hold capacity
+        # A round found capacity reserved by another one in flight, whose claim may have
+        # run before the news that woke it: claim again once the rounds in flight end.
+        self._claim_after_rounds = False
         # Standby jobs that found no capacity free while rounds were in flight: started
         # (or given back) after them.
         self._deferred: list[tuple[int, Claimed]] = []
@@ -267,6 +270,9 @@ class Claimer:
             return await self._claim_queues(cur)
         finally:
             self._rounds -= 1
+            if self._claim_after_rounds and not self._rounds:
+                self._claim_after_rounds = False
+                self._wake.set()
             deferred, self._deferred = self._deferred, []
             for queue_index, job in deferred:
                 self.start_on_standby(queue_index, [job])
@@ -285,6 +291,7 @@ class Claimer:
             want = sum(n for _, n in reserved)
             if not want:
                 done.starved = True
+                self._claim_after_rounds = self._claim_after_rounds or self._rounds > 1
                 continue
             claim = self._claim_queue(cur, queue_index, queue, reserved)
             jobs = await self._in_claim_order(queue_index, reserved, claim)

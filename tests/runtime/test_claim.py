@@ -248,6 +248,42 @@ def test_a_queues_claims_are_handed_out_in_the_order_they_were_issued(dsn: str) 
     assert [names[i] for i in handed] == ["new", "old"]
 
 
+def test_news_that_finds_capacity_reserved_by_a_round_in_flight_is_claimed_after_it(
+    dsn: str,
+) -> None:
+    """A job lands while one claim round's statement has run, before its answer is back,
+    holding every unit free; the round its news wakes finds none left. Once the first
+    round returns empty-handed, claiming wakes again and takes the job, with no poll."""
+    client = awa_fast.AsyncClient(dsn)
+    client.task(Mark, queue="q")(lambda job: None)
+    runner = Runner(dsn, client.handlers, {"q": 2}, RunnerConfig(standby=False))
+    handed = _handed_out(runner)
+    claimer = runner.claimer
+
+    async def main() -> int:
+        executed, answer = asyncio.Event(), asyncio.Event()
+        async with (
+            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as a,
+            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as b,
+            awa_fast.AsyncClient(dsn) as producer,
+        ):
+            first = _Gated(a.cursor(binary=True), executed=executed, fetch_after=answer)
+            in_flight = asyncio.create_task(claimer.claim_round(first))  # type: ignore[arg-type]
+            await executed.wait()
+            landed = await producer.insert(Mark("late"), queue="q")
+            claimer._wake.clear()  # as a claim loop woken by its news does
+            woken = await claimer.claim_round(b.cursor(binary=True))
+            assert woken.claimed == [0] and woken.starved
+            answer.set()
+            assert (await in_flight).claimed == [0]
+            assert claimer._wake.is_set()
+            assert (await claimer.claim_round(b.cursor(binary=True))).claimed == [1]
+            return landed.id
+
+    landed = run(main())
+    assert handed == [landed]
+
+
 def test_paused_queue_is_not_claimed(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO awa_fast.queue_meta (queue, paused) VALUES ('held', true)")

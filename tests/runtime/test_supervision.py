@@ -92,7 +92,11 @@ def test_a_loop_that_fails_is_logged_reported_down_and_restarted(
             await await_until(lambda: down(client, loop), what=f"the {loop} down")
             fault.on = False
             await await_until(lambda: healthy(client), what="healthy again")
-            await await_until(lambda: job(dsn, during.id)["state"] == "completed")
+            await await_until(
+                lambda: job(dsn, during.id)["state"] == "completed",
+                what=f"job {during.id} completed",
+                explain=lambda: (job(dsn, during.id)["state"], vars(runner.claimer)),
+            )
             await client.shutdown()
             return runner
 

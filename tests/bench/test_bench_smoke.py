@@ -351,6 +351,23 @@ def test_cpu_split_of_the_cpu_scenario_names_the_burn_and_its_share(
     assert burn.endswith(f"% of {os.cpu_count()} cores")
 
 
+@pytest.mark.parametrize("source", ["packs", "rows"])
+def test_claim_cost_claims_and_completes_every_job_at_each_size(
+    server_url: str, capsys: pytest.CaptureFixture[str], source: str
+) -> None:
+    from benches import claim_cost
+
+    rows = ["--rows"] if source == "rows" else []
+    claim_cost.main([server_url, "--sizes", "7,64", "--jobs", "150", "--rounds", "1", *rows])
+    head, columns, *sizes = capsys.readouterr().out.splitlines()
+    assert head == f"150 {'rows' if rows else 'packed jobs'}, median of 1"
+    assert columns.startswith("claim size | claimer us/job")
+    figures = {int(line.split(" | ")[0]): line.split(" | ")[1:] for line in sizes}
+    assert list(figures) == [7, 64]
+    claim, complete, both, _ = (float(figure) for figure in figures[64])
+    assert claim >= 0 and complete >= 0 and both == pytest.approx(claim + complete, abs=0.11)
+
+
 def test_cpu_concurrency_measures_the_burn_alone_as_its_ceiling() -> None:
     import argparse
 

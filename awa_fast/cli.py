@@ -561,7 +561,7 @@ def parser() -> argparse.ArgumentParser:
         "--prefetch",
         type=int,
         help="jobs each worker holds per queue beyond those it runs, claimed ahead "
-        "(default: about 100 ms of the queue's work, up to 64, from each worker's pace; "
+        "(default: about 200 ms of the queue's work, up to 256, from each worker's pace; "
         "0: none)",
     )
     serve.add_argument("--max-jobs-per-worker", type=int)

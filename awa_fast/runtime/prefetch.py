@@ -2,8 +2,8 @@
 
 A held job saves its worker a claim's round trip when a handler returns, and it waits,
 claimed, where another host might have run it. So a worker holds about
-:data:`HORIZON_S` of work ahead on each queue: dozens of jobs of a queue whose handlers
-take a millisecond, none of one whose handlers take longer than the horizon. Work is
+:data:`HORIZON_S` of work ahead on each queue: a couple of hundred jobs of a queue whose
+handlers take a millisecond, none of one whose handlers take longer than the horizon. Work is
 measured as the worker's pace on the queue: jobs completed per second of the time it had
 one of the queue's handlers running, which counts handlers that run side by side and sync
 handlers that take turns alike. Until a pace is measured, a worker holds
@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import math
 
-# Seconds of work a worker holds ahead on a queue: several claim round trips, short
-# enough that a job held back waits no longer than that.
-HORIZON_S = 0.1
+# Seconds of work a worker holds ahead on a queue: many claim round trips, so that claims
+# of quick jobs come in batches whose fixed cost is spread thin (benches/RESULTS.md,
+# "Claim size"), and short enough that a job held back waits no longer than that.
+HORIZON_S = 0.2
 # Bounds on what a worker holds ahead on one queue; the in-flight table is sized for the
-# upper one.
+# upper one. Before a pace is known, the guess stays within the lower bounds: the queue's
+# handlers may be slow.
 PREFETCH_MIN = 8
-PREFETCH_MAX = 64
+PREFETCH_UNPACED_MAX = 64
+PREFETCH_MAX = 256
 # A new pace is taken after this many completions or this much busy time, whichever
 # comes first, and weighs half against the one before.
 PACE_JOBS = 32
@@ -29,7 +32,7 @@ PACE_BUSY_S = 0.5
 
 def default_prefetch(share: int) -> int:
     """Held ahead before any pace is known: twice the handlers the worker runs at once."""
-    return min(max(2 * share, PREFETCH_MIN), PREFETCH_MAX)
+    return min(max(2 * share, PREFETCH_MIN), PREFETCH_UNPACED_MAX)
 
 
 def held_for(pace: float) -> int:

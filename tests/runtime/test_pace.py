@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from awa_fast.runtime.prefetch import HORIZON_S, PREFETCH_MAX, Pace, held_for
+from awa_fast.runtime.prefetch import (
+    HORIZON_S,
+    PREFETCH_MAX,
+    PREFETCH_MIN,
+    PREFETCH_UNPACED_MAX,
+    Pace,
+    default_prefetch,
+    held_for,
+)
 
 
 def test_the_pace_counts_busy_time_only() -> None:
@@ -43,3 +51,11 @@ def test_held_ahead_is_the_horizons_worth_within_bounds() -> None:
     assert held_for(10_000.0) == PREFETCH_MAX  # fast jobs: the most
     assert held_for(100.0) == round(HORIZON_S * 100.0)  # 10 ms jobs
     assert held_for(1 / HORIZON_S - 0.01) == 0  # jobs longer than the horizon: none
+
+
+def test_before_a_pace_a_worker_holds_twice_its_share_within_the_unpaced_bounds() -> None:
+    """Its handlers may be slow: the guess holds no more than the lower bound of what a
+    quick queue's pace would hold."""
+    assert default_prefetch(1) == PREFETCH_MIN
+    assert default_prefetch(10) == 20
+    assert default_prefetch(250) == PREFETCH_UNPACED_MAX < PREFETCH_MAX

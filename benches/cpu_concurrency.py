@@ -20,8 +20,8 @@ them are up, so its share of the cores is what this machine's kernel and hypervi
 leave of it with no queue at all.
 
 Prints one markdown table, a row per concurrency: each system's median jobs/s and the
-share of the cores it used (its measured burn's cost x jobs/s / cores), and awa-fast's
-ratio to the best peer. Every run's row goes to
+share of the cores it used (each run's measured burn's cost x its jobs/s / cores, the
+median run's), and awa-fast's share over the best peer's. Every run's row goes to
 benches/results/<time>-cpu-concurrency.jsonl.
 """
 
@@ -187,24 +187,27 @@ def attempt(run: Run, concurrency: int, round_: int) -> dict[str, Any]:
 
 
 def figures(runs: list[dict[str, Any]], cores: int) -> tuple[float, float] | None:
-    """Median jobs/s of the runs that finished, and the share of the cores that used."""
+    """Median jobs/s of the runs that finished, and the median share of the cores they
+    used: each run's jobs/s times its own burn's cost, since the same burn takes this
+    machine more or less time from one minute to the next."""
     ok = [r for r in runs if r.get("jobs_per_s") is not None and r.get("ok", True)]
     if not ok:
         return None
     rate = statistics.median(r["jobs_per_s"] for r in ok)
-    burn_s = statistics.median(r["burn_ms_measured"] for r in ok) / 1000
-    return rate, rate * burn_s / cores
+    share = statistics.median(r["jobs_per_s"] * r["burn_ms_measured"] / 1000 for r in ok)
+    return rate, share / cores
 
 
 def table(results: dict[tuple[int, str], list[dict[str, Any]]], labels: list[str]) -> str:
-    """A row per concurrency: each column's figures, then awa-fast's ratio to the best peer."""
+    """A row per concurrency: each column's figures, then awa-fast's share of the cores
+    over the best peer's (jobs/s at the same burn cost)."""
     cores = os.cpu_count() or 1
     peers = [label for label in labels if not label.startswith(AWA_FAST) and label != NO_QUEUE]
     ratios = [label for label in labels if label.startswith(AWA_FAST)] if peers else []
     head = ["concurrency"]
     for label in labels:
         head += [f"{label} jobs/s", f"{label} of the cores"]
-    head += [f"{label} / best peer" for label in ratios]
+    head += [f"{label} / best peer, by share" for label in ratios]
     out = ["| " + " | ".join(head) + " |", "|" + "--:|" * len(head)]
     for concurrency in sorted({c for c, _ in results}):
         got = {label: figures(results.get((concurrency, label), []), cores) for label in labels}
@@ -212,10 +215,10 @@ def table(results: dict[tuple[int, str], list[dict[str, Any]]], labels: list[str
         for label in labels:
             mine = got[label]
             cells += [f"{mine[0]:,.0f}", f"{mine[1]:.0%}"] if mine else ["n/a", "n/a"]
-        best = max((figure[0] for p in peers if (figure := got[p])), default=0.0)
+        best = max((figure[1] for p in peers if (figure := got[p])), default=0.0)
         for label in ratios:
             mine = got[label]
-            cells.append(f"{mine[0] / best:.2f}" if mine and best else "n/a")
+            cells.append(f"{mine[1] / best:.2f}" if mine and best else "n/a")
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 

@@ -395,6 +395,19 @@ def test_cpu_concurrency_table_compares_awa_fast_with_the_peers_not_the_ceiling(
     results = {(2, "awa-fast"): run(800.0), (2, "pgqueuer"): run(400.0)}
     results[(2, cpu_concurrency.NO_QUEUE)] = run(1000.0)
     lines = cpu_concurrency.table(results, labels).splitlines()
-    assert lines[0].endswith("| awa-fast / best peer |")
+    assert lines[0].endswith("| awa-fast / best peer, by share |")
     share = [f"{rate / (os.cpu_count() or 1):.0%}" for rate in (0.8, 0.4, 1.0)]
     assert lines[2] == f"| 2 | 800 | {share[0]} | 400 | {share[1]} | 1,000 | {share[2]} | 2.00 |"
+
+
+def test_cpu_concurrency_compares_shares_each_run_at_its_own_burn_cost() -> None:
+    """A peer that ran in a faster minute (its burn 0.5 ms) outpaces awa-fast in jobs/s
+    at a smaller share of the cores; the ratio compares the shares."""
+    from benches import cpu_concurrency
+
+    results = {
+        (2, "awa-fast"): [{"jobs_per_s": 800.0, "burn_ms_measured": 1.0}],
+        (2, "pgqueuer"): [{"jobs_per_s": 1000.0, "burn_ms_measured": 0.5}],
+    }
+    row = cpu_concurrency.table(results, ["awa-fast", "pgqueuer"]).splitlines()[2]
+    assert row.endswith(" | 1.60 |")

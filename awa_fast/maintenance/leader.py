@@ -141,6 +141,8 @@ class Leader:
         try:
             if self.term is not None and self._conn is not None and not self._conn.closed:
                 await self._conn.execute(Q.leader_release, {"holder": self.holder})
+                # a restarted maintenance loop releases its term too: say where it went
+                log.info("released the maintenance leader's term %d", self.term)
         except psycopg.Error as exc:
             log.warning("could not release the leader's term (%s); it expires", exc)
         finally:  # closed even when a cancel interrupts the release

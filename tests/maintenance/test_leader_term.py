@@ -94,9 +94,9 @@ def test_no_step_of_a_term_that_ended_changes_a_row(
     assert stepped is not None and stepped.state == "running"  # type: ignore[attr-defined]
 
 
-def test_one_leader_at_a_time_and_reelection(dsn: str) -> None:
-    """A leader that stops cleanly releases its term: the next host's next election
-    begins the next term, without waiting for the last to expire."""
+def test_one_leader_at_a_time_and_reelection(dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A leader that stops cleanly releases its term, and says so: the next host's next
+    election begins the next term, without waiting for the last to expire."""
 
     async def main() -> list[bool]:
         first, second = (
@@ -109,7 +109,17 @@ def test_one_leader_at_a_time_and_reelection(dsn: str) -> None:
         await second.close()
         return seen
 
-    assert run(main()) == [True, False, True, True]
+    with caplog.at_level("INFO", logger="awa_fast.leader"):
+        assert run(main()) == [True, False, True, True]
+    said = [r.getMessage() for r in caplog.records]
+    assert [line.rsplit(" ", 1)[0] for line in said] == [
+        "this host is now the maintenance leader (term",
+        "released the maintenance leader's term",
+        "this host is now the maintenance leader (term",
+        "released the maintenance leader's term",
+    ]
+    terms = [int(line.rsplit(" ", 1)[1].rstrip(")")) for line in said]
+    assert terms[1] == terms[0] and terms[3] == terms[2] == terms[0] + 1
 
 
 def test_an_open_fenced_transaction_holds_off_the_next_term_not_a_renewal(dsn: str) -> None:
@@ -160,6 +170,7 @@ def test_a_leader_that_wakes_into_a_new_term_says_its_last_one_ended(
     assert said[1:] == [
         f"no longer the maintenance leader: term {term} is over",
         f"this host is now the maintenance leader (term {new_term})",
+        f"released the maintenance leader's term {new_term}",
     ]
 
 

@@ -16,7 +16,6 @@ is what the per-job figure loses as the size grows.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -25,11 +24,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 import awa_fast
-from awa_fast.bench.measure import fresh_database
+from awa_fast.bench.measure import fresh_database, process_stat
 from awa_fast.db.connections import Database, attempts_params, connect_hot
 from awa_fast.db.queries import Q
-
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -47,11 +44,7 @@ class Cost:
 
 def backend_cpu(conn: psycopg.Connection[Any]) -> float:
     """CPU seconds (user + system) of ``conn``'s backend so far."""
-    row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    assert row is not None
-    with open(f"/proc/{row[0]}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    return process_stat(conn.info.backend_pid).cpu_s
 
 
 def insert(url: str, jobs: int, *, rows: bool) -> None:

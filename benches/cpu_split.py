@@ -32,12 +32,10 @@ from typing import Any
 import psycopg
 
 from awa_fast.bench.latency import sustained
-from awa_fast.bench.measure import fresh_database
+from awa_fast.bench.measure import fresh_database, process_stat
 from awa_fast.bench.run import run_as_served
 from awa_fast.bench.throughput import HANDLERS, cpu, drain
 from awa_fast.db.dsn import database_of
-
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 CpuSnapshot = dict[int, tuple[float, int, str]]  # pid -> (CPU seconds, parent pid, cmdline)
 
@@ -60,19 +58,16 @@ class Processes:
                 continue
             pid = int(entry)
             try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    head, tail = stat.read().rsplit(")", 1)
-                fields = tail.split()
+                stat = process_stat(pid)
                 if pid not in self._cmdlines:
-                    if not (pid == me or int(fields[1]) == me or head.endswith("(postgres")):
+                    if not (pid == me or stat.parent == me or stat.name == "postgres"):
                         self._skipped.add(pid)
                         continue
                     with open(f"/proc/{entry}/cmdline") as cmd:
                         self._cmdlines[pid] = cmd.read().replace("\0", " ").strip()
             except OSError:  # ended meanwhile
                 continue
-            cpu = (int(fields[11]) + int(fields[12])) / _TICKS
-            seen[pid] = (cpu, int(fields[1]), self._cmdlines[pid])
+            seen[pid] = (stat.cpu_s, stat.parent, self._cmdlines[pid])
         return seen
 
 

@@ -171,6 +171,29 @@ def busy_share(before: tuple[int, int] | None, after: tuple[int, int] | None) ->
     return round((after[0] - before[0]) / (after[1] - before[1]), 3)
 
 
+# -- per-process CPU -----------------------------------------------------------------------
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessStat:
+    """What ``/proc/<pid>/stat`` says of a process that a CPU split needs."""
+
+    name: str  # the command name, as the kernel keeps it
+    parent: int
+    cpu_s: float  # user + system time so far
+
+
+def process_stat(pid: int) -> ProcessStat:
+    """``pid``'s name, parent and CPU seconds (OSError once the process is gone)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        head, tail = stat.read().rsplit(")", 1)
+    fields = tail.split()
+    cpu_s = (int(fields[11]) + int(fields[12])) / _TICKS
+    return ProcessStat(head.partition("(")[2], int(fields[1]), cpu_s)
+
+
 # -- per-process memory --------------------------------------------------------------------
 
 

@@ -163,10 +163,9 @@ class Maintenance:
             await self.leader.check()
 
     async def _round(self, conn: psycopg.AsyncConnection[Any], now: float) -> float:
-        """Promote, then run each other pass due at ``now``; returns the pause before the
-        next round."""
-        await self.promoter.run_once(conn)
-        pause = await self.promoter.pause(conn)
+        """Promote what is due, then run each other pass due at ``now``; returns the pause
+        before the next round."""
+        pause = await self.promoter.step(conn)
         rescue = self.rescuer.config
         if self._due("rescue", rescue.interval, now):
             backstop = self._due("backstop", rescue.backstop_interval, now)

@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 
+from awa_fast.db.queries import Q
 from awa_fast.maintenance import batch
 from awa_fast.maintenance.leader import Leader
 
@@ -35,7 +36,11 @@ class BatchOps:
 
     async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> batch.BatchStep | None:
         """Start the oldest unfinished operation, apply one chunk of it, or finalize it;
-        returns what the step did, None when no operation is unfinished."""
+        returns what the step did, None when no operation is unfinished. A look comes
+        first, unfenced: a leader with no operations opens no transaction for them."""
+        cur = await conn.execute(Q.batch_operation_due)
+        if not (await cur.fetchone() or (False,))[0]:
+            return None
         async with self.leader.fenced(conn):
             return await batch.step(
                 conn, chunk=self.config.chunk, runner_instance=self.runner_instance

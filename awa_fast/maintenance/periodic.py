@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypedDict, Unpack
+from typing import Any, NamedTuple, TypedDict, Unpack
 
 import psycopg
 
@@ -126,13 +126,22 @@ async def register(conn: psycopg.AsyncConnection[Any], jobs: list[PeriodicJob]) 
         await cur.executemany(Q.cron_register, [job.params() for job in jobs])
 
 
-async def enqueue_due(conn: psycopg.AsyncConnection[Any], *, now: datetime | None = None) -> int:
-    """Enqueue what every schedule owes by ``now`` (the server's clock when None): its
-    latest fire (``coalesce``) or each missed fire in order (``catch_up``); returns how
-    many jobs were enqueued. A row this code cannot read (an expression or time zone it
-    does not know) is logged and skipped: it must not stop the others."""
+class Owed(NamedTuple):
+    """A schedule's fires due, in order, and its last fire as read (None: never fired)."""
+
+    name: str
+    previous: datetime | None
+    fires: list[datetime]
+
+
+async def owed(conn: psycopg.AsyncConnection[Any], *, now: datetime | None = None) -> list[Owed]:
+    """What every schedule owes by ``now`` (the server's clock when None): its latest fire
+    (``coalesce``) or each missed fire in order (``catch_up``). A read: :func:`enqueue`
+    writes what it found, and a fire another leader took meanwhile is skipped there. A row
+    this code cannot read (an expression or time zone it does not know) is logged and
+    skipped: it must not stop the others."""
     cur = await conn.execute(Q.cron_due)
-    enqueued = 0
+    found = []
     for name, expression, zone_name, policy, last, since, server_now in await cur.fetchall():
         try:
             schedule, zone = cron.parse(expression), cron.zone(zone_name)
@@ -143,7 +152,16 @@ async def enqueue_due(conn: psycopg.AsyncConnection[Any], *, now: datetime | Non
             fires = schedule.fires(since, now or server_now, zone)[-1:]
         else:
             fires = schedule.fires(since, now or server_now, zone, limit=CATCH_UP_PER_PASS)
-        previous = last
+        if fires:
+            found.append(Owed(name, last, fires))
+    return found
+
+
+async def enqueue(conn: psycopg.AsyncConnection[Any], owed: list[Owed]) -> int:
+    """Enqueue the fires of ``owed``, each only if its schedule's last fire is still the one
+    read before it; returns how many jobs were enqueued."""
+    enqueued = 0
+    for name, previous, fires in owed:
         for fire in fires:
             inserted = await conn.execute(
                 Q.cron_enqueue, {"name": name, "previous": previous, "fire_at": fire}

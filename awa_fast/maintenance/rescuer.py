@@ -131,7 +131,11 @@ class Rescuer:
         self, conn: psycopg.AsyncConnection[Any], limits: dict[str, Any]
     ) -> dict[str, int]:
         """Remove the hosts whose heartbeat went stale, with their standby claims, and
-        rescue their running attempts in the same transaction."""
+        rescue their running attempts in the same transaction. A look comes first,
+        unfenced: a leader whose hosts all beat opens no transaction for them."""
+        cur = await conn.execute(Q.host_rescue_due, limits)
+        if not (await cur.fetchone() or (False,))[0]:
+            return {}
         async with self.leader.fenced(conn):
             cur = await conn.execute(Q.host_take_dead, limits)
             dead = [row[0] for row in await cur.fetchall()]

@@ -4,6 +4,7 @@ its steps change nothing, however late it wakes."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -16,9 +17,9 @@ import pytest
 
 import awa_fast
 from awa_fast.db.connections import Database
-from awa_fast.maintenance.leader import Deposed, Leader
+from awa_fast.maintenance.leader import FENCE_KEY, Deposed, Leader
 from awa_fast.maintenance.service import Maintenance
-from tests.helpers import await_until, job, leading, run, wait_until
+from tests.helpers import await_until, job, leading, lock_waiters, run, wait_until
 from tests.maintenance.support import maintenance, work_for_every_pass
 from tests.runtime.pool.app import Step
 from tests.runtime.pool.conftest import Serve
@@ -92,6 +93,47 @@ def test_no_step_of_a_term_that_ended_changes_a_row(
     assert (promoted, cleaned, fired) == (1, 1, 1)
     assert rescued == {"host_take_dead": 1, "job_select_stale": 1}
     assert stepped is not None and stepped.state == "running"  # type: ignore[attr-defined]
+
+
+def test_a_frequent_step_fences_only_when_it_has_work(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """The steps that run every second or more often look before they fence, so an idle
+    leader opens no transaction for them. With the fence lock held against them (as a new
+    term's election holds it), each returns when it has nothing to do, and waits when it
+    has work; each does its work once the lock is let go."""
+    looking: dict[str, Step_] = {
+        "promote": lambda m, c, now: m.promoter.step(c),  # the leader's round calls this
+        **{name: STEPS[name] for name in ("rescue", "cron", "batch")},
+    }
+    leader_of = maintenance(dsn, election_interval=60.0)  # its term outlasts the test
+
+    async def main(fence: psycopg.Connection[Any]) -> dict[str, object]:
+        done: dict[str, object] = {}
+        async with (
+            leading(leader_of),
+            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c,
+        ):
+            fence.execute("SELECT pg_advisory_lock(%s)", (FENCE_KEY,))
+            async with asyncio.timeout(10):  # a step that took the fence would wait here
+                for step in looking.values():
+                    await step(leader_of, c, datetime.now().astimezone())
+            cron_now = work_for_every_pass(dsn, conn)
+            for name, step in looking.items():
+                waiting = asyncio.create_task(step(leader_of, c, cron_now))
+                await await_until(lambda: lock_waiters(dsn) == 1, what=f"{name} to wait")
+                fence.execute("SELECT pg_advisory_unlock_all()")
+                done[name] = await waiting
+                fence.execute("SELECT pg_advisory_lock(%s)", (FENCE_KEY,))
+        return done
+
+    with psycopg.connect(dsn, autocommit=True) as fence:
+        done = run(main(fence))
+    assert done["cron"] == 1
+    scheduled = "SELECT count(*) FROM awa_fast.jobs_deferred WHERE state = 'scheduled'"
+    assert conn.execute(scheduled).fetchone() == (0,)  # promoted
+    assert done["rescue"] == {"host_take_dead": 1, "job_select_stale": 1}
+    assert getattr(done["batch"], "state", None) == "running"
 
 
 def test_one_leader_at_a_time_and_reelection(dsn: str, caplog: pytest.LogCaptureFixture) -> None:

@@ -36,7 +36,7 @@ def _register(dsn: str, *jobs: periodic.PeriodicJob) -> None:
 def _enqueue_due(dsn: str, now: datetime) -> int:
     async def main() -> int:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            return await periodic.enqueue_due(conn, now=now)
+            return await periodic.enqueue(conn, await periodic.owed(conn, now=now))
 
     return run(main())
 
@@ -128,7 +128,8 @@ def test_a_fire_two_leaders_evaluate_at_once_is_enqueued_once(
             assert cur.rowcount == 1  # enqueued, not yet committed
             async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as second:
                 pid = second.info.backend_pid
-                racing = asyncio.ensure_future(periodic.enqueue_due(second, now=fire))
+                owed = await periodic.owed(second, now=fire)
+                racing = asyncio.ensure_future(periodic.enqueue(second, owed))
 
                 def waiting_on_the_row() -> bool:
                     row = conn.execute(

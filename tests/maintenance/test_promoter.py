@@ -1,19 +1,16 @@
 """The promoter's pass against a real database: due jobs move, future ones stay, the
-leader's pause shortens for a job that falls due sooner, and a step with nothing due takes
-no fenced transaction."""
+leader's pause shortens for a job that falls due sooner."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import psycopg
 
-from awa_fast.maintenance.leader import FENCE_KEY
 from awa_fast.maintenance.promoter import MIN_PAUSE, Promoter, PromoterConfig
 from awa_fast.maintenance.stats import MaintenanceStats
 from tests.factories import insert_job
-from tests.helpers import await_until, job, lock_waiters, run
+from tests.helpers import job, run
 from tests.maintenance.support import leader, one_pass
 
 
@@ -68,32 +65,3 @@ def test_promotion_moves_due_jobs_and_leaves_future_ones(
     assert {job(dsn, i)["state"] for i in due} == {"available"}
     assert job(dsn, future)["state"] == "retryable"
     assert promoter.stats.promoted == 5
-
-
-def test_a_step_takes_the_fence_only_when_a_job_is_due(
-    dsn: str, conn: psycopg.Connection[Any]
-) -> None:
-    """With the fence lock held against it (as a new term's election would hold it), a
-    step with nothing due still returns, since it only looked; one with a job due waits
-    for the fence, and then moves the job."""
-    promoter = _promoter(dsn, interval=10.0)
-
-    async def main(fence: psycopg.Connection[Any]) -> None:
-        assert await promoter.leader.check()
-        try:
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
-                fence.execute("SELECT pg_advisory_lock(%s)", (FENCE_KEY,))
-                async with asyncio.timeout(10):  # a step that took the fence waits here
-                    assert await promoter.step(c) == 10.0
-                due = insert_job(conn, state="scheduled")
-                step = asyncio.create_task(promoter.step(c))
-                await await_until(lambda: lock_waiters(dsn) == 1, what="the step to wait")
-                assert job(dsn, due)["state"] == "scheduled"
-                fence.execute("SELECT pg_advisory_unlock_all()")
-                assert await step == 10.0
-                assert job(dsn, due)["state"] == "available"
-        finally:
-            await promoter.leader.close()
-
-    with psycopg.connect(dsn, autocommit=True) as fence:
-        run(main(fence))

@@ -52,6 +52,14 @@ WHERE id IN (
 )
 RETURNING id;
 
+-- name: batch_operation_due
+-- Whether a step has anything to do: an unfinished operation (batch_operation_lock_next),
+-- or a finished one past its retention (batch_operation_delete_expired).
+SELECT EXISTS (
+           SELECT 1 FROM awa_fast.batch_operations
+           WHERE state IN ('pending', 'running', 'cancelling'))
+    OR EXISTS (SELECT 1 FROM awa_fast.batch_operations WHERE retention_until < now());
+
 -- name: batch_operation_lock_next
 -- The leader's next operation, oldest first, locked for this step's transaction: one at a
 -- time, so two operations over the same jobs apply in the order they were submitted.

@@ -32,6 +32,16 @@ SELECT pg_advisory_xact_lock_shared(%(key)s);
 -- No row unless `term` is still the current term, unexpired by the database's clock.
 SELECT term FROM awa_fast.leader WHERE term = %(term)s AND expires_at > now();
 
+-- name: host_rescue_due
+-- Whether host_take_dead or standby_drop_orphans would find anything: a host silent for
+-- staleness_s, or a standby claim whose host is gone. Two reads of small tables.
+SELECT EXISTS (
+           SELECT 1 FROM awa_fast.hosts
+           WHERE heartbeat_at < now() - make_interval(secs => %(staleness_s)s))
+    OR EXISTS (
+           SELECT 1 FROM awa_fast.standby_claims s
+           WHERE NOT EXISTS (SELECT 1 FROM awa_fast.hosts h WHERE h.id = s.host_id));
+
 -- name: host_take_dead
 -- Hosts that stopped heartbeating, removed; the same transaction rescues their attempts
 -- (job_select_of_hosts), so a failed rescue leaves them to the next sweep.

@@ -411,3 +411,18 @@ def test_cpu_concurrency_compares_shares_each_run_at_its_own_burn_cost() -> None
     }
     row = cpu_concurrency.table(results, ["awa-fast", "pgqueuer"]).splitlines()[2]
     assert row.endswith(" | 1.60 |")
+
+
+def test_idle_cost_prints_each_part_of_an_idle_pool_and_their_total(
+    server_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benches import idle_cost
+
+    idle_cost.main([server_url, "--seconds", "0.5", "--settle", "0.2", "--rounds", "1"])
+    head, *lines = capsys.readouterr().out.splitlines()
+    assert head == "idle pool, 2 workers: CPU ms a second, median of 1"
+    costs = {part: float(ms) for ms, part in (line.split(maxsplit=1) for line in lines)}
+    parts = {"supervisor", "worker processes", "postgres: awa-fast claimer", "total"}
+    assert parts <= set(costs) and list(costs)[-1] == "total"
+    assert all(ms >= 0 for ms in costs.values())
+    assert costs["total"] == pytest.approx(sum(costs.values()) - costs["total"], abs=0.05)

@@ -5,7 +5,9 @@ Each service lives in its own module and does its work in one ``run_once`` pass,
 tests drive directly. Every transaction of a pass that changes rows is fenced by the
 leader's term (:meth:`awa_fast.maintenance.leader.Leader.fenced`): a pass of a leader
 whose term is over raises :class:`~awa_fast.maintenance.leader.Deposed` having changed
-nothing.
+nothing. The passes that run every second or more often look first, with one unfenced
+read, and open a fenced transaction only when they have work: that is what an idle leader
+costs.
 """
 
 from __future__ import annotations

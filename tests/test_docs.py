@@ -230,3 +230,13 @@ def test_readme_starts_with_the_two_commands() -> None:
     assert lines[2] == "```bash"
     assert lines[3].startswith("pip install -e '.[embedded]' && awa-fast bench drain")
     assert lines[4].startswith("pip install -e '.[test]' && python -m pytest -q")
+
+
+def test_the_pgbouncer_entry_sets_what_the_hot_connections_set() -> None:
+    """Behind a pooler the runtime applies no session setting; the database entry the page
+    gives must apply each one the hot connections apply directly."""
+    from awa_fast.db.connections import PLANNER_SETTINGS
+
+    text = (ROOT / "docs" / "pgbouncer.md").read_text()
+    [entry] = [line for line in text.splitlines() if "connect_query=" in line]
+    assert dict(re.findall(r"SET (\w+) = (\w+)", entry)) == PLANNER_SETTINGS

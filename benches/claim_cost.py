@@ -8,9 +8,12 @@ statement on one connection and completes them with ``job_complete_many`` on ano
 both with the settings of the runner's connections.
 The backends' CPU is read from /proc, so the server must run on this machine. Sizes are
 interleaved within each round; medians over the rounds are printed. A claim's fixed cost
-is what the per-job figure loses as the size grows.
+is what the per-job figure loses as the size grows. ``--backlog N`` first adds N available
+rows behind the measured jobs (the lowest priority, analyzed), so that each claim runs on
+a queue of that size.
 
     PYTHONPATH=. python benches/claim_cost.py URL [--sizes 16,48,128,500] [--jobs 10000]
+        [--rows] [--backlog 0]
 """
 
 from __future__ import annotations
@@ -47,17 +50,25 @@ def backend_cpu(conn: psycopg.Connection[Any]) -> float:
     return process_stat(conn.info.backend_pid).cpu_s
 
 
-def insert(url: str, jobs: int, *, rows: bool) -> None:
+def insert(url: str, jobs: int, *, rows: bool, backlog: int) -> None:
     with awa_fast.Client(url) as client:
         if rows:  # one statement a job keeps each out of a pack
             for n in range(jobs):
                 client.insert(Burn(n))
         else:
             client.insert_many([Burn(n) for n in range(jobs)])
+    if backlog:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO awa_fast.jobs_hot (kind, queue, priority)"
+                " SELECT 'Burn', 'default', 4 FROM generate_series(1, %s)",
+                (backlog,),
+            )
+            conn.execute("ANALYZE awa_fast.jobs_hot")
 
 
 def claim_and_complete(url: str, size: int, *, jobs: int, rows: bool) -> Cost:
-    """Claim every one of ``jobs`` jobs ``size`` at a time and complete each claim's."""
+    """Claim the ``jobs`` jobs ``size`` at a time and complete each claim's."""
     statement = Q.job_claim_rows if rows else Q.job_claim_batch
     database = Database(url)
     with (  # the runner's settings, as its claimer and committer have them
@@ -76,7 +87,8 @@ def claim_and_complete(url: str, size: int, *, jobs: int, rows: bool) -> Cost:
         }
         cur = claimer.cursor(binary=True)
         claim_cpu, complete_cpu, done = backend_cpu(claimer), backend_cpu(completer), 0
-        while True:
+        while done < jobs:
+            params["limit"] = min(size, jobs - done)  # the backlog's rows stay
             cur.execute(statement, params)
             claimed = {row[0]: row[1] for row in cur.fetchall()}
             if not claimed:
@@ -97,15 +109,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=10000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rows", action="store_true", help="plain rows, not packs")
+    parser.add_argument("--backlog", type=int, default=0, help="available rows behind them")
     args = parser.parse_args(argv)
     sizes = [int(size) for size in args.sizes.split(",")]
     costs: dict[int, list[Cost]] = {size: [] for size in sizes}
     for _ in range(args.rounds):
         for size in sizes:
             with fresh_database(args.url) as url:
-                insert(url, args.jobs, rows=args.rows)
+                insert(url, args.jobs, rows=args.rows, backlog=args.backlog)
                 costs[size].append(claim_and_complete(url, size, jobs=args.jobs, rows=args.rows))
-    print(f"{args.jobs} {'rows' if args.rows else 'packed jobs'}, median of {args.rounds}")
+    behind = f", {args.backlog} rows behind" if args.backlog else ""
+    print(f"{args.jobs} {'rows' if args.rows else 'packed jobs'}{behind}, median of {args.rounds}")
     print("claim size | claimer us/job | completer us/job | both | claimer us/claim")
     for size, runs in costs.items():
         claim = statistics.median(cost.claim_us for cost in runs)

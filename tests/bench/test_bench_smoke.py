@@ -368,6 +368,20 @@ def test_claim_cost_claims_and_completes_every_job_at_each_size(
     assert claim >= 0 and complete >= 0 and both == pytest.approx(claim + complete, abs=0.11)
 
 
+def test_claim_cost_claims_the_jobs_ahead_of_a_backlog(
+    server_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benches import claim_cost
+
+    claim_cost.main(
+        [server_url, "--sizes", "64", "--jobs", "100", "--rounds", "1", "--backlog", "500"]
+    )
+    head, _, size = capsys.readouterr().out.splitlines()
+    assert head == "100 packed jobs, 500 rows behind, median of 1"
+    claim, complete, both, _ = (float(figure) for figure in size.split(" | ")[1:])
+    assert claim >= 0 and complete >= 0 and both == pytest.approx(claim + complete, abs=0.11)
+
+
 def test_cpu_concurrency_measures_the_burn_alone_as_its_ceiling() -> None:
     import argparse
 

@@ -2,7 +2,7 @@
 
 Every hot statement touches at most a few hundred rows, found by key (or, for the claim's
 pick, in the claim index's order). So these connections leave the planner nothing else to
-choose: no sequential or bitmap scans, no hash or merge joins, no parallel workers, and
+choose: no sequential or bitmap scans, no hash or merge joins, no parallel workers, no JIT, and
 one generic plan per statement, prepared at first use. Otherwise the plan depends on the
 statistics of the moment, and the planner's mistakes here are costly:
 

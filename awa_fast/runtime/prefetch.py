@@ -25,8 +25,10 @@ PREFETCH_MIN = 8
 PREFETCH_UNPACED_MAX = 64
 PREFETCH_MAX = 256
 # A new pace is taken after this many completions or this much busy time, whichever
-# comes first, and weighs half against the one before.
+# comes first, and weighs half against the one before. The first is taken sooner: until
+# then a worker holds only default_prefetch's few jobs, which a claim's round trip outlasts.
 PACE_JOBS = 32
+PACE_FIRST_JOBS = 4
 PACE_BUSY_S = 0.5
 
 
@@ -60,7 +62,8 @@ class Pace:
     def completed(self) -> float | None:
         """One more job done; the pace, when that took a new measure of it."""
         self._done += 1
-        if self._done < PACE_JOBS and self._busy < PACE_BUSY_S:
+        enough = PACE_FIRST_JOBS if self.per_s is None else PACE_JOBS
+        if self._done < enough and self._busy < PACE_BUSY_S:
             return None
         measured = self._done / max(self._busy, 1e-6)
         self.per_s = measured if self.per_s is None else (self.per_s + measured) / 2

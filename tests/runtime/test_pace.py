@@ -7,6 +7,8 @@ import pytest
 
 from awa_fast.runtime.prefetch import (
     HORIZON_S,
+    PACE_FIRST_JOBS,
+    PACE_JOBS,
     PREFETCH_MAX,
     PREFETCH_MIN,
     PREFETCH_UNPACED_MAX,
@@ -59,3 +61,22 @@ def test_before_a_pace_a_worker_holds_twice_its_share_within_the_unpaced_bounds(
     assert default_prefetch(1) == PREFETCH_MIN
     assert default_prefetch(10) == 20
     assert default_prefetch(250) == PREFETCH_UNPACED_MAX < PREFETCH_MAX
+
+
+def test_the_first_pace_comes_after_a_few_jobs_the_next_after_more() -> None:
+    """A worker holds little until its first pace: it is taken sooner than the others."""
+    pace, at = Pace(now=0.0), 0.0
+
+    def measures(jobs: int) -> list[bool]:
+        nonlocal at
+        measured = []
+        for _ in range(jobs):
+            at += 0.001  # 1 ms jobs, far from PACE_BUSY_S
+            pace.running_changes(1, at)
+            measured.append(pace.completed() is not None)
+        return measured
+
+    assert PACE_FIRST_JOBS < PACE_JOBS
+    assert measures(PACE_FIRST_JOBS) == [False] * (PACE_FIRST_JOBS - 1) + [True]
+    assert measures(PACE_JOBS) == [False] * (PACE_JOBS - 1) + [True]
+    assert pace.per_s == pytest.approx(1000.0)

@@ -69,6 +69,18 @@ def _apply(*, local: bool) -> str:
 
 
 _APPLY = _apply(local=False)
+_IN_EFFECT = "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)"
+
+
+async def planner_settings_missing(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+    """The hot connections' planner settings not in effect on ``conn``'s session, as
+    ``name = value`` wanted: behind a transaction pooler only the pooler's database entry
+    can apply them (docs/pgbouncer.md)."""
+    cur = await conn.execute(_IN_EFFECT, (list(PLANNER_SETTINGS),))
+    in_effect = {name: str(setting).lower() for name, setting in await cur.fetchall()}
+    return [f"{k} = {v}" for k, v in PLANNER_SETTINGS.items() if in_effect.get(k) != v]
+
+
 # The same settings for the rest of the current transaction only: the leader's rescue
 # sweeps, which look for the few running or parked rows among every finished one.
 APPLY_IN_TRANSACTION = _apply(local=True)

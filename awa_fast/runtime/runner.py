@@ -30,7 +30,7 @@ import psycopg
 
 from awa_fast import descriptors
 from awa_fast._core import InFlight, OutcomeRing
-from awa_fast.db.connections import Database, connect_hot
+from awa_fast.db.connections import Database, connect_hot, planner_settings_missing
 from awa_fast.db.migrate import require_migrated
 from awa_fast.db.transitions import Target
 from awa_fast.errors import ConfigError
@@ -57,6 +57,7 @@ from awa_fast.runtime.standby import Standby
 from awa_fast.runtime.supervisor import Supervisor, retry_delay
 
 log = logging.getLogger("awa_fast.runner")
+PLANNER_SETTINGS_MISSING = "behind the transaction pooler, hot planner settings are not in effect"
 
 T = TypeVar("T")
 
@@ -286,6 +287,8 @@ class Runner:
         await self.workers.start()
         await _at_start(self._register, what="host registration")
         claim_conns = await self._claim_connections()
+        if self.database.pooled:
+            await self._warn_of_planner_settings(claim_conns[0])
         self.hooks.start()
         stop = self._commit_stop
         self._commit_thread = threading.Thread(
@@ -306,6 +309,19 @@ class Runner:
             asyncio.create_task(run("listener", lambda: self.listener.run(stopping))),
             asyncio.create_task(run("maintenance", lambda: self.maintenance.run(stopping))),
         ]
+
+    async def _warn_of_planner_settings(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Say so when the pooler's sessions lack the hot planner settings, which the runtime
+        cannot apply through it: without ``jit = off`` a large queue's claims compile
+        themselves, each taking hundreds of milliseconds."""
+        missing = await planner_settings_missing(conn)
+        if missing:
+            log.warning(
+                "%s: %s; set them in the pooler's database entry (docs/pgbouncer.md)",
+                PLANNER_SETTINGS_MISSING,
+                ", ".join(missing),
+                extra={"settings": missing},
+            )
 
     async def _claim_connections(self) -> list[psycopg.AsyncConnection[Any]]:
         """One connection per claimer; those made are closed if a later one fails."""

@@ -13,10 +13,16 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from awa_fast.db.connections import PLANNER_SETTINGS
+from awa_fast.db.connections import (
+    PLANNER_SETTINGS,
+    Database,
+    connect_hot_async,
+    planner_settings_missing,
+)
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.rescuer import RESCUES
 from tests.factories import insert_job, record_emptied_statistics
+from tests.helpers import run
 
 _PARAM = re.compile(r"%\((\w+)\)s")
 
@@ -186,6 +192,20 @@ def test_generic_plans_reach_rows_by_key(
     # Compiling costs more than these run: a claim of 500 from 120,000 rows once spent
     # 430 ms in LLVM and 4 ms running.
     assert '"JIT"' not in plan, plan
+
+
+def test_the_planner_settings_missing_from_a_session_are_named(dsn: str) -> None:
+    """What a runner behind a pooler checks at its start: a plain session lacks the hot
+    settings (enable_seqscan is on by default everywhere), a hot connection has them all."""
+
+    async def main() -> tuple[list[str], list[str]]:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as plain:
+            lacking = await planner_settings_missing(plain)
+        async with await connect_hot_async(Database(dsn)) as hot:
+            return lacking, await planner_settings_missing(hot)
+
+    lacking, hot = run(main())
+    assert "enable_seqscan = off" in lacking and hot == []
 
 
 def test_claim_returns_rows_in_claim_order(conn: psycopg.Connection[Any]) -> None:

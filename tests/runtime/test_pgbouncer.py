@@ -22,6 +22,7 @@ from awa_fast.db.connections import Database
 from awa_fast.errors import ConfigError
 from awa_fast.maintenance.leader import Leader
 from awa_fast.runtime.config import RunnerConfig
+from awa_fast.runtime.runner import PLANNER_SETTINGS_MISSING
 from tests.helpers import await_until, job, run, states, wait_until
 from tests.pgbouncer import PgBouncer
 from tests.runtime.pool.conftest import Serve
@@ -87,6 +88,7 @@ def test_serve_drains_through_the_pooler_and_leaves_its_sessions_clean(
     assert {(attempt, percent) for attempt, percent, _ in rows} == {(1, None)}
     assert len({pid for _, _, pid in rows}) == 2  # both workers wrote through the pooler
     assert server.log().count(NOT_LISTENING) == 1
+    assert server.log().count(PLANNER_SETTINGS_MISSING) == 1  # the entry sets none
     assert _carried_over(pgbouncer.server_sessions(dsn)) == []
 
 

@@ -212,13 +212,18 @@ def test_an_operator_retries_a_failed_job_and_pauses_a_queue(
 ) -> None:
     with awa_fast.Client(dsn) as client:
         declined = client.insert(ChargeCard(7), queue="payments", max_attempts=1).id
-        for order in range(1, 4):
-            client.insert(ChargeCard(order), queue="payments")
+        orders = [client.insert(ChargeCard(n), queue="payments").id for n in range(1, 4)]
         emails = [SendEmail(f"user{i}@example.com") for i in range(200)]
         client.insert_many(emails, queue="email")
         # Never run (no handler for it), shown on every page: escaped, or the CSP says so.
         client.insert({"html": "<script>alert(1)</script>"}, kind="<b>x</b>", queue="inbox")
         wait_until(lambda: job(dsn, declined)["state"] == "failed", what="the decline")
+        # The hosts table shows no payments running below: every order has completed.
+        wait_until(
+            lambda: {job(dsn, order)["state"] for order in orders} == {"completed"},
+            what="the orders",
+            explain=lambda: [job(dsn, order) for order in orders],
+        )
         wait_until(
             lambda: {s.queue: s for s in client.queue_stats()}["email"].completed_last_hour == 200,
             what="the emails",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import time
 from collections import defaultdict
@@ -23,10 +22,11 @@ from dataclasses import dataclass
 
 import psycopg
 
-from awa_fast.bench.measure import fresh_database, process_stat
+from awa_fast.bench.measure import fresh_database
 from awa_fast.bench.run import run_as_served
 from awa_fast.client import AsyncClient
 from awa_fast.worker import Job
+from benches.cpu_split import CpuSnapshot, Processes, backend_labels, split
 
 
 @dataclass
@@ -34,25 +34,16 @@ class Idle:
     n: int
 
 
-def parts(url: str) -> dict[int, str]:
-    """pid -> part: this process (the supervisor), its workers, and each of the pool's
-    backends by application name."""
-    me = os.getpid()
-    with open(f"/proc/{me}/task/{me}/children") as children:
-        workers = dict.fromkeys(map(int, children.read().split()), "worker processes")
+def pool_parts(url: str, before: CpuSnapshot, after: CpuSnapshot) -> dict[str, float]:
+    """CPU seconds of each part of the pool between two snapshots: this process (the
+    supervisor), its workers, and its backends by application name."""
     with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pid, 'postgres: ' || application_name FROM pg_stat_activity"
-            " WHERE datname = current_database() AND application_name LIKE 'awa-fast%%'"
-        ).fetchall()
-    return {me: "supervisor", **workers, **dict(rows)}
-
-
-def cpu_by_part(pids: dict[int, str]) -> dict[str, float]:
-    totals: dict[str, float] = defaultdict(float)
-    for pid, part in pids.items():
-        totals[part] += process_stat(pid).cpu_s
-    return totals
+        labels = backend_labels(conn, conn.info.dbname)
+    return {
+        part: seconds
+        for part, seconds in split(before, after, labels).items()
+        if part in ("supervisor", "worker processes") or part.startswith("postgres: awa-fast")
+    }
 
 
 async def idle_round(
@@ -68,13 +59,14 @@ async def idle_round(
     try:
         await client.start({"default": 4 * processes}, processes=processes)
         await asyncio.sleep(settle)
-        pids = await asyncio.to_thread(parts, url)
-        before, started = cpu_by_part(pids), time.monotonic()
+        reader = Processes()
+        before, started = reader.snapshot(), time.monotonic()
         await asyncio.sleep(seconds)
-        after, elapsed = cpu_by_part(pids), time.monotonic() - started
+        after, elapsed = reader.snapshot(), time.monotonic() - started
+        costs = await asyncio.to_thread(pool_parts, url, before, after)
     finally:
         await client.close()
-    return {part: (after[part] - before[part]) / elapsed * 1000 for part in before}
+    return {part: cpu_s / elapsed * 1000 for part, cpu_s in costs.items()}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,7 +11,7 @@ import psycopg
 
 from awa_fast.db.queries import Q
 from awa_fast.maintenance import batch
-from awa_fast.maintenance.leader import Leader
+from awa_fast.maintenance.leader import Leader, has_work
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +38,7 @@ class BatchOps:
         """Start the oldest unfinished operation, apply one chunk of it, or finalize it;
         returns what the step did, None when no operation is unfinished. A look comes
         first, unfenced: a leader with no operations opens no transaction for them."""
-        cur = await conn.execute(Q.batch_operation_due)
-        if not (await cur.fetchone() or (False,))[0]:
+        if not await has_work(conn, Q.batch_operation_due):
             return None
         async with self.leader.fenced(conn):
             return await batch.step(

@@ -42,6 +42,16 @@ TERM_INTERVALS = 3  # a term outlives a renewal or two late, not a leader gone
 FENCE_KEY = 0x617761_6661_7374 + 2  # the advisory lock key of the fence, one per database
 
 
+async def has_work(
+    conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any] | None = None
+) -> bool:
+    """The unfenced look a frequent step takes before it fences: whether ``query``, one
+    boolean, says there is work. A leader with none opens no transaction for it."""
+    cur = await conn.execute(query, params)
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
 class Deposed(Exception):
     """This leader's term is over (or it has none): what it was about to do is undone."""
 

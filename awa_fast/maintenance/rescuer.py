@@ -21,7 +21,7 @@ from psycopg.rows import dict_row
 from awa_fast.db import transitions as tr
 from awa_fast.db.connections import APPLY_IN_TRANSACTION
 from awa_fast.db.queries import Q
-from awa_fast.maintenance.leader import Leader
+from awa_fast.maintenance.leader import Leader, has_work
 from awa_fast.maintenance.stats import MaintenanceStats
 from awa_fast.runtime.followups import FollowupRegistry, OutcomeContext, Spec, insert_followups
 from awa_fast.runtime.hooks import EventType, HookDispatcher
@@ -133,8 +133,7 @@ class Rescuer:
         """Remove the hosts whose heartbeat went stale, with their standby claims, and
         rescue their running attempts in the same transaction. A look comes first,
         unfenced: a leader whose hosts all beat opens no transaction for them."""
-        cur = await conn.execute(Q.host_rescue_due, limits)
-        if not (await cur.fetchone() or (False,))[0]:
+        if not await has_work(conn, Q.host_rescue_due, limits):
             return {}
         async with self.leader.fenced(conn):
             cur = await conn.execute(Q.host_take_dead, limits)

@@ -132,16 +132,6 @@ def run_planned(
     return results
 
 
-def run_scenario(
-    server_url: str, scenario: str, *, runs: int, jobs: int, processes: int | None = None
-) -> list[dict[str, Any]]:
-    """Run every configuration of ``scenario`` ``runs`` times; one dict per run."""
-    results = []
-    for planned in plan([scenario], jobs=jobs, processes=processes):
-        results += run_planned(server_url, planned, runs=runs)
-    return results
-
-
 def primary(result: dict[str, Any]) -> float:
     """The figure a row's median is taken by: pickup p50 for latency, end-to-end p99 for
     sustained (its target; its jobs/s is mostly the rate it offered), else jobs/s."""

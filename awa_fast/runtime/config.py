@@ -117,10 +117,6 @@ class RunnerConfig:
             "dlq": [q for q, on in self.dlq_queues.items() if on],
         }
 
-    def claim_batch_for(self, queue: str) -> int:
-        """The most jobs one claim takes in ``queue``."""
-        return self.queue_claim_batches.get(queue, self.claim_batch)
-
     def deadline_for(self, queue: str) -> float:
         """Seconds an attempt of ``queue`` may run (a job's own deadline overrides it)."""
         return self.queue_deadlines.get(queue, self.deadline)

@@ -38,7 +38,7 @@ from awa_fast.localpg import (
     local_database_url,
     start_local_database,
 )
-from awa_fast.runtime.config import RunnerConfig
+from awa_fast.runtime.config import DEFAULT_CONCURRENCY, RunnerConfig
 from awa_fast.runtime.ratelimit import check_rate_limit
 from awa_fast.runtime.serve import serve
 
@@ -426,9 +426,9 @@ def serve_config(opts: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = {"shutdown_timeout": opts.shutdown_timeout, **dict(opts.set or [])}
     if opts.prefetch is not None:
         config["prefetch"] = opts.prefetch
-    if opts.max_jobs_per_worker:
+    if opts.max_jobs_per_worker is not None:
         config["max_jobs_per_worker"] = opts.max_jobs_per_worker
-    if opts.max_worker_memory_mb:
+    if opts.max_worker_memory_mb is not None:
         config["max_worker_memory_mb"] = opts.max_worker_memory_mb
     if opts.metrics_port is not None:
         config["metrics_port"] = opts.metrics_port
@@ -546,8 +546,17 @@ def parser() -> argparse.ArgumentParser:
 
     serve = command("serve", "run the multiprocess worker pool for an app's handlers")
     serve.add_argument("app", help="module:client, the Client/AsyncClient with the handlers")
-    serve.add_argument("--processes", type=int, default=0, help="worker processes (CPUs)")
-    serve.add_argument("--queue", action="append", type=_queue_arg, metavar="NAME=CONCURRENCY")
+    serve.add_argument(
+        "--processes", type=int, default=0, help="worker processes (default: one per CPU)"
+    )
+    serve.add_argument(
+        "--queue",
+        action="append",
+        type=_queue_arg,
+        metavar="NAME=CONCURRENCY",
+        help="a queue to run and its most handlers at once, over all workers; repeat for "
+        f"more (default: every queue the app's handlers name, at {DEFAULT_CONCURRENCY} each)",
+    )
     serve.add_argument(
         "--rate-limit",
         action="append",
@@ -555,7 +564,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="NAME=RATE[:BURST]",
         help="start at most RATE jobs a second of queue NAME (in bursts of up to BURST)",
     )
-    serve.add_argument("--shutdown-timeout", type=float, default=30.0)
+    serve.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        help="seconds running handlers get to finish on the first SIGTERM or SIGINT (30)",
+    )
     _no_standby(serve, help="leave no standby claims: every job starts on a claim of its own")
     serve.add_argument(
         "--prefetch",
@@ -564,8 +578,16 @@ def parser() -> argparse.ArgumentParser:
         "(default: about 200 ms of the queue's work, up to 256, from each worker's pace; "
         "0: none)",
     )
-    serve.add_argument("--max-jobs-per-worker", type=int)
-    serve.add_argument("--max-worker-memory-mb", type=float)
+    serve.add_argument(
+        "--max-jobs-per-worker",
+        type=int,
+        help="replace a worker after this many jobs (default: never)",
+    )
+    serve.add_argument(
+        "--max-worker-memory-mb",
+        type=float,
+        help="replace a worker whose resident memory passes this (default: never)",
+    )
     serve.add_argument(
         "--metrics-port", type=int, help="serve /metrics and /health on 127.0.0.1 at this port"
     )

@@ -18,6 +18,7 @@ from psycopg import conninfo
 import awa_fast
 from awa_fast.cli import parser, serve_config
 from awa_fast.db.dsn import with_database
+from awa_fast.errors import ConfigError
 from awa_fast.maintenance import periodic
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.testing import AwaTestClient
@@ -105,6 +106,23 @@ def test_serve_rate_limits_are_parsed_and_bad_ones_refused(capsys: Any) -> None:
         with pytest.raises(SystemExit):
             parser().parse_args(["serve", "app:client", "--rate-limit", bad])
         assert "expected NAME=RATE[:BURST]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--max-jobs-per-worker", "0", "max_jobs_per_worker must be an integer >= 1, got 0"),
+        ("--max-worker-memory-mb", "-5", "max_worker_memory_mb must be None or a number"),
+    ],
+)
+def test_serve_refuses_a_worker_limit_rather_than_dropping_it(
+    option: str, value: str, message: str
+) -> None:
+    """A limit the command line was given reaches the config whole: a zero is an error,
+    not a limit silently left out."""
+    config = serve_config(parser().parse_args(["serve", "app:client", option, value]))
+    with pytest.raises(ConfigError, match=message):
+        RunnerConfig(**config)
 
 
 def test_serve_no_standby_turns_standby_claims_off() -> None:

@@ -188,11 +188,28 @@ class RunnerConfig:
         for queue, limit in self.queue_rate_limits.items():
             check_rate_limit(queue, limit)
         self._check_weights()
+        self._check_worker_limits()
         port = self.metrics_port
         if port is not None and (
             isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
         ):
             raise ConfigError(f"metrics_port must be None or a port in 1..65535, got {port!r}")
+
+    def _check_worker_limits(self) -> None:
+        """A limit below one job or at no memory would recycle every worker after each job
+        or at each look: the pool would spend itself forking."""
+        jobs = self.max_jobs_per_worker
+        if jobs is not None:
+            count("max_jobs_per_worker", jobs, low=1)
+        memory = self.max_worker_memory_mb
+        if memory is not None and (
+            isinstance(memory, bool)
+            or not isinstance(memory, int | float)
+            or not 0 < memory < math.inf
+        ):
+            raise ConfigError(
+                f"max_worker_memory_mb must be None or a number of megabytes > 0, got {memory!r}"
+            )
 
     def _check_direct_dsn(self) -> None:
         """A direct URL only means something behind a pooler: given alone, it would leave

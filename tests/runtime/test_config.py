@@ -40,6 +40,29 @@ def test_a_bad_descriptor_retention_names_the_field(value: object, message: str)
         RunnerConfig(descriptor_refresh_interval=0.0)
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_jobs_per_worker", 0, "max_jobs_per_worker must be an integer >= 1, got 0"),
+        ("max_jobs_per_worker", -3, "max_jobs_per_worker must be an integer >= 1, got -3"),
+        ("max_jobs_per_worker", 2.5, "max_jobs_per_worker must be an integer, got 2.5"),
+        ("max_worker_memory_mb", 0, r"max_worker_memory_mb must be None or .* > 0, got 0"),
+        ("max_worker_memory_mb", -5.0, r"max_worker_memory_mb must be .*, got -5\.0"),
+        ("max_worker_memory_mb", float("nan"), "max_worker_memory_mb must be .*, got nan"),
+        ("max_worker_memory_mb", float("inf"), "max_worker_memory_mb must be .*, got inf"),
+        ("max_worker_memory_mb", "512", "max_worker_memory_mb must be .*, got '512'"),
+    ],
+)
+def test_a_worker_limit_that_would_recycle_every_worker_is_refused(
+    field: str, value: object, message: str
+) -> None:
+    """Before, a negative limit passed, and every worker was replaced after each job."""
+    with pytest.raises(ConfigError, match=message):
+        RunnerConfig(**{field: value})  # type: ignore[arg-type]
+    limits = RunnerConfig(max_jobs_per_worker=1, max_worker_memory_mb=0.5)
+    assert (limits.max_jobs_per_worker, limits.max_worker_memory_mb) == (1, 0.5)
+
+
 def test_descriptors_are_refreshed_several_times_within_any_retention() -> None:
     """A quarter of the retention at most: a live host's descriptors are refreshed long
     before the leader could take them for abandoned; with retention off (the leader may

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -255,6 +256,33 @@ def load_app(target: str) -> Any:
     if not hasattr(app, "handlers"):
         raise SystemExit(f"awa-fast serve: {target} is not an awa_fast Client or AsyncClient")
     return app
+
+
+def _int_in(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` (to ``high``), else an error naming both."""
+    bounds = f">= {low}" if high is None else f"from {low} to {high}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected an integer {bounds}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
 
 
 def _queue_arg(text: str) -> tuple[str, int]:
@@ -644,7 +672,7 @@ def parser() -> argparse.ArgumentParser:
     ui.add_argument(
         "--host", default="127.0.0.1", help="listen here (beyond loopback only with auth)"
     )
-    ui.add_argument("--port", type=int, default=8080)
+    ui.add_argument("--port", type=_int_in(1, 65535), default=8080)
     ui.add_argument("--read-only", action="store_true", help="show everything, change nothing")
     ui.add_argument(
         "--log-format",
@@ -672,10 +700,12 @@ def parser() -> argparse.ArgumentParser:
         choices=["all", *_SCENARIOS],
         help="scenarios to run (default: drain; all: every one)",
     )
-    bench.add_argument("--jobs", type=int, help="jobs per run (default: per scenario)")
-    bench.add_argument("--runs", type=int, default=3, help="runs per configuration (median)")
-    bench.add_argument("--processes", type=int, default=0, help="worker processes (0: in-process)")
-    bench.add_argument("--duration", type=float, help="seconds of offered load (sustained)")
+    bench.add_argument("--jobs", type=_int_in(1), help="jobs per run (default: per scenario)")
+    bench.add_argument("--runs", type=_int_in(1), default=3, help="runs per configuration (median)")
+    bench.add_argument(
+        "--processes", type=_int_in(0), default=0, help="worker processes (0: in-process)"
+    )
+    bench.add_argument("--duration", type=_seconds, help="seconds of offered load (sustained)")
     bench.add_argument("--out", default="bench-results", help="folder for results and charts")
     _no_standby(bench, help="latency, sustained: run the pool without standby claims")
     bench.add_argument(

@@ -109,6 +109,26 @@ def test_serve_rate_limits_are_parsed_and_bad_ones_refused(capsys: Any) -> None:
 
 
 @pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["ui", "--port", "99999"], "--port: expected an integer from 1 to 65535, got '99999'"),
+        (["bench", "cpu", "--jobs", "-5"], "--jobs: expected an integer >= 1, got '-5'"),
+        (["bench", "--runs", "0"], "--runs: expected an integer >= 1, got '0'"),
+        (["bench", "--processes", "-1"], "--processes: expected an integer >= 0, got '-1'"),
+        (["bench", "--duration", "nan"], "--duration: expected a number of seconds > 0"),
+    ],
+)
+def test_out_of_range_numbers_are_refused_by_name(
+    argv: list[str], message: str, capsys: Any
+) -> None:
+    """Before, a negative job count reached the bench as a ZeroDivisionError, and port
+    99999 reached the web server."""
+    with pytest.raises(SystemExit):
+        parser().parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
     ("option", "value", "message"),
     [
         ("--max-jobs-per-worker", "0", "max_jobs_per_worker must be an integer >= 1, got 0"),

@@ -17,10 +17,18 @@ if TYPE_CHECKING:
     from awa_fast.worker import CallbackToken
 
 
+# The longest delay a handler may ask for: about 31 years, which keeps ``now() + delay``
+# inside Postgres' timestamps and the due time readable back into Python.
+MAX_DELAY_SECONDS = 1e9
+
+
 def _seconds(field: str, value: float) -> float:
     seconds = float(value)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValidationError(field, f"must be a finite number of seconds >= 0, got {value!r}")
+    if not math.isfinite(seconds) or not 0 <= seconds < MAX_DELAY_SECONDS:
+        raise ValidationError(
+            field,
+            f"must be a number of seconds from 0 to below {MAX_DELAY_SECONDS:g}, got {value!r}",
+        )
     return seconds
 
 
@@ -50,6 +58,10 @@ class Cancel:
     "cancelled by handler" when none is given)."""
 
     reason: str = "cancelled by handler"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reason, str):
+            raise ValidationError("Cancel.reason", f"must be a string, got {self.reason!r}")
 
 
 @dataclass(frozen=True, slots=True)

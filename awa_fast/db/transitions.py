@@ -107,6 +107,8 @@ class Attempt:
 
 
 COMPLETED = Transition(Target.COMPLETED)
+# The longest text of a handler's (an error, a reason, a traceback's end) kept on its job.
+MAX_TEXT_CHARS = 4000
 _PLAIN_COMPLETION = (int(Target.COMPLETED), 0.0, b"")
 # One ring record: (job id, run lease, code, kind index, number, payload).
 Record = tuple[int, int, int, int, float, bytes]
@@ -130,10 +132,23 @@ def error_entry(
 
 def storable_text(text: str) -> str:
     """``text`` as jsonb can hold it: a handler's message is data we keep, not refuse, so
-    a NUL or a lone surrogate in it is written as its escape instead."""
+    a NUL or a lone surrogate in it is written as its escape instead, and a message
+    longer than :data:`MAX_TEXT_CHARS` keeps its start (every attempt's error is kept on
+    the job, and an outcome must fit in the ring)."""
+    if len(text) > MAX_TEXT_CHARS:
+        text = f"{text[:MAX_TEXT_CHARS]}... ({len(text) - MAX_TEXT_CHARS} more characters)"
     if text.isascii() and "\x00" not in text:
         return text
     return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception, even one whose ``__str__`` raises."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<exception str() failed>"
+    return f"{type(exc).__name__}: {text}"
 
 
 def failed_terminal(message: str, attempt: Attempt) -> Transition:
@@ -183,8 +198,8 @@ def attempt_timeout(token: object) -> float:
 
 def from_exception(exc: BaseException, attempt: Attempt, backoff: Backoff) -> Transition:
     """The transition for a handler that raised ``exc``."""
-    message = f"{type(exc).__name__}: {exc}"
-    trace = "".join(traceback.format_exception(exc, limit=-5))[-4000:]
+    message = describe(exc)
+    trace = "".join(traceback.format_exception(exc, limit=-5))[-MAX_TEXT_CHARS:]
     if isinstance(exc, TerminalError):
         return Transition(
             Target.FAILED, error=error_entry(message, attempt.attempt, terminal=True, trace=trace)

@@ -98,13 +98,12 @@ class Executor:
         handler left, or, if those cannot be stored, as a failed attempt that says why."""
         kind = handler.index if handler is not None else self.registry.index_of(row.kind)
         try:
-            record = self._record(row, kind, job, transition)
-        except ENCODE_ERRORS as exc:
+            self.sink.push(*self._record(row, kind, job, transition))
+        except ENCODE_ERRORS as exc:  # not JSON, not jsonb, or too large for the ring
             attempt = tr.Attempt(row.attempt, row.max_attempts)
             unstorable = UnstorableOutcome(f"progress or metadata not storable: {exc}")
             failed = tr.from_exception(unstorable, attempt, self.backoff)
-            record = self._record(row, kind, None, failed)
-        self.sink.push(*record)
+            self.sink.push(*self._record(row, kind, None, failed))
 
     def _record(
         self, row: Claimed, kind: int, job: Job[Any] | None, transition: tr.Transition
@@ -139,7 +138,13 @@ class Executor:
             return tr.from_exception(exc, attempt, self.backoff)
         if job.callback is not None:
             attempt = tr.Attempt(attempt.attempt, attempt.max_attempts, job.callback.id)
-        return tr.from_result(result, attempt)
+        try:
+            return tr.from_result(result, attempt)
+        except Exception as exc:  # a result whose fields are not what its type says
+            kind = type(result).__name__
+            return tr.failed_terminal(
+                f"handler returned an unusable {kind}: {tr.describe(exc)}", attempt
+            )
 
     def _job(self, row: Claimed, args: object, slot: int) -> Job[Any]:
         flags = self.flags

@@ -116,6 +116,11 @@ def _unique(value: UniqueOpts | Mapping[str, Any] | None) -> UniqueOpts | None:
         except TypeError as exc:
             raise ValidationError("unique", str(exc)) from exc
     if opts is not None:
+        for flag in ("by_args", "by_queue"):
+            if not isinstance(getattr(opts, flag), bool):
+                raise ValidationError(
+                    f"unique.{flag}", f"must be True or False, got {getattr(opts, flag)!r}"
+                )
         opts = dataclasses.replace(opts, states=_unique_states(opts.states))
         bad = [s for s in opts.states if s not in JOB_STATES]
         if bad or not opts.states:

@@ -98,6 +98,8 @@ def test_future_run_at_is_scheduled_in_the_deferred_table(
         ({"unique": {"states": 0}}, "unique"),
         ({"unique": {"states": 256}}, "unique"),
         ({"unique": {"states": "available"}}, "unique"),
+        ({"unique": {"by_args": "yes"}}, "unique.by_args"),
+        ({"unique_opts": {"by_queue": 1}}, "unique.by_queue"),
         ({"deadline": 0}, "deadline"),
         ({"deadline": "soon"}, "deadline"),
     ],

@@ -146,8 +146,7 @@ class RunnerConfig:
             "cleanup_batch",
             "batch_chunk",
         ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1")
+            count(name, getattr(self, name), low=1)
         prefetch = self.prefetch
         if prefetch is not None and (
             isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
@@ -178,8 +177,7 @@ class RunnerConfig:
             "cron_interval",
             "batch_interval",
         ):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be > 0 seconds")
+            _seconds(name, getattr(self, name))
         for name in ("standby", "transaction_pooling"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -189,11 +187,28 @@ class RunnerConfig:
             check_rate_limit(queue, limit)
         self._check_weights()
         self._check_worker_limits()
+        self._check_queue_settings()
         port = self.metrics_port
         if port is not None and (
             isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
         ):
             raise ConfigError(f"metrics_port must be None or a port in 1..65535, got {port!r}")
+
+    def _check_queue_settings(self) -> None:
+        """Each queue's own settings, as strictly as the defaults they stand in for."""
+        for queue, seconds in self.queue_deadlines.items():
+            _seconds(f"queue {queue!r}: deadline", seconds)
+        for queue, kept in self.queue_retention.items():
+            if not isinstance(kept, tuple | list) or len(kept) != 2:
+                raise ConfigTypeError(
+                    f"queue {queue!r}: retention must be (completed, failed) seconds, got {kept!r}"
+                )
+            for what, seconds in zip(("completed", "failed"), kept, strict=True):
+                _seconds(f"queue {queue!r}: {what} retention", seconds)
+        for queue, seconds in self.queue_aging.items():
+            _seconds(f"queue {queue!r}: priority aging interval", seconds)
+        for queue, batch in self.queue_claim_batches.items():
+            count(f"queue {queue!r}: claim batch", batch, low=1)
 
     def _check_worker_limits(self) -> None:
         """A limit below one job or at no memory would recycle every worker after each job
@@ -288,6 +303,21 @@ QUEUE_KEYS = frozenset(
     }
 )
 WEIGHTED_KEYS = frozenset({"min_workers", "weight"})
+
+
+# The longest duration a setting may hold: about 31 years, which keeps ``now() + it``
+# inside Postgres' timestamps where it is added to one.
+MAX_SECONDS = 1e9
+
+
+def _seconds(what: str, value: object) -> float:
+    """A duration setting: a TypeError for a non-number (a bool too), and a ConfigError
+    outside (0, MAX_SECONDS)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigTypeError(f"{what} must be a number of seconds, got {value!r}")
+    if not 0 < value < MAX_SECONDS:
+        raise ConfigError(f"{what} must be > 0 seconds and below {MAX_SECONDS:g}, got {value!r}")
+    return value
 
 
 def count(what: str, value: object, *, low: int) -> int:

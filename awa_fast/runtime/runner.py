@@ -33,13 +33,12 @@ from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db.connections import Database, connect_hot, planner_settings_missing
 from awa_fast.db.migrate import require_migrated
 from awa_fast.db.transitions import Target
-from awa_fast.errors import ConfigError
 from awa_fast.maintenance import periodic
 from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.claimed import Claimed
 from awa_fast.runtime.claimer import Claimer, ClaimerConfig, in_flight_by_queue
 from awa_fast.runtime.committer import Committer
-from awa_fast.runtime.config import RunnerConfig
+from awa_fast.runtime.config import RunnerConfig, count
 from awa_fast.runtime.context import Capacity, WorkerContext, Workers, push_unstarted
 from awa_fast.runtime.flags import CancelFlags
 from awa_fast.runtime.handlers import Handlers
@@ -75,22 +74,20 @@ class Runner:
         processes: int | None = None,
     ) -> None:
         descriptors.check_queues(handlers.queue_descriptors, queues)
-        count = 1 if processes is None else processes
-        if count < 1:
-            raise ConfigError(f"processes must be >= 1, got {processes}")
+        workers = 1 if processes is None else count("processes", processes, low=1)
         # How every part connects, the workers' too: given to each, not looked up.
         self.database = database = Database(dsn, pooled=config.transaction_pooling)
         self.handlers = handlers
         self.config = config
         self.queues = dict(queues)
-        self.capacity = Capacity(self.queues, count, config.held_ahead)
+        self.capacity = Capacity(self.queues, workers, config.held_ahead)
         self.inflight = InFlight(self.capacity.counters(), self.capacity.slots() + 64)
         self.ring = OutcomeRing(65536, 128)
         self.hooks = HookDispatcher(handlers.hooks)
         self.host = Host(dsn, queues=self._host_queues())
         self._stopping = False
         self.supervisor = Supervisor(lambda: self._stopping)
-        self.flags = CancelFlags(self.inflight, workers=count, on_ended=self._wake)
+        self.flags = CancelFlags(self.inflight, workers=workers, on_ended=self._wake)
         self.workers: Workers = self._workers(processes)
         self.claimer = self._claimer()
         self.listener = Listener(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from awa_fast.errors import ConfigError
@@ -11,9 +13,13 @@ from awa_fast.runtime.config import RunnerConfig
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("claimers", 0, "claimers must be >= 1"),
-        ("claim_batch", 0, "claim_batch must be >= 1"),
+        ("claimers", 0, "claimers must be an integer >= 1, got 0"),
+        ("claim_batch", 0, "claim_batch must be an integer >= 1, got 0"),
+        ("claim_batch", "500", "claim_batch must be an integer, got '500'"),
         ("commit_delay", 0.0, "commit_delay must be > 0 seconds"),
+        ("heartbeat_interval", "5", "heartbeat_interval must be a number of seconds, got '5'"),
+        ("deadline", 1e300, r"deadline must be > 0 seconds and below 1e\+09, got 1e\+300"),
+        ("poll_interval", float("inf"), "poll_interval must be > 0 seconds and below 1e"),
         ("commit_batch_max", 255, r"commit_batch_max must be >= commit_batch \(256\), got 255"),
     ],
 )
@@ -61,6 +67,27 @@ def test_a_worker_limit_that_would_recycle_every_worker_is_refused(
         RunnerConfig(**{field: value})  # type: ignore[arg-type]
     limits = RunnerConfig(max_jobs_per_worker=1, max_worker_memory_mb=0.5)
     assert (limits.max_jobs_per_worker, limits.max_worker_memory_mb) == (1, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"queue_deadlines": {"q": 1e300}}, "queue 'q': deadline must be > 0 seconds and below"),
+        ({"queue_deadlines": {"q": "1h"}}, "queue 'q': deadline must be a number of seconds"),
+        ({"queue_retention": {"q": (60.0, -1.0)}}, "queue 'q': failed retention must be > 0"),
+        (
+            {"queue_retention": {"q": (60.0,)}},
+            r"queue 'q': retention must be \(completed, failed\)",
+        ),
+        ({"queue_aging": {"q": 0.0}}, "queue 'q': priority aging interval must be > 0 seconds"),
+        ({"queue_claim_batches": {"q": 0}}, "queue 'q': claim batch must be an integer >= 1"),
+    ],
+)
+def test_a_bad_per_queue_setting_names_its_queue(setting: dict[str, Any], message: str) -> None:
+    """Before, a deadline of 1e300 seconds passed here, every claim of the queue then failed
+    in Postgres, and the claimers restarted over and over with its jobs never started."""
+    with pytest.raises(ConfigError, match=message):
+        RunnerConfig(**setting)
 
 
 def test_descriptors_are_refreshed_several_times_within_any_retention() -> None:

@@ -41,6 +41,15 @@ def int_in(field: str, value: object, low: int, high: int) -> int:
     return value
 
 
+MAX_JOB_ID = 2**63 - 1
+
+
+def job_id(value: object, field: str = "job_id") -> int:
+    """A job's id as a lookup takes it: any integer Postgres' bigint holds (one below 1
+    finds no job, as in the Awa SDK), a bool refused."""
+    return int_in(field, value, -MAX_JOB_ID - 1, MAX_JOB_ID)
+
+
 def positive_seconds(field: str, value: object) -> float:
     """A duration given in seconds: a number above 0 and below 1e9 (about 31 years, which
     keeps ``now() + value`` inside Postgres' timestamps)."""

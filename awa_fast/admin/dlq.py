@@ -72,7 +72,7 @@ def list_dlq(
 
 
 def get_dlq_job(job_id: int) -> Op[DlqEntry | None]:
-    return Op(Q.dlq_get, {"id": job_id}, _dlq_one)
+    return Op(Q.dlq_get, {"id": validation.job_id(job_id)}, _dlq_one)
 
 
 def dlq_depth(*, queue: str | None = None) -> Op[int]:
@@ -100,7 +100,7 @@ def retry_from_dlq(
     later ``run_at``, in ``queue`` and at ``priority`` when given. Returns its id, None if
     it is not in the dead-letter queue."""
     params = {
-        "id": job_id,
+        "id": validation.job_id(job_id),
         "kind": None,
         "queue": None,
         "tag": None,
@@ -136,7 +136,12 @@ def _reason(reason: object) -> str:
 
 def move_failed_to_dlq(job_id: int, reason: str) -> Op[DlqEntry | None]:
     """Move a failed job into the dead-letter queue; None if it is not failed."""
-    params = {"id": job_id, "kind": None, "queue": None, "reason": _reason(reason)}
+    params = {
+        "id": validation.job_id(job_id),
+        "kind": None,
+        "queue": None,
+        "reason": _reason(reason),
+    }
     return Op(Q.dlq_move_failed, params, _dlq_one)
 
 
@@ -153,7 +158,13 @@ def bulk_move_failed_to_dlq(
 
 
 def purge_dlq_job(job_id: int) -> Op[bool]:
-    params = {"id": job_id, "kind": None, "queue": None, "tag": None, **_cursor(None, None)}
+    params = {
+        "id": validation.job_id(job_id),
+        "kind": None,
+        "queue": None,
+        "tag": None,
+        **_cursor(None, None),
+    }
     return Op(Q.dlq_purge, params, any_rows)
 
 

@@ -23,7 +23,7 @@ def dump_job(job_id: int) -> Op[str]:
             raise JobNotFound(job_id)
         return _dump(dict(rows[0]))
 
-    return Op(Q.job_dump, {"id": job_id}, shape)
+    return Op(Q.job_dump, {"id": validation.job_id(job_id)}, shape)
 
 
 _HISTORY_NOTES = [
@@ -49,7 +49,7 @@ def dump_run(job_id: int, attempt: int | None = None) -> Op[str]:
             raise JobNotFound(job_id)
         return pretty(_run(dict(rows[0]), attempt))
 
-    return Op(Q.job_dump, {"id": job_id}, shape)
+    return Op(Q.job_dump, {"id": validation.job_id(job_id)}, shape)
 
 
 def _run(job: dict[str, Any], attempt: int | None) -> dict[str, Any]:

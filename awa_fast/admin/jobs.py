@@ -29,13 +29,17 @@ def get_job(job_id: int) -> Op[JobRow]:
             raise JobNotFound(job_id)
         return JobRow.from_row(rows[0])
 
-    return Op(Q.job_get, {"id": job_id}, found)
+    return Op(Q.job_get, {"id": validation.job_id(job_id)}, found)
 
 
 def find_job(job_id: int) -> Op[JobRow | None]:
     """The job, or None: for reading back a job a statement just changed, which retention
     or a purge may have removed since."""
-    return Op(Q.job_get, {"id": job_id}, lambda rows: JobRow.from_row(rows[0]) if rows else None)
+    return Op(
+        Q.job_get,
+        {"id": validation.job_id(job_id)},
+        lambda rows: JobRow.from_row(rows[0]) if rows else None,
+    )
 
 
 def get_jobs(job_ids: Sequence[int]) -> Op[list[JobRow]]:
@@ -45,7 +49,7 @@ def get_jobs(job_ids: Sequence[int]) -> Op[list[JobRow]]:
         found = {row["id"]: row for row in rows}
         return [JobRow.from_row(found[i]) for i in job_ids if i in found]
 
-    return Op(Q.job_get_many, {"ids": list(job_ids)}, in_order)
+    return Op(Q.job_get_many, {"ids": [validation.job_id(i) for i in job_ids]}, in_order)
 
 
 def list_jobs(
@@ -67,12 +71,14 @@ def list_followups(job_id: int, *, limit: int = 100) -> Op[list[JobRow]]:
     oldest first, at most ``limit``; a dead-lettered one shows as failed."""
     if limit < 1:
         raise ValidationError("limit", f"must be >= 1, got {limit}")
-    return Op(Q.job_list_followups, {"id": job_id, "limit": limit}, _jobs)
+    params = {"id": validation.job_id(job_id), "limit": limit}
+    return Op(Q.job_list_followups, params, _jobs)
 
 
 def cancel(job_id: int, reason: str = "by admin") -> Op[bool]:
     """Cancel a job in any unfinished state; True if it was cancelled."""
-    return Op(Q.job_cancel, {"id": job_id, "reason": reason}, any_rows, first=Q.job_unpack)
+    params = {"id": validation.job_id(job_id), "reason": reason}
+    return Op(Q.job_cancel, params, any_rows, first=Q.job_unpack)
 
 
 def retry(job_id: int) -> Op[int | None]:
@@ -80,7 +86,12 @@ def retry(job_id: int) -> Op[int | None]:
     the Awa SDK's retry does; its id if it was queued, None for a job in any other state. A
     parked job's callback is cleared with it, so that a late answer finds no job. A live
     job holding its unique key meanwhile raises UniqueConflict naming that job."""
-    params = {"id": job_id, "kind": None, "queue": None, "unique_states": UNCLAIMED_KEY_STATES}
+    params = {
+        "id": validation.job_id(job_id),
+        "kind": None,
+        "queue": None,
+        "unique_states": UNCLAIMED_KEY_STATES,
+    }
     return Op(Q.job_retry, params, revived_one)
 
 
@@ -132,7 +143,7 @@ def delete_jobs(job_ids: Sequence[int]) -> Op[list[int]]:
     """Delete the jobs of ``job_ids`` that are not running (cancel a running one instead,
     so that its handler hears of it), wherever they wait or lie finished; the ids deleted,
     ascending. A dead-lettered job is :func:`purge_dlq_job`'s."""
-    params = {"ids": [validation.int_in("id", i, 1, 2**63 - 1) for i in job_ids]}
+    params = {"ids": [validation.int_in("id", i, 1, validation.MAX_JOB_ID) for i in job_ids]}
     return Op(
         Q.job_delete_many,
         params,

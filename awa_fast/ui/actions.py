@@ -70,7 +70,7 @@ class Target:
 def _id(value: object) -> int:
     if not isinstance(value, str) or not value.isdigit():
         raise ValidationError("id", f"not a job id: {value!r}")
-    return validation.int_in("id", int(value), 1, 2**63 - 1)
+    return validation.int_in("id", int(value), 1, validation.MAX_JOB_ID)
 
 
 @dataclass(frozen=True, slots=True)

@@ -225,3 +225,32 @@ def test_delete_takes_jobs_in_every_state_but_running(
     assert deleted == sorted([*(v for k, v in ids.items() if k != "running"), packed[2]])
     left = [row[0] for row in conn.execute("SELECT id FROM awa_fast.jobs ORDER BY id")]
     assert left == sorted([ids["running"], *packed[:2], *packed[3:]])
+
+
+@pytest.mark.parametrize("bad", ["12", 2.0, True, 2**63, None])
+def test_a_job_id_that_is_no_bigint_is_refused_by_name(dsn: str, bad: Any) -> None:
+    """Before, each reached Postgres and came back as its error (invalid input syntax,
+    bigint out of range, no such function or operator)."""
+    client = awa_fast.Client(dsn)
+    try:
+        kept = client.insert(Note("kept"))
+        calls = {
+            "get_job": lambda: client.get_job(bad),
+            "cancel": lambda: client.cancel(bad),
+            "retry": lambda: client.retry(bad),
+            "dump_job": lambda: client.dump_job(bad),
+            "retry_from_dlq": lambda: client.retry_from_dlq(bad),
+            "purge_dlq_job": lambda: client.purge_dlq_job(bad),
+            "move_failed_to_dlq": lambda: client.move_failed_to_dlq(bad, "why"),
+        }
+        for name, call in calls.items():
+            with pytest.raises(awa_fast.ValidationError, match="job_id: must be an integer") as e:
+                call()
+            assert e.value.field == "job_id", name
+        assert job(dsn, kept.id)["state"] == "available"
+        # An id below 1 is a lookup that finds nothing, as in the Awa SDK.
+        with pytest.raises(awa_fast.JobNotFound):
+            client.get_job(-1)
+        assert client.cancel(0) is None
+    finally:
+        client.close()

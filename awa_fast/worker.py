@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from awa_fast import callback_rules
+from awa_fast import callback_rules, validation
 from awa_fast.codec import Decoder, decoder_for, kind_of
-from awa_fast.errors import ConfigError, ValidationError
+from awa_fast.errors import ConfigError, ConfigTypeError, ValidationError
 from awa_fast.types import DEFAULT_CALLBACK_TIMEOUT, iso
 
 if TYPE_CHECKING:
@@ -304,6 +304,22 @@ class Handler:
     index: int
 
 
+def _check_takes_a_job(kind: str, func: object) -> None:
+    """``func`` must be callable with the job as its one argument."""
+    if not callable(func):
+        raise ConfigTypeError(f"the handler of kind {kind!r} must be callable, got {func!r}")
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):  # a builtin or extension callable: nothing to read
+        return
+    try:
+        signature.bind(None)
+    except TypeError as exc:
+        raise ConfigTypeError(
+            f"the handler of kind {kind!r} must take the job as its one argument: {exc}"
+        ) from None
+
+
 @dataclass(slots=True)
 class Registry:
     """Kinds → handlers, with each kind's stable index (its position of registration)."""
@@ -314,19 +330,29 @@ class Registry:
     def add(
         self, func: HandlerFunc, *, args_type: type | None, kind: str | None, queue: str
     ) -> Handler:
+        """Register ``func`` for ``kind`` (else ``args_type``'s), checked now rather than at
+        its first job: a handler that cannot run would fail every attempt of its kind."""
+        if args_type is not None and not isinstance(args_type, type):
+            raise ConfigTypeError(f"args_type must be a class, got {args_type!r}")
         if kind is None:
             if args_type is None or args_type is dict:
                 raise ConfigError("a handler for dict args needs an explicit kind=")
             kind = kind_of(args_type)
+        kind, queue = validation.name("kind", kind), validation.name("queue", queue)
         if kind in self.handlers:
             raise ConfigError(f"kind {kind!r} already has a handler")
+        try:
+            decode = decoder_for(args_type)
+        except TypeError as exc:
+            raise ConfigTypeError(str(exc)) from None
+        _check_takes_a_job(kind, func)
         handler = Handler(
             kind=kind,
             queue=queue,
             args_type=args_type,
             func=func,
             is_async=inspect.iscoroutinefunction(func),
-            decode=decoder_for(args_type),
+            decode=decode,
             index=len(self.kinds),
         )
         self.handlers[kind] = handler

@@ -8,7 +8,8 @@ small integer index that travels in ring records.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+import math
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -175,6 +176,14 @@ class Job(Generic[T]):
         """Record progress, ``percent`` held to 0..100 as in the Awa SDK. It is saved with
         the attempt's outcome or a flush, kept for a retry to resume from, and cleared
         when the job completes."""
+        if (
+            isinstance(percent, bool)
+            or not isinstance(percent, int | float)
+            or not math.isfinite(percent)
+        ):
+            raise ValidationError("percent", f"must be a finite number, got {percent!r}")
+        if message is not None and not isinstance(message, str):
+            raise ValidationError("message", f"must be a string or None, got {message!r}")
         progress = self._progress_object()
         progress["percent"] = min(max(percent, 0), 100)
         if message is not None:
@@ -205,6 +214,8 @@ class Job(Generic[T]):
         """Merge ``updates`` into ``progress["metadata"]``, where the Awa SDK keeps them (so
         they are saved, kept and cleared as progress is), and into the job's metadata,
         when the attempt's outcome is saved or its progress flushed."""
+        if not isinstance(updates, Mapping):
+            raise ValidationError("updates", f"must be a dict, got {type(updates).__name__}")
         progress = self._progress_object()
         saved = progress.get("metadata")
         progress["metadata"] = {**(saved if isinstance(saved, dict) else {}), **updates}

@@ -107,6 +107,21 @@ UNUSABLE: dict[str, tuple[Callable[[awa_fast.Job[Any]], Any], str, str]] = {
         "retryable",
         "UnstorableOutcome: progress or metadata not storable: payload of",
     ),
+    "progress of a percent as text": (
+        lambda job: job.set_progress("50"),  # type: ignore[arg-type]
+        "retryable",
+        "ValidationError: percent: must be a finite number, got '50'",
+    ),
+    "progress with a message not text": (
+        lambda job: job.set_progress(5, 123),  # type: ignore[arg-type]
+        "retryable",
+        "ValidationError: message: must be a string or None, got 123",
+    ),
+    "metadata updates not a dict": (
+        lambda job: job.update_metadata([("a", 1)]),  # type: ignore[arg-type]
+        "retryable",
+        "ValidationError: updates: must be a dict, got list",
+    ),
     "a callback token whose timeout is text": (
         _token_with_a_timeout_of_text,
         "failed",

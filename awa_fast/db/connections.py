@@ -36,6 +36,7 @@ keeps a connection open: the runner's, the heartbeat's, the leader's and the wor
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -46,7 +47,7 @@ from psycopg import conninfo
 from psycopg.adapt import Dumper
 from psycopg.postgres import types as pg_types
 
-from awa_fast.errors import ConfigError
+from awa_fast.errors import ConfigError, ConfigTypeError
 
 PLANNER_SETTINGS = {
     "plan_cache_mode": "force_generic_plan",
@@ -154,6 +155,20 @@ def keepalives(dsn: str) -> dict[str, Any]:
 _PSYCOPG_THRESHOLD = 5  # psycopg's own default
 
 
+# A password in a URL's user info, or a key=value string's password value.
+_PASSWORDS = re.compile(r"://[^:/@]*:([^@/]+)@|password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)")
+
+
+def _without_secrets(message: str, dsn: str) -> str:
+    """libpq's complaint about ``dsn``, which may quote it whole, with ``dsn`` and any
+    password in it masked: errors reach logs."""
+    message = message.replace(dsn, "<the URL>")
+    for found in _PASSWORDS.finditer(dsn):
+        secret = found.group(1) or found.group(2)
+        message = message.replace(secret, "***")
+    return message.strip()
+
+
 @dataclass(frozen=True, slots=True)
 class Database:
     """A database URL, and whether it reaches Postgres through a transaction pooler
@@ -164,8 +179,16 @@ class Database:
     pooled: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.dsn, str) or not self.dsn:
-            raise ValueError("a database URL is required")
+        if not isinstance(self.dsn, str):
+            raise ConfigTypeError(f"a database URL must be a string, got {type(self.dsn).__name__}")
+        if not self.dsn:
+            raise ConfigError("a database URL is required")
+        try:  # checked here, not at the first connection, which may come much later
+            conninfo.conninfo_to_dict(self.dsn)
+        except psycopg.ProgrammingError as exc:
+            raise ConfigError(
+                f"not a database URL: {_without_secrets(str(exc), self.dsn)}"
+            ) from None
         if not isinstance(self.pooled, bool):
             raise ConfigError(f"transaction_pooling must be True or False, got {self.pooled!r}")
 

@@ -118,3 +118,31 @@ def test_a_start_that_fails_leaves_none_of_its_connections_open(
             "SELECT count(*) FROM pg_stat_activity WHERE usename = %s", (role,)
         ).fetchone()
     assert sessions == (0,)
+
+
+@pytest.mark.parametrize(
+    ("dsn", "error", "message"),
+    [
+        (5, awa_fast.ConfigError, "a database URL must be a string, got int"),
+        ("", awa_fast.ConfigError, "a database URL is required"),
+        ("not a url", awa_fast.ConfigError, 'not a database URL: missing "=" after "not"'),
+        (
+            "postgresql://app:hunter2@[::1/db",
+            awa_fast.ConfigError,
+            r'not a database URL: .* IPv6 host address in URI: "<the URL>"',
+        ),
+        (
+            "password='hunter 2' port=5432 host",
+            awa_fast.ConfigError,
+            'not a database URL: missing "=" after "host"',
+        ),
+    ],
+)
+def test_a_client_refuses_a_database_url_it_cannot_use_and_hides_its_password(
+    dsn: Any, error: type[Exception], message: str
+) -> None:
+    """Before, a malformed URL passed until the first connection, as psycopg's error,
+    which libpq's parser may make quote the URL whole, password and all."""
+    with pytest.raises(error, match=message) as raised:
+        awa_fast.Client(dsn)
+    assert "hunter" not in str(raised.value)

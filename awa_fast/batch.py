@@ -113,7 +113,7 @@ def _ids(value: object) -> list[int] | None:
         return None
     if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
         raise ValidationError("filter.ids", f"must be a list of job ids, got {value!r}")
-    return [validation.int_in("filter.ids", job_id, 1, 2**63 - 1) for job_id in value]
+    return [validation.int_in("filter.ids", job_id, 1, validation.MAX_JOB_ID) for job_id in value]
 
 
 def _filter(op_kind: str, given: object) -> dict[str, Any]:

@@ -49,7 +49,7 @@ def _scoped(operation: str, allow_all: bool, **filters: object) -> None:
 
 def _cursor(before_id: int | None, before_dlq_at: datetime | None) -> dict[str, Any]:
     if before_id is not None:
-        validation.int_in("before_id", before_id, 1, 2**63 - 1)
+        validation.int_in("before_id", before_id, 1, validation.MAX_JOB_ID)
     if before_dlq_at is not None:
         before_dlq_at = validation.instant("before_dlq_at", before_dlq_at)
     return {"before_id": before_id, "before_dlq_at": before_dlq_at}

@@ -50,7 +50,7 @@ def job_page(
     """The jobs matching ``where`` below the id ``before``, at most ``limit`` of them: a
     keyset page whose read is bounded by ``scan`` rows however rare the matches."""
     if before is not None:
-        validation.int_in("before", before, 1, 2**63 - 1)
+        validation.int_in("before", before, 1, validation.MAX_JOB_ID)
     params = {
         "before": before,
         "scan": validation.int_in("scan", scan, 1, 10**6),

@@ -24,7 +24,6 @@ from awa_fast.ui.dashboard import Dashboard
 from awa_fast.ui.throughput import Throughput, Window
 
 PAGE_SIZE = 50
-MAX_ID = 2**63 - 1  # a job id is a bigint
 BIG_CHART = {"width": 1200, "height": 140}  # in the SVG's units; the page scales it
 SPARKLINE = {"width": 120, "height": 24}
 # A host whose heartbeat is older than this is shown as stale: the leader's rescue takes
@@ -198,7 +197,11 @@ class Pages:
             search=text(params, "q"),
         )
         before = number(params, "before")
-        if where.search is not None and where.search.isdigit() and int(where.search) < MAX_ID:
+        if (
+            where.search is not None
+            and where.search.isdigit()
+            and int(where.search) < validation.MAX_JOB_ID
+        ):
             # A number is a job's id: that job, wherever it is.
             page = ops.JobPage(await self.dash.run(admin.get_jobs([int(where.search)])), None)
         else:
@@ -215,7 +218,9 @@ class Pages:
         return self.dash.render(request, "jobs", context)
 
     async def job(self, request: Request) -> Response:
-        job_id = validation.int_in("job_id", request.path_params["job_id"], 1, MAX_ID)
+        job_id = validation.int_in(
+            "job_id", request.path_params["job_id"], 1, validation.MAX_JOB_ID
+        )
         dumped, followups = await asyncio.gather(
             self.dash.run(admin.dump_job(job_id)),
             self.dash.run(admin.list_followups(job_id, limit=PAGE_SIZE)),

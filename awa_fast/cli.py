@@ -248,7 +248,15 @@ def load_app(target: str) -> Any:
     if not module_name or not attribute:
         raise SystemExit(f"awa-fast serve: APP must look like module:client, got {target!r}")
     sys.path.insert(0, os.getcwd())
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
+            raise  # an import inside the app failed: its traceback says where
+        raise SystemExit(
+            f"awa-fast serve: no module named {exc.name!r} (looked in {os.getcwd()} and on"
+            " sys.path)"
+        ) from None
     try:
         app = getattr(module, attribute)
     except AttributeError:

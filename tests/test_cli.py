@@ -16,7 +16,7 @@ import pytest
 from psycopg import conninfo
 
 import awa_fast
-from awa_fast.cli import parser, serve_config
+from awa_fast.cli import load_app, parser, serve_config
 from awa_fast.db.dsn import with_database
 from awa_fast.errors import ConfigError
 from awa_fast.maintenance import periodic
@@ -143,6 +143,22 @@ def test_serve_refuses_a_worker_limit_rather_than_dropping_it(
     config = serve_config(parser().parse_args(["serve", "app:client", option, value]))
     with pytest.raises(ConfigError, match=message):
         RunnerConfig(**config)
+
+
+def test_serve_names_a_missing_app_module_and_shows_a_failing_import_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module that is not there is one line; a module that is there but fails to import
+    something of its own keeps its traceback, which says where."""
+    (tmp_path / "needs_more.py").write_text("import awa_fast_no_such_dependency\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.raises(SystemExit, match="awa-fast serve: no module named 'no_such_app'"):
+        load_app("no_such_app:client")
+    with pytest.raises(SystemExit, match="no module named 'no_such_pkg'"):
+        load_app("no_such_pkg.tasks:client")
+    with pytest.raises(ModuleNotFoundError, match="awa_fast_no_such_dependency"):
+        load_app("needs_more:client")
 
 
 def test_serve_no_standby_turns_standby_claims_off() -> None:

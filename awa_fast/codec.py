@@ -17,7 +17,8 @@ from typing import Any
 import msgspec
 import orjson
 
-from awa_fast.errors import SerializationError, ValidationError
+from awa_fast import validation
+from awa_fast.errors import ConfigTypeError, SerializationError, ValidationError
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
@@ -153,6 +154,19 @@ def encode_json(field: str, value: object) -> bytes:
 decode_json: Decoder = msgspec.json.Decoder().decode
 """Untyped JSON (args without a type, errors, progress) into Python values, integers of
 any size kept exact (orjson would turn one beyond 64 bits into a float)."""
+
+
+def trigger_of(trigger: object) -> tuple[str, Decoder]:
+    """The kind a hook or follow-up is for, and how its jobs' args decode: a kind's name
+    (args as plain JSON), or an args class (its kind, args decoded into it)."""
+    if isinstance(trigger, str):
+        return validation.name("kind", trigger), decode_json
+    if not isinstance(trigger, type):
+        raise ConfigTypeError(f"a trigger must be a kind's name or an args class, got {trigger!r}")
+    try:
+        return kind_of(trigger), decoder_for(trigger)
+    except TypeError as exc:
+        raise ConfigTypeError(str(exc)) from None
 
 
 def decoder_for(args_type: type | None) -> Decoder:

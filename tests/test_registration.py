@@ -76,6 +76,35 @@ def test_a_handler_that_could_never_run_is_refused(
         client.close()
 
 
+@pytest.mark.parametrize(
+    ("register", "message"),
+    [
+        (lambda c: c.on_event(Resize, 5), "the hook for kind 'resize' must be callable, got 5"),
+        (
+            lambda c: c.on_event(5, print),
+            "a trigger must be a kind's name or an args class, got 5",
+        ),
+        (
+            lambda c: c.on_completed_enqueue(set, lambda job, ctx: None),
+            "must be a dataclass, msgspec Struct, pydantic model or dict",
+        ),
+        (lambda c: c.on_retried_enqueue("", lambda job, ctx: None), "kind: must be"),
+    ],
+)
+def test_a_hook_or_follow_up_that_could_never_run_is_refused(
+    dsn: str, register: Any, message: str
+) -> None:
+    """Before, a hook that was not callable failed on the hook thread at every event, and
+    a trigger that was neither a kind nor an args class raised an AttributeError."""
+    client = awa_fast.Client(dsn)
+    try:
+        with pytest.raises(awa_fast.AwaError, match=message):
+            register(client)
+        assert not client.handlers.hooks.hooks and not client.handlers.followups
+    finally:
+        client.close()
+
+
 def test_handlers_of_every_runnable_shape_are_taken(dsn: str) -> None:
     """Optional arguments after the job, a partial and a callable object all run."""
 

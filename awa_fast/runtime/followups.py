@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from awa_fast import producer
-from awa_fast.codec import Decoder, decoder_for, kind_of
+from awa_fast.codec import Decoder, trigger_of
 from awa_fast.db.transitions import Outcome
 from awa_fast.errors import ConfigError
 from awa_fast.types import JobRow
@@ -44,11 +44,10 @@ class FollowupRegistry:
     specs: dict[tuple[Outcome, str], list[Spec]] = field(default_factory=dict)
 
     def add(self, outcome: Outcome, trigger: type | str, make: Make) -> None:
+        kind, decode = trigger_of(trigger)
         if not callable(make):
             raise ConfigError(f"follow-up make for {trigger!r} must be callable")
-        kind = trigger if isinstance(trigger, str) else kind_of(trigger)
-        args_type = None if isinstance(trigger, str) else trigger
-        spec = Spec(kind, decoder_for(args_type), make)
+        spec = Spec(kind, decode, make)
         self.specs.setdefault((outcome, kind), []).append(spec)
 
     def for_(self, outcome: Outcome | None, kind: str | None) -> Sequence[Spec]:

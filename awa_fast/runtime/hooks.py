@@ -19,7 +19,8 @@ from typing import Any
 
 import orjson
 
-from awa_fast.codec import decoder_for, kind_of
+from awa_fast.codec import trigger_of
+from awa_fast.errors import ConfigTypeError
 from awa_fast.types import JobRow
 
 log = logging.getLogger("awa_fast.hooks")
@@ -54,8 +55,9 @@ class HookRegistry:
     hooks: dict[str, list[tuple[Hook, Callable[[bytes], Any]]]] = field(default_factory=dict)
 
     def add(self, trigger: type | str, hook: Hook) -> None:
-        kind = trigger if isinstance(trigger, str) else kind_of(trigger)
-        decode = decoder_for(None if isinstance(trigger, str) else trigger)
+        kind, decode = trigger_of(trigger)
+        if not callable(hook):
+            raise ConfigTypeError(f"the hook for kind {kind!r} must be callable, got {hook!r}")
         self.hooks.setdefault(kind, []).append((hook, decode))
 
     def wants(self, kind: str | None) -> bool:

@@ -549,7 +549,7 @@ def _local_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="awa-fast", description=__doc__.splitlines()[0])
+    top = argparse.ArgumentParser(prog="awa-fast", description=DESCRIPTION)
     top.add_argument("--version", action="version", version=f"awa-fast {__version__}")
     sub = top.add_subparsers(dest="command", required=True)
 
@@ -730,6 +730,11 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+DESCRIPTION = (
+    "awa-fast, a Postgres job queue. Commands use --database-url, --database-url-file, "
+    "$AWA_FAST_DATABASE_URL or $DATABASE_URL; with none, a local Postgres in your data "
+    "directory, started on first use."
+)
 _URL_OPTIONS = ("--database-url", "--database-url-file")
 
 

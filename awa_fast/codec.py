@@ -163,20 +163,19 @@ def trigger_of(trigger: object) -> tuple[str, Decoder]:
         return validation.name("kind", trigger), decode_json
     if not isinstance(trigger, type):
         raise ConfigTypeError(f"a trigger must be a kind's name or an args class, got {trigger!r}")
-    try:
-        return kind_of(trigger), decoder_for(trigger)
-    except TypeError as exc:
-        raise ConfigTypeError(str(exc)) from None
+    return kind_of(trigger), decoder_for(trigger)
 
 
 def decoder_for(args_type: type | None) -> Decoder:
-    """A function that turns raw JSON bytes into an instance of ``args_type``."""
+    """A function that turns raw JSON bytes into an instance of ``args_type``; a
+    :class:`ConfigTypeError` for a type it cannot decode into, as a handler, hook or
+    follow-up registered for one could never run."""
     if args_type is None or args_type is dict:
         return decode_json
     if hasattr(args_type, "model_validate_json"):
         return args_type.model_validate_json  # type: ignore[no-any-return]
     if issubclass(args_type, msgspec.Struct) or dataclasses.is_dataclass(args_type):
         return msgspec.json.Decoder(args_type).decode
-    raise TypeError(
+    raise ConfigTypeError(
         f"args type {args_type!r} must be a dataclass, msgspec Struct, pydantic model or dict"
     )

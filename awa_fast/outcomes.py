@@ -12,22 +12,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from awa_fast.errors import ValidationError
+from awa_fast.validation import MAX_SECONDS
 
 if TYPE_CHECKING:
     from awa_fast.worker import CallbackToken
 
 
-# The longest delay a handler may ask for: about 31 years, which keeps ``now() + delay``
-# inside Postgres' timestamps and the due time readable back into Python.
-MAX_DELAY_SECONDS = 1e9
-
-
 def _seconds(field: str, value: float) -> float:
     seconds = float(value)
-    if not math.isfinite(seconds) or not 0 <= seconds < MAX_DELAY_SECONDS:
+    if not math.isfinite(seconds) or not 0 <= seconds < MAX_SECONDS:
         raise ValidationError(
-            field,
-            f"must be a number of seconds from 0 to below {MAX_DELAY_SECONDS:g}, got {value!r}",
+            field, f"must be a number of seconds from 0 to below {MAX_SECONDS:g}, got {value!r}"
         )
     return seconds
 

@@ -50,10 +50,14 @@ def job_id(value: object, field: str = "job_id") -> int:
     return int_in(field, value, -MAX_JOB_ID - 1, MAX_JOB_ID)
 
 
+# The longest duration anything takes in seconds: about 31 years, which keeps
+# ``now() + it`` inside Postgres' timestamps and readable back into Python.
+MAX_SECONDS = 1e9
+
+
 def positive_seconds(field: str, value: object) -> float:
-    """A duration given in seconds: a number above 0 and below 1e9 (about 31 years, which
-    keeps ``now() + value`` inside Postgres' timestamps)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+    """A duration given in seconds: a number above 0 and below :data:`MAX_SECONDS`."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < MAX_SECONDS:
         raise ValidationError(field, f"must be a positive number of seconds, got {value!r}")
     return float(value)
 

@@ -352,10 +352,7 @@ class Registry:
         kind, queue = validation.name("kind", kind), validation.name("queue", queue)
         if kind in self.handlers:
             raise ConfigError(f"kind {kind!r} already has a handler")
-        try:
-            decode = decoder_for(args_type)
-        except TypeError as exc:
-            raise ConfigTypeError(str(exc)) from None
+        decode = decoder_for(args_type)
         _check_takes_a_job(kind, func)
         handler = Handler(
             kind=kind,

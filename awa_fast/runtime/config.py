@@ -13,7 +13,7 @@ from typing import Any
 from awa_fast.db import transitions as tr
 from awa_fast.errors import ConfigError, ConfigTypeError
 from awa_fast.runtime.ratelimit import check_rate_limit
-from awa_fast.validation import MAX_NAME_LENGTH
+from awa_fast.validation import MAX_NAME_LENGTH, MAX_SECONDS
 
 DEFAULT_CONCURRENCY = 100
 MIN_DESCRIPTOR_RETENTION_BEATS = 4  # the shortest descriptor retention, in heartbeats
@@ -303,11 +303,6 @@ QUEUE_KEYS = frozenset(
     }
 )
 WEIGHTED_KEYS = frozenset({"min_workers", "weight"})
-
-
-# The longest duration a setting may hold: about 31 years, which keeps ``now() + it``
-# inside Postgres' timestamps where it is added to one.
-MAX_SECONDS = 1e9
 
 
 def _seconds(what: str, value: object) -> float:

@@ -482,7 +482,8 @@ def test_pressure_verdict_fails_each_target_missed() -> None:
     from benches.pressure import verdict
 
     def phase(done: float, p50: float, p99: float) -> dict[str, Any]:
-        return {"completed_per_s": done, "pickup_ms": {"p50": p50, "p99": p99}}
+        figures = {"inserted_per_s": done, "completed_per_s": done}
+        return {**figures, "pickup_ms": {"p50": p50, "p99": p99}}
 
     flat = {"first_quarter_p99_ms": 9.0, "last_quarter_p99_ms": 9.5, "p99_slope_ms_per_min": 0.1}
     phases = {p: phase(498.0, 4.0, 9.0) for p in ("clean", "hold", "recovery")}

@@ -62,11 +62,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--upgrade", action="store_true", help="pip install --upgrade the peers")
 
+    from benches import pressure
+
+    pressure.add_arguments(
+        sub.add_parser("pressure", help="pickup and dead tuples under a held xmin horizon")
+    )
+
     args = parser.parse_args(argv)
     if args.command == "peers":
         from benches.peers import harness
 
         return harness.main(args)
+    if args.command == "pressure":
+        return pressure.main(args)
     return 2
 
 

@@ -440,3 +440,70 @@ def test_idle_cost_prints_each_part_of_an_idle_pool_and_their_total(
     assert parts <= set(costs) and list(costs)[-1] == "total"
     assert all(ms >= 0 for ms in costs.values())
     assert costs["total"] == pytest.approx(sum(costs.values()) - costs["total"], abs=0.05)
+
+
+def test_pressure_reports_each_phase_the_dead_tuples_and_a_verdict(
+    server_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benches.__main__ import main
+
+    phases = ["--clean", "2", "--hold", "2", "--recovery", "2"]
+    sampling = ["--window", "1", "--sample-every", "0.5", "--out", str(tmp_path)]
+    argv = ["pressure", "--database-url", server_url, "--rate", "40", *phases, *sampling]
+    assert main(argv) == 0
+    [path] = tmp_path.glob("*-pressure-40.json")
+    result = json.loads(path.read_text())
+    assert list(result["phases"]) == ["clean", "hold", "recovery"]
+    for figures in result["phases"].values():
+        check_latency(figures["pickup_ms"])
+        assert _positive(figures["inserted_per_s"]) and _positive(figures["completed_per_s"])
+    assert [w["phase"] for w in result["windows"]] == [p for p in result["phases"] for _ in "ab"]
+    samples = result["samples"]
+    assert len(samples) == 13 and [s["t"] for s in samples] == sorted(s["t"] for s in samples)
+    for s in samples:
+        assert all(len(row) == 4 and min(row) >= 0 for row in s["tables"].values())
+        assert "jobs_hot" in s["tables"]
+    # Postgres saw the transaction idle with its xid while the hold lasted, and not after.
+    hold = result["hold"]
+    held = [s["t"] for s in samples if s["held_s"] is not None]
+    assert held and max(held) <= hold["closed_s"]
+    assert all(s["held_s"] is None for s in samples if s["t"] > hold["closed_s"])
+    jobs_hot = result["tables"]["jobs_hot"]
+    assert set(jobs_hot["peak_dead"]) == {"clean", "hold", "recovery"}
+    assert jobs_hot["hold_dead_per_job"] >= 0
+    verdict = result["verdict"]
+    assert len(verdict) == 6 and all(isinstance(c["pass"], bool) for c in verdict)
+    printed = capsys.readouterr().out
+    for c in verdict:
+        assert f"{'PASS' if c['pass'] else 'FAIL'} {c['criterion']}" in printed
+
+
+def test_pressure_verdict_fails_each_target_missed() -> None:
+    from benches.pressure import verdict
+
+    def phase(done: float, p50: float, p99: float) -> dict[str, Any]:
+        figures = {"inserted_per_s": done, "completed_per_s": done}
+        return {**figures, "pickup_ms": {"p50": p50, "p99": p99}}
+
+    flat = {"first_quarter_p99_ms": 9.0, "last_quarter_p99_ms": 9.5, "p99_slope_ms_per_min": 0.1}
+    phases = {p: phase(498.0, 4.0, 9.0) for p in ("clean", "hold", "recovery")}
+    assert all(c["pass"] for c in verdict(500.0, phases, flat))
+    phases["hold"] = phase(460.0, 29.0, 55.0)
+    rising = {**flat, "first_quarter_p99_ms": 12.0, "last_quarter_p99_ms": 55.0}
+    failed = [c["criterion"] for c in verdict(500.0, phases, rising) if not c["pass"]]
+    assert [name.split(":")[0] for name in failed] == [
+        "throughput holds in hold",
+        "hold p50 within 1.5x of clean",
+        "hold p99 within 1.5x of clean",
+        "no upward trend",
+    ]
+
+
+def test_pressure_phases_are_whole_windows_of_whole_samples() -> None:
+    from benches.pressure import Shape
+
+    Shape(500.0, 120.0, 240.0, 120.0).check()
+    with pytest.raises(ValueError, match="125 s is not a whole number of 10 s steps"):
+        Shape(500.0, 125.0, 240.0, 120.0).check()
+    with pytest.raises(ValueError, match="10 s is not a whole number of 3 s steps"):
+        Shape(500.0, 120.0, 240.0, 120.0, sample_every=3.0).check()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import re
 import time
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -66,6 +67,12 @@ def test_importing_main_does_not_run_the_cli() -> None:
 def test_the_raw_client_is_both_clients_under_the_sdks_names(dsn: str) -> None:
     """The SDK's raw client: ``name_sync`` methods block, the others are awaited; its
     storage-engine methods say there is no such engine here."""
+    # awa-pg 0.6.9: ``awa.RawClient is awa._awa.Client``, where its tests also read the
+    # callback contract's constants and ``derive_kind``
+    assert awa.RawClient is awa._awa.Client
+    assert awa._awa.CALLBACK_SIGNATURE_HEADER == awa.callback_contract.SIGNATURE_HEADER
+    assert awa._awa.CALLBACK_DEFAULT_PATH_PREFIX == awa.callback_contract.DEFAULT_PATH_PREFIX
+    assert awa._awa.derive_kind("SendEmail") == "send_email"
     raw = awa.RawClient(dsn)
     job = raw.insert_sync({"to": "ada"}, kind="send_email")
     assert raw.get_job_sync(job.id).state is awa.JobState.Available
@@ -136,6 +143,24 @@ def test_an_unknown_insert_keyword_is_a_type_error(dsn: str) -> None:
     with pytest.raises(TypeError, match="insert\\(\\) got an unexpected keyword argument 'queu'"):
         run(from_async())
     with awa.Client(dsn) as client:
+        assert client.list_jobs() == []
+
+
+def test_a_nul_in_metadata_is_refused_in_the_sdks_words(dsn: str) -> None:
+    """awa-pg 0.6.9's bridge raised ValueError "Job args must not contain null bytes
+    (\\u0000): Postgres JSONB does not support them", its insert_many_copy ValidationError
+    "job args/metadata must not contain null bytes (\\u0000): ..." (its insert, Postgres'
+    error). Here each raises ValidationError (a ValueError) naming the field, before
+    anything is written."""
+    words = re.escape("metadata: must not contain null bytes (\\u0000)")
+    with awa.Client(dsn) as client:
+        for bad in ({"note": "a\x00b"}, {"a\x00b": 1}):
+            with pytest.raises(awa.ValidationError, match=words):
+                client.insert({"to": "ada"}, kind="send_email", metadata=bad)
+            with pytest.raises(awa.ValidationError, match=words):
+                client.insert_many_copy([{"to": "ada"}], kind="send_email", metadata=bad)
+            with psycopg.connect(dsn) as conn, pytest.raises(ValueError, match=words):
+                insert_job_sync(conn, {"to": "ada"}, kind="send_email", metadata=bad)
         assert client.list_jobs() == []
 
 

@@ -38,6 +38,11 @@ SDK_NAMES = """
 """.split()  # noqa: SIM905 (the recorded listing, as printed)
 
 
+def sdk(words: str) -> str:
+    """A pattern of a message that opens with the Awa SDK's ``words``."""
+    return f"^{re.escape(words)}"
+
+
 def test_every_name_the_sdk_exports_is_here() -> None:
     assert [name for name in SDK_NAMES if not hasattr(awa, name)] == []
     exported = set(awa.__all__)
@@ -186,14 +191,21 @@ def test_cancel_without_a_reason_records_the_sdks(dsn: str) -> None:
 
 
 def test_start_refuses_what_the_sdks_start_refuses(dsn: str) -> None:
-    """awa-pg 0.6.9: AwaError "register at least one worker before starting the runtime";
-    ValueError "start() must configure the worker queues declared via
-    @client.worker(..., queue=...): a"."""
+    """awa-pg 0.6.9: AwaError "register at least one worker before starting the runtime",
+    before it looks at the queues; ValueError "start() must configure the worker queues
+    declared via @client.worker(..., queue=...): a"."""
 
     async def main() -> None:
         async with awa.AsyncClient(dsn) as client:
-            with pytest.raises(awa.AwaError, match="register at least one handler"):
-                await client.start([("email", 2)])
+            for queues, options in (
+                ([("email", 2)], {}),
+                ([("email", 2)], {"global_max_workers": 4}),
+            ):
+                with pytest.raises(
+                    awa.AwaError,
+                    match=sdk("register at least one worker before starting the runtime"),
+                ):
+                    await client.start(queues, **options)
 
             @client.task(kind="send_email", queue="email")
             async def send(job: awa.Job[dict[str, str]]) -> None: ...
@@ -351,35 +363,89 @@ def test_times_read_as_the_sdk_writes_them(at: datetime, text: str) -> None:
 # ---- start()'s options, weighted mode and the per-queue claim settings ----------------------
 
 
+GMW = {"global_max_workers": 4}
+
+
 @pytest.mark.parametrize(
     ("queues", "options", "error", "message"),
     [
-        ([("a", 4)], {"global_max_workers": 4}, ValueError, "not a \\(name, max_workers\\)"),
         (
-            [{"name": "a", "max_workers": 2, "min_workers": 1}],
-            {"global_max_workers": 4},
+            [("a", 4)],
+            GMW,
             ValueError,
-            "max_workers .* or min_workers .*, not both",
+            sdk(
+                "tuple queue config is not supported with global_max_workers; use dict form with "
+                "min_workers/weight"
+            ),
+        ),
+        *(
+            (
+                [{"name": "a", "max_workers": 2, "min_workers": 1}],
+                options,
+                ValueError,
+                sdk(
+                    "use max_workers for hard-reserved mode or min_workers for weighted mode, "
+                    "not both"
+                ),
+            )
+            for options in (GMW, {})
         ),
         (
             [{"name": "a", "min_workers": 3}, {"name": "b", "min_workers": 3}],
-            {"global_max_workers": 4},
+            GMW,
             awa.AwaError,
-            "sum of min_workers \\(6\\) exceeds global_max_workers \\(4\\)",
+            sdk("sum of min_workers (6) exceeds global_max_workers (4)"),
         ),
-        ([{"name": "a", "weight": 0}], {"global_max_workers": 4}, ValueError, "weight must be"),
-        ([{"name": "a", "max_workers": 2, "claim_batch_size": 0}], {}, ValueError, "claim_batch"),
+        ([{"name": "a", "weight": 0}], GMW, ValueError, sdk("weight must be > 0")),
+        ([{"name": "a", "max_workers": 2, "weight": 0}], {}, ValueError, sdk("weight must be > 0")),
+        (
+            None,
+            GMW,
+            ValueError,
+            sdk(
+                "weighted mode requires explicit queue configs (global_max_workers set but "
+                "queues=None)"
+            ),
+        ),
+        ([("a", 2), ("a", 3)], {}, awa.AwaError, sdk("queue 'a' configured more than once")),
+        (
+            [{"name": "a"}, {"name": "a"}],
+            GMW,
+            awa.AwaError,
+            sdk("queue 'a' configured more than once"),
+        ),
+        *(
+            (
+                [{"name": "a", "max_workers": 2, "rate_limit": limit}],
+                {},
+                TypeError,
+                sdk("rate_limit must be a (max_rate: float, burst: int) tuple or None"),
+            )
+            for limit in ("fast", (1.0,), (1.0, 2.5), {"max_rate": 1.0})
+        ),
+        (
+            [{"name": "a", "max_workers": 2, "rate_limit": (0.0, 2)}],
+            {},
+            awa.AwaError,
+            sdk("rate_limit max_rate must be > 0.0"),
+        ),
+        *(
+            ([{"name": "a", "max_workers": 2, key: 0}], {}, ValueError, sdk(f"{key} must be > 0"))
+            for key in ("claim_batch_size", "claimers")
+        ),
+        ([("a", 2)], {"cleanup_batch_size": 0}, ValueError, sdk("cleanup_batch_size must be > 0")),
         ([{"name": "a", "max_workers": "2"}], {}, TypeError, "must be an integer, got '2'"),
-        ([{"name": "a", "max_workers": 2.0}], {}, TypeError, "must be an integer, got 2.0"),
-        ([("a", 2)], {"poll_interval_ms": "200"}, TypeError, "must be a number, got '200'"),
-        ([("a", 2)], {"global_max_workers": "4"}, TypeError, "must be an integer, got '4'"),
+        ([("a", 2)], {"poll_interval_ms": "200"}, TypeError, "poll_interval_ms must be a number"),
+        ([("a", 2)], {"global_max_workers": "4"}, TypeError, "global_max_workers must be an int"),
         ([("a", 2)], {"poll_intervall_ms": 5}, TypeError, "unknown runner option"),
     ],
 )
 def test_start_refuses_bad_options_as_the_sdk_does(
     dsn: str, queues: Any, options: dict[str, Any], error: type[Exception], message: str
 ) -> None:
-    """The error class awa-pg 0.6.9's start raised for each (its message may differ)."""
+    """The error class awa-pg 0.6.9's start raised for each, and its words where they say
+    what is wrong (not Python's "'str' object cannot be interpreted as an integer"): what
+    awa-fast says after them names the value and the queue."""
     client = awa.AsyncClient(dsn)
     client.task(kind="noop", queue="a")(lambda job: None)
 
@@ -387,8 +453,66 @@ def test_start_refuses_bad_options_as_the_sdk_does(
         async with client:
             with pytest.raises(error, match=message):
                 await client.start(queues, **options)
+            assert not (await client.health_check()).healthy  # nothing started
 
     run(main())
+
+
+def test_a_partitioned_queue_configured_twice_is_an_awa_error(dsn: str) -> None:
+    """awa-pg 0.6.9: AwaError "queue 'pq' configured more than once", a partition's own
+    dict given beside the queue's ``queue_configs``."""
+    queue = awa.PartitionedQueue("pq", 2)
+    client = awa.AsyncClient(dsn)
+    client.task(kind="noop", queue=queue.physical_queues[0])(lambda job: None)
+    twice = [{"name": "pq", "max_workers": 1}, *queue.queue_configs(max_workers_per_partition=1)]
+
+    async def main() -> None:
+        async with client:
+            with pytest.raises(awa.AwaError, match=sdk("queue 'pq' configured more than once")):
+                await client.start(twice)
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "words"),
+    [
+        (
+            {"storage_transition_role": "queue-storage-now"},
+            ValueError,
+            "storage_transition_role must be one of 'auto', 'canonical_drain', or "
+            "'queue_storage_target' (got 'queue-storage-now')",
+        ),
+        ({"storage_transition_role": 5}, TypeError, "storage_transition_role must be a str"),
+        ({"queue_storage_schema": 5}, TypeError, "queue_storage_schema must be a str"),
+        *(
+            ({name: 0}, ValueError, f"{name} must be > 0")
+            for name in (
+                "terminal_count_rollup_interval_ms",
+                "queue_storage_queue_slot_count",
+                "queue_storage_lease_slot_count",
+                "queue_storage_claim_slot_count",
+                "queue_storage_queue_stripe_count",
+                "queue_storage_queue_rotate_interval_ms",
+                "queue_storage_lease_rotate_interval_ms",
+                "queue_storage_claim_rotate_interval_ms",
+            )
+        ),
+        ({"queue_storage_queue_slot_count": "16"}, TypeError, "queue_storage_queue_slot_count"),
+        (
+            {"queue_storage_claim_rotate_interval_ms": 1.5},
+            TypeError,
+            "queue_storage_claim_rotate_interval_ms must be an integer",
+        ),
+    ],
+)
+def test_the_storage_options_values_are_checked_as_the_sdk_checks_them(
+    options: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    """awa-pg 0.6.9's start refused these before starting anything, with these words;
+    here they change nothing, and are refused all the same."""
+    with pytest.raises(error, match=sdk(words)):
+        runner_config(options)
 
 
 def test_the_sdks_storage_engine_options_are_accepted_and_logged_once(
@@ -403,6 +527,8 @@ def test_the_sdks_storage_engine_options_are_accepted_and_logged_once(
     assert first == again == RunnerConfig()
     logged = [r.getMessage().split()[0] for r in caplog.records]
     assert sorted(logged) == sorted([*options, "queue_storage_schema"])  # each once
+    for role in ("canonical_drain", "queue_storage_target"):  # the SDK's other roles
+        assert runner_config({"storage_transition_role": role}) == RunnerConfig()
 
 
 def test_per_queue_claim_settings_and_weights_become_the_runners() -> None:

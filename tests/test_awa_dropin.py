@@ -544,6 +544,99 @@ def test_per_queue_claim_settings_and_weights_become_the_runners() -> None:
     assert parse_queues(queues, config=config) == {"a": 10, "b": 8}
 
 
+def test_zero_turns_a_queues_aging_and_deadline_off() -> None:
+    """As in the SDK: ``priority_aging_interval_ms=0`` is no aging (the queue has none, as
+    one that names none), ``deadline_duration_ms=0`` no deadline (None)."""
+    queues = [{"name": "q", "max_workers": 1, "priority_aging_interval_ms": 0}]
+    queues.append({"name": "r", "max_workers": 1, "deadline_duration_ms": 0})
+    config = runner_config({}, queues=queues)
+    assert (config.queue_aging, config.queue_deadlines) == ({}, {"r": None})
+    assert (config.deadline_for("r"), config.deadline_for("q")) == (None, config.deadline)
+
+
+def _standby_queues(dsn: str) -> list[str]:
+    """The queues a standby claim waits on."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT queue FROM awa_fast.standby_claims WHERE job_id IS NULL ORDER BY queue"
+        ).fetchall()
+    return [queue for (queue,) in rows]
+
+
+@pytest.mark.parametrize("processes", [None, 2], ids=["in-process", "forked"])
+def test_a_queue_of_deadline_0_runs_its_jobs_with_no_deadline(
+    dsn: str, processes: int | None
+) -> None:
+    """awa-pg 0.6.9, a handler in a queue of ``deadline_duration_ms=0``: ``job.deadline``
+    None, and none on the job's row. Here too, and after a wait for a callback; a job's
+    own deadline holds there still, and another queue keeps its deadline. The queue takes
+    no standby claim (one carries the deadline its job starts with): its jobs are claimed
+    as usual."""
+    client = awa.AsyncClient(dsn)
+
+    def deadlines(attempt: awa.Job[dict[str, Any]]) -> list[bool]:
+        """Whether the attempt has a deadline: as text, as a datetime, on its row."""
+        row = job(dsn, attempt.id)
+        found = (attempt.deadline, attempt.datetimes.deadline, row["deadline_at"])
+        return [deadline is not None for deadline in found]
+
+    async def beaten(attempt: awa.Job[dict[str, Any]], since: datetime) -> datetime:
+        """When its host next heartbeats the attempt, after ``since``."""
+        await await_until(lambda: job(dsn, attempt.id)["heartbeat_at"] > since)
+        beat: datetime = job(dsn, attempt.id)["heartbeat_at"]
+        return beat
+
+    async def beaten_twice(attempt: awa.Job[dict[str, Any]]) -> None:
+        """By the second beat, the cancel flag the first would set on an attempt its host
+        took for overdue, or no longer its own, is set."""
+        await beaten(attempt, await beaten(attempt, job(dsn, attempt.id)["heartbeat_at"]))
+
+    async def record(attempt: awa.Job[dict[str, Any]]) -> None:
+        await beaten_twice(attempt)
+        seen = [deadlines(attempt)]
+        if attempt.args:  # {"wait": 1}: after a wait for a callback too
+            await attempt.wait_for_callback(await attempt.register_callback())
+        seen.append(deadlines(attempt))
+        attempt.update_metadata({"deadlines": seen, "cancelled": attempt.is_cancelled()})
+
+    client.task(kind="open", queue="open")(record)
+    client.task(kind="timed", queue="timed")(record)
+    queues: list[Any] = [{"name": "open", "max_workers": 4, "deadline_duration_ms": 0}]
+    queues.append(("timed", 1))
+
+    async def main() -> dict[str, Any]:
+        async with client:
+            await client.start(
+                queues, processes=processes, poll_interval_ms=50, heartbeat_interval_ms=100
+            )
+            try:
+                await await_until(lambda: "timed" in _standby_queues(dsn))
+                ids = {
+                    "plain": (await client.insert({}, kind="open", queue="open")).id,
+                    "own": (await client.insert({}, kind="open", queue="open", deadline=30)).id,
+                    "waits": (await client.insert({"wait": 1}, kind="open", queue="open")).id,
+                    "timed": (await client.insert({}, kind="timed", queue="timed")).id,
+                }
+                await await_until(lambda: job(dsn, ids["waits"])["state"] == "waiting_external")
+                assert job(dsn, ids["waits"])["deadline_at"] is None  # nor while it waits
+                await client.resume_external(str(job(dsn, ids["waits"])["callback_id"]))
+                await await_until(lambda: states(dsn) == {"completed": 4})
+                await await_until(lambda: "timed" in _standby_queues(dsn))
+                assert _standby_queues(dsn) == ["timed"]
+            finally:
+                await client.shutdown()
+            return {name: job(dsn, job_id)["metadata"] for name, job_id in ids.items()}
+
+    found = run(main())
+    nothing, each = [False] * 3, [True] * 3
+    assert found == {
+        "plain": {"deadlines": [nothing, nothing], "cancelled": False},
+        "waits": {"deadlines": [nothing, nothing], "cancelled": False},
+        "own": {"deadlines": [each, each], "cancelled": False},
+        "timed": {"deadlines": [each, each], "cancelled": False},
+    }
+
+
 def _running(dsn: str) -> dict[str, int]:
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
@@ -629,6 +722,7 @@ def _claim_order(dsn: str, queue: str, **aging: int) -> list[str]:
                 client,
                 [{"name": queue, "max_workers": 1, "claim_batch_size": 1, **aging}],
                 lambda: len(done) == 2,
+                claimers=1,  # two claim loops would each lock one job, and start it first
             )
 
     run(main())
@@ -637,9 +731,11 @@ def _claim_order(dsn: str, queue: str, **aging: int) -> list[str]:
 
 def test_priority_aging_claims_an_old_low_priority_job_first(dsn: str) -> None:
     """With ``priority_aging_interval_ms`` a job waiting ten intervals is claimed as if of
-    priority 1, ahead of a newer one of priority 1; without it, priority decides."""
+    priority 1, ahead of a newer one of priority 1; without it, or at 0 (awa-pg 0.6.9
+    claimed the new job first at 0 with the old one waiting 600 s), priority decides."""
     assert _claim_order(dsn, "aged", priority_aging_interval_ms=1000) == ["old", "new"]
     assert _claim_order(dsn, "plain") == ["new", "old"]
+    assert _claim_order(dsn, "off", priority_aging_interval_ms=0) == ["new", "old"]
     with psycopg.connect(dsn) as conn:  # the stored priority is the given one
         assert conn.execute("SELECT max(priority) FROM awa_fast.jobs").fetchone() == (4,)
 

@@ -86,7 +86,9 @@ class RunnerConfig:
     batch_chunk: int = 1000
     dlq: bool = False
     dlq_queues: Mapping[str, bool] = field(default_factory=dict)
-    queue_deadlines: Mapping[str, float] = field(default_factory=dict)
+    # queue -> seconds an attempt there may run; None: no deadline (the Awa SDK's
+    # deadline_duration_ms=0), an attempt's deadline_at is then NULL unless the job has one
+    queue_deadlines: Mapping[str, float | None] = field(default_factory=dict)
     queue_retention: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     # queue -> (max_rate jobs/s, burst) this runner may start (awa_fast.runtime.ratelimit)
     queue_rate_limits: Mapping[str, tuple[float, int]] = field(default_factory=dict)
@@ -117,8 +119,9 @@ class RunnerConfig:
             "dlq": [q for q, on in self.dlq_queues.items() if on],
         }
 
-    def deadline_for(self, queue: str) -> float:
-        """Seconds an attempt of ``queue`` may run (a job's own deadline overrides it)."""
+    def deadline_for(self, queue: str) -> float | None:
+        """Seconds an attempt of ``queue`` may run, None for no limit (a job's own deadline
+        overrides it)."""
         return self.queue_deadlines.get(queue, self.deadline)
 
     def dlq_for(self, queues: Sequence[str]) -> frozenset[str]:
@@ -197,7 +200,8 @@ class RunnerConfig:
     def _check_queue_settings(self) -> None:
         """Each queue's own settings, as strictly as the defaults they stand in for."""
         for queue, seconds in self.queue_deadlines.items():
-            _seconds(f"queue {queue!r}: deadline", seconds)
+            if seconds is not None:
+                _seconds(f"queue {queue!r}: deadline", seconds)
         for queue, kept in self.queue_retention.items():
             if not isinstance(kept, tuple | list) or len(kept) != 2:
                 raise ConfigTypeError(

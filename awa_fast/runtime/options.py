@@ -114,8 +114,9 @@ def queue_settings(queues: QueueSpec, config: RunnerConfig) -> dict[str, dict[st
     ``retention`` {completed_hours, failed_hours} → queue_retention (seconds; one left
     out keeps ``config``'s), ``claim_batch_size`` → queue_claim_batches,
     ``priority_aging_interval_ms`` → queue_aging (seconds), and in weighted mode
-    ``min_workers`` (0) and ``weight`` (1) → queue_weights; ``claimers`` by queue. A
-    weight is checked in either mode, as the SDK checks it."""
+    ``min_workers`` (0) and ``weight`` (1) → queue_weights; ``claimers`` by queue. As in
+    the SDK, a weight is checked in either mode, and 0 turns a queue's deadline (None)
+    or aging (left out) off."""
     settings: dict[str, dict[str, Any]] = {
         "queue_rate_limits": {},
         "queue_deadlines": {},
@@ -134,15 +135,17 @@ def queue_settings(queues: QueueSpec, config: RunnerConfig) -> dict[str, dict[st
         if "rate_limit" in given:
             settings["queue_rate_limits"][name] = check_rate_limit(name, given["rate_limit"])
         if "deadline_duration_ms" in given:
-            ms = _number(f"queue {name!r}: deadline_duration_ms", given["deadline_duration_ms"])
-            settings["queue_deadlines"][name] = ms / 1000
+            settings["queue_deadlines"][name] = _seconds_or_off(
+                name, "deadline_duration_ms", given["deadline_duration_ms"]
+            )
         if "retention" in given:
             settings["queue_retention"][name] = _retention(name, given["retention"], config)
         if "priority_aging_interval_ms" in given:
-            ms = _number(
-                f"queue {name!r}: priority_aging_interval_ms", given["priority_aging_interval_ms"]
+            aging = _seconds_or_off(
+                name, "priority_aging_interval_ms", given["priority_aging_interval_ms"]
             )
-            settings["queue_aging"][name] = ms / 1000
+            if aging is not None:
+                settings["queue_aging"][name] = aging
         for key, field in (("claim_batch_size", "queue_claim_batches"), ("claimers", "claimers")):
             if key in given:
                 settings[field][name] = above_zero(key, given[key], queue=name)
@@ -153,6 +156,13 @@ def queue_settings(queues: QueueSpec, config: RunnerConfig) -> dict[str, dict[st
                 weight,
             )
     return settings
+
+
+def _seconds_or_off(name: str, key: str, ms: object) -> float | None:
+    """A queue's milliseconds as seconds; 0 turns the setting off (None), as in the SDK."""
+    if isinstance(ms, int | float) and not isinstance(ms, bool) and ms == 0:
+        return None
+    return _number(f"queue {name!r}: {key}", ms) / 1000
 
 
 def _retention(name: str, retention: object, config: RunnerConfig) -> tuple[float, float]:

@@ -2,6 +2,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+from awa_fast import _awa as _awa  # the SDK's awa._awa, for code that reaches into it
 from awa_fast import callback_contract
 from awa_fast.admin import DlqEntry, QueueStat, ResolveResult, RetryFailedResult
 from awa_fast.batch import (

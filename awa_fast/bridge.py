@@ -103,11 +103,12 @@ def _sync_inserter(conn: object) -> Callable[[PreparedJob], JobRow]:
         if isinstance(conn, Connection):
             run = functools.partial(_sqlalchemy_rows, conn)
             return lambda job: drive(_steps(job), run)
-    raise _unsupported(
+    raise _refused(
         conn,
         "insert_job_sync",
-        "a psycopg Connection, a SQLAlchemy Connection or Session, or Django's connection "
-        "(for an async one, use insert_job)",
+        "a sync connection (a psycopg Connection, a SQLAlchemy Connection or Session, or "
+        "Django's connection)",
+        other="insert_job",
     )
 
 
@@ -121,11 +122,12 @@ def _async_inserter(conn: object) -> Callable[[PreparedJob], Awaitable[JobRow]]:
 
         if isinstance(conn, AsyncSession | AsyncConnection):
             return functools.partial(_sqlalchemy_insert_async, conn)
-    raise _unsupported(
+    raise _refused(
         conn,
         "insert_job",
-        "a psycopg AsyncConnection, an asyncpg connection, or a SQLAlchemy AsyncConnection "
-        "or AsyncSession (for a sync one, use insert_job_sync)",
+        "an async connection (a psycopg AsyncConnection, an asyncpg connection, or a "
+        "SQLAlchemy AsyncConnection or AsyncSession)",
+        other="insert_job_sync",
     )
 
 
@@ -133,10 +135,23 @@ def _module(conn: object) -> str:
     return (type(conn).__module__ or "").partition(".")[0]
 
 
-def _unsupported(conn: object, function: str, supported: str) -> TypeError:
-    name = f"{type(conn).__module__}.{type(conn).__qualname__}"
+# The drivers whose connections the bridge takes, by their type's top-level module.
+_DRIVERS = frozenset({"psycopg", "asyncpg", "sqlalchemy", "django"})
+
+
+def _refused(conn: object, function: str, takes: str, *, other: str) -> TypeError:
+    """``function``'s refusal of ``conn``, opening with the SDK's words: a driver's object
+    of the other flavour is pointed to ``other``; anything else is of an unsupported
+    type."""
+    kind = type(conn)
+    if _module(conn) in _DRIVERS:
+        return TypeError(
+            f"{function}() requires {takes}. For this one, use {other}(). "
+            f"Got: {kind.__module__}.{kind.__qualname__}"
+        )
     return TypeError(
-        f"{function}() cannot insert on a connection of type {name}: it takes {supported}"
+        f"Unsupported connection type: {kind.__qualname__} (module={kind.__module__}). "
+        f"{function}() takes {takes}."
     )
 
 

@@ -157,12 +157,20 @@ class _Handlers:
         return {h.queue: DEFAULT_CONCURRENCY for h in self.handlers.registry.handlers.values()}
 
 
+def _check_registered(handlers: Handlers) -> None:
+    """Refuse to start what would claim nothing, before looking at its configuration, as
+    the Awa SDK's ``start`` refuses it (an AwaError, in its words)."""
+    if not handlers.registry.handlers:
+        raise ConfigError(
+            "register at least one worker before starting the runtime: a handler "
+            "(client.task) or a Worker (client.register)"
+        )
+
+
 def _check_handled(handlers: Handlers, queues: Mapping[str, int]) -> None:
-    """Refuse to start what would claim nothing, or leave a registered handler's queue
-    unclaimed, as the Awa SDK's ``start`` refuses (an AwaError, and a ValueError)."""
+    """Refuse to leave a registered handler's queue unclaimed, as the Awa SDK's ``start``
+    refuses (a ValueError)."""
     registered = handlers.registry.handlers.values()
-    if not registered:
-        raise ConfigError("register at least one handler (client.task) before start()")
     unrun = sorted({handler.queue for handler in registered} - queues.keys())
     if unrun:
         raise ConfigError(
@@ -214,6 +222,7 @@ class _AsyncOnly(_Handlers):
         ``min_workers`` and ``weight`` for its weighted mode (:mod:`awa_fast.runtime.shares`)."""
         if self._runner is not None:
             raise RuntimeError("this client is already running; call shutdown() first")
+        _check_registered(self.handlers)
         settings = runner_config(config, queues=queues, pooled=self.database.pooled)
         given = queues if queues is not None else self.default_queues()
         parsed = parse_queues(given, config=settings)

@@ -113,7 +113,7 @@ def check_storable(field: str, encoded: bytes, value: object) -> None:
     an infinity, which JSON has not, as null. Each search runs only where a plain substring
     test finds what it looks for, as this runs for every job."""
     if b"\\u0000" in encoded and _NUL_ESCAPE.search(encoded):
-        raise ValidationError(field, "contains a NUL character, which Postgres cannot store")
+        raise ValidationError(field, validation.NULL_BYTES)
     if b"null" in encoded and (path := non_finite_at(value, field)) is not None:
         raise ValidationError(path, "is NaN or infinite, which JSON cannot hold")
 

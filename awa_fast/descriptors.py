@@ -102,9 +102,7 @@ def _text(field: str, value: object, limit: int) -> str | None:
         raise ValidationError(field, f"must be a string, got {type(value).__name__}")
     if len(value) > limit:
         raise ValidationError(field, f"must be at most {limit} characters, got {len(value)}")
-    if "\x00" in value:
-        raise ValidationError(field, "contains a NUL character")
-    return value
+    return validation.storable_text(field, value)
 
 
 def _docs_url(value: object) -> str | None:

@@ -144,8 +144,8 @@ class PartitionedQueue:
         """One ``client.start`` queue dict per partition, each with the per-partition
         settings given, as the SDK's: ``max_workers``, or in weighted mode (with
         ``global_max_workers``) ``min_workers`` and ``weight``; ``rate_limit``,
-        ``priority_aging_interval_ms``, ``deadline_duration_ms``, ``claimers`` and
-        ``claim_batch_size`` when given."""
+        ``priority_aging_interval_ms``, ``deadline_duration_ms`` (0 turns either off),
+        ``claimers`` and ``claim_batch_size`` when given."""
         _check_workers(max_workers_per_partition, min_workers_per_partition)
         settings: dict[str, Any] = (
             {"max_workers": max_workers_per_partition}
@@ -157,15 +157,16 @@ class PartitionedQueue:
         )
         if rate_limit_per_partition is not None:
             settings["rate_limit"] = check_rate_limit(self._logical_queue, rate_limit_per_partition)
+        # field -> (value, its least: 0 turns aging or the deadline off, as in the SDK)
         optional = {
-            "priority_aging_interval_ms": priority_aging_interval_ms,
-            "deadline_duration_ms": deadline_duration_ms,
-            "claimers": claimers,
-            "claim_batch_size": claim_batch_size,
+            "priority_aging_interval_ms": (priority_aging_interval_ms, 0),
+            "deadline_duration_ms": (deadline_duration_ms, 0),
+            "claimers": (claimers, 1),
+            "claim_batch_size": (claim_batch_size, 1),
         }
-        for field, value in optional.items():
+        for field, (value, low) in optional.items():
             if value is not None:
-                settings[field] = _at_least(field, value, 1)
+                settings[field] = _at_least(field, value, low)
         return [{"name": queue, **settings} for queue in self._physical_queues]
 
     def _partition(self, key: bytes) -> int:

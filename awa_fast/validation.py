@@ -11,6 +11,9 @@ from awa_fast.errors import ValidationError
 
 MAX_NAME_LENGTH = 128
 
+# Postgres' text and jsonb hold no NUL: the Awa SDK's words for refusing one.
+NULL_BYTES = "must not contain null bytes (\\u0000), which Postgres cannot store"
+
 
 def name(field: str, value: object) -> str:
     """A name (a queue, kind, tag or schedule): non-empty text that Postgres can store."""
@@ -18,9 +21,14 @@ def name(field: str, value: object) -> str:
         raise ValidationError(field, f"must be a non-empty string, got {value!r}")
     if len(value) > MAX_NAME_LENGTH:
         raise ValidationError(field, f"must be at most {MAX_NAME_LENGTH} characters")
+    return _utf8(field, storable_text(field, value))
+
+
+def storable_text(field: str, value: str) -> str:
+    """``value``, if it holds no NUL, which no text column can hold."""
     if "\x00" in value:
-        raise ValidationError(field, "contains a NUL character")
-    return _utf8(field, value)
+        raise ValidationError(field, NULL_BYTES)
+    return value
 
 
 def _utf8(field: str, value: str) -> str:

@@ -63,7 +63,7 @@ class AttemptTimes:
 
     run_at: datetime
     created_at: datetime
-    deadline: datetime
+    deadline: datetime | None  # None: no deadline (its queue has none, nor the job)
 
 
 class Job(Generic[T]):
@@ -111,7 +111,7 @@ class Job(Generic[T]):
         progress: Any,
         run_at_us: int,
         created_at_us: int,
-        deadline_at_us: int,
+        deadline_at_us: int | None,
         cancelled: Callable[[], bool],
         writer: AttemptWriter,
     ) -> None:
@@ -153,20 +153,25 @@ class Job(Generic[T]):
     def datetimes(self) -> AttemptTimes:
         """``run_at``, ``created_at`` and ``deadline`` as datetimes, for awa-fast's own
         code: ``job.datetimes.deadline``."""
+        deadline = self._deadline_at_us
         return AttemptTimes(
-            instant(self._run_at_us), instant(self._created_at_us), instant(self._deadline_at_us)
+            instant(self._run_at_us),
+            instant(self._created_at_us),
+            None if deadline is None else instant(deadline),
         )
 
     @property
-    def deadline(self) -> str:
+    def deadline(self) -> str | None:
         """When this attempt's deadline passes: the time of its claim plus the job's own
-        ``deadline`` seconds, else its queue's. Past it the attempt is cancelled
-        (``is_cancelled()`` turns true within a heartbeat) and a handler still running
-        ``deadline_grace`` later is stopped (its task cancelled, or its worker process
-        killed): a handler with long work can
-        check this before each step rather than be cut off in one. A wait in
-        :meth:`wait_for_callback` does not count, and moves it later."""
-        return iso(instant(self._deadline_at_us))
+        ``deadline`` seconds, else its queue's; None in a queue with no deadline (the
+        Awa SDK's ``deadline_duration_ms=0``) for a job with none of its own. Past it the
+        attempt is cancelled (``is_cancelled()`` turns true within a heartbeat) and a
+        handler still running ``deadline_grace`` later is stopped (its task cancelled, or
+        its worker process killed): a handler with long work can check this before each
+        step rather than be cut off in one. A wait in :meth:`wait_for_callback` does not
+        count, and moves it later."""
+        deadline = self._deadline_at_us
+        return None if deadline is None else iso(instant(deadline))
 
     def is_cancelled(self) -> bool:
         """True once the job was cancelled (admin cancel, deadline, shutdown): stop soon."""
@@ -284,7 +289,7 @@ class Job(Generic[T]):
         payload, deadline = await self._writer.wait_for_callback(
             self.id, self.run_lease, callback_id, self._cancelled
         )
-        self._deadline_at_us = micros_of(deadline)
+        self._deadline_at_us = None if deadline is None else micros_of(deadline)
         self.callback = None  # answered: this id resolves nothing any more
         return payload
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import re
 import time
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -35,6 +36,11 @@ SDK_NAMES = """
     migrations_range schema_patches shutdown_telemetry
     LiveRuntimesRequireExclusiveWindow RuntimeVersionFloorNotMet StorageNotFinalized
 """.split()  # noqa: SIM905 (the recorded listing, as printed)
+
+
+def sdk(words: str) -> str:
+    """A pattern of a message that opens with the Awa SDK's ``words``."""
+    return f"^{re.escape(words)}"
 
 
 def test_every_name_the_sdk_exports_is_here() -> None:
@@ -66,6 +72,12 @@ def test_importing_main_does_not_run_the_cli() -> None:
 def test_the_raw_client_is_both_clients_under_the_sdks_names(dsn: str) -> None:
     """The SDK's raw client: ``name_sync`` methods block, the others are awaited; its
     storage-engine methods say there is no such engine here."""
+    # awa-pg 0.6.9: ``awa.RawClient is awa._awa.Client``, where its tests also read the
+    # callback contract's constants and ``derive_kind``
+    assert awa.RawClient is awa._awa.Client
+    assert awa._awa.CALLBACK_SIGNATURE_HEADER == awa.callback_contract.SIGNATURE_HEADER
+    assert awa._awa.CALLBACK_DEFAULT_PATH_PREFIX == awa.callback_contract.DEFAULT_PATH_PREFIX
+    assert awa._awa.derive_kind("SendEmail") == "send_email"
     raw = awa.RawClient(dsn)
     job = raw.insert_sync({"to": "ada"}, kind="send_email")
     assert raw.get_job_sync(job.id).state is awa.JobState.Available
@@ -139,6 +151,24 @@ def test_an_unknown_insert_keyword_is_a_type_error(dsn: str) -> None:
         assert client.list_jobs() == []
 
 
+def test_a_nul_in_metadata_is_refused_in_the_sdks_words(dsn: str) -> None:
+    """awa-pg 0.6.9's bridge raised ValueError "Job args must not contain null bytes
+    (\\u0000): Postgres JSONB does not support them", its insert_many_copy ValidationError
+    "job args/metadata must not contain null bytes (\\u0000): ..." (its insert, Postgres'
+    error). Here each raises ValidationError (a ValueError) naming the field, before
+    anything is written."""
+    words = re.escape("metadata: must not contain null bytes (\\u0000)")
+    with awa.Client(dsn) as client:
+        for bad in ({"note": "a\x00b"}, {"a\x00b": 1}):
+            with pytest.raises(awa.ValidationError, match=words):
+                client.insert({"to": "ada"}, kind="send_email", metadata=bad)
+            with pytest.raises(awa.ValidationError, match=words):
+                client.insert_many_copy([{"to": "ada"}], kind="send_email", metadata=bad)
+            with psycopg.connect(dsn) as conn, pytest.raises(ValueError, match=words):
+                insert_job_sync(conn, {"to": "ada"}, kind="send_email", metadata=bad)
+        assert client.list_jobs() == []
+
+
 def test_cancel_without_a_reason_records_the_sdks(dsn: str) -> None:
     """awa-pg 0.6.9 records "cancelled: cancelled by handler" for a bare ``Cancel()``."""
     client = awa.AsyncClient(dsn)
@@ -161,14 +191,21 @@ def test_cancel_without_a_reason_records_the_sdks(dsn: str) -> None:
 
 
 def test_start_refuses_what_the_sdks_start_refuses(dsn: str) -> None:
-    """awa-pg 0.6.9: AwaError "register at least one worker before starting the runtime";
-    ValueError "start() must configure the worker queues declared via
-    @client.worker(..., queue=...): a"."""
+    """awa-pg 0.6.9: AwaError "register at least one worker before starting the runtime",
+    before it looks at the queues; ValueError "start() must configure the worker queues
+    declared via @client.worker(..., queue=...): a"."""
 
     async def main() -> None:
         async with awa.AsyncClient(dsn) as client:
-            with pytest.raises(awa.AwaError, match="register at least one handler"):
-                await client.start([("email", 2)])
+            for queues, options in (
+                ([("email", 2)], {}),
+                ([("email", 2)], {"global_max_workers": 4}),
+            ):
+                with pytest.raises(
+                    awa.AwaError,
+                    match=sdk("register at least one worker before starting the runtime"),
+                ):
+                    await client.start(queues, **options)
 
             @client.task(kind="send_email", queue="email")
             async def send(job: awa.Job[dict[str, str]]) -> None: ...
@@ -326,35 +363,89 @@ def test_times_read_as_the_sdk_writes_them(at: datetime, text: str) -> None:
 # ---- start()'s options, weighted mode and the per-queue claim settings ----------------------
 
 
+GMW = {"global_max_workers": 4}
+
+
 @pytest.mark.parametrize(
     ("queues", "options", "error", "message"),
     [
-        ([("a", 4)], {"global_max_workers": 4}, ValueError, "not a \\(name, max_workers\\)"),
         (
-            [{"name": "a", "max_workers": 2, "min_workers": 1}],
-            {"global_max_workers": 4},
+            [("a", 4)],
+            GMW,
             ValueError,
-            "max_workers .* or min_workers .*, not both",
+            sdk(
+                "tuple queue config is not supported with global_max_workers; use dict form with "
+                "min_workers/weight"
+            ),
+        ),
+        *(
+            (
+                [{"name": "a", "max_workers": 2, "min_workers": 1}],
+                options,
+                ValueError,
+                sdk(
+                    "use max_workers for hard-reserved mode or min_workers for weighted mode, "
+                    "not both"
+                ),
+            )
+            for options in (GMW, {})
         ),
         (
             [{"name": "a", "min_workers": 3}, {"name": "b", "min_workers": 3}],
-            {"global_max_workers": 4},
+            GMW,
             awa.AwaError,
-            "sum of min_workers \\(6\\) exceeds global_max_workers \\(4\\)",
+            sdk("sum of min_workers (6) exceeds global_max_workers (4)"),
         ),
-        ([{"name": "a", "weight": 0}], {"global_max_workers": 4}, ValueError, "weight must be"),
-        ([{"name": "a", "max_workers": 2, "claim_batch_size": 0}], {}, ValueError, "claim_batch"),
+        ([{"name": "a", "weight": 0}], GMW, ValueError, sdk("weight must be > 0")),
+        ([{"name": "a", "max_workers": 2, "weight": 0}], {}, ValueError, sdk("weight must be > 0")),
+        (
+            None,
+            GMW,
+            ValueError,
+            sdk(
+                "weighted mode requires explicit queue configs (global_max_workers set but "
+                "queues=None)"
+            ),
+        ),
+        ([("a", 2), ("a", 3)], {}, awa.AwaError, sdk("queue 'a' configured more than once")),
+        (
+            [{"name": "a"}, {"name": "a"}],
+            GMW,
+            awa.AwaError,
+            sdk("queue 'a' configured more than once"),
+        ),
+        *(
+            (
+                [{"name": "a", "max_workers": 2, "rate_limit": limit}],
+                {},
+                TypeError,
+                sdk("rate_limit must be a (max_rate: float, burst: int) tuple or None"),
+            )
+            for limit in ("fast", (1.0,), (1.0, 2.5), {"max_rate": 1.0})
+        ),
+        (
+            [{"name": "a", "max_workers": 2, "rate_limit": (0.0, 2)}],
+            {},
+            awa.AwaError,
+            sdk("rate_limit max_rate must be > 0.0"),
+        ),
+        *(
+            ([{"name": "a", "max_workers": 2, key: 0}], {}, ValueError, sdk(f"{key} must be > 0"))
+            for key in ("claim_batch_size", "claimers")
+        ),
+        ([("a", 2)], {"cleanup_batch_size": 0}, ValueError, sdk("cleanup_batch_size must be > 0")),
         ([{"name": "a", "max_workers": "2"}], {}, TypeError, "must be an integer, got '2'"),
-        ([{"name": "a", "max_workers": 2.0}], {}, TypeError, "must be an integer, got 2.0"),
-        ([("a", 2)], {"poll_interval_ms": "200"}, TypeError, "must be a number, got '200'"),
-        ([("a", 2)], {"global_max_workers": "4"}, TypeError, "must be an integer, got '4'"),
+        ([("a", 2)], {"poll_interval_ms": "200"}, TypeError, "poll_interval_ms must be a number"),
+        ([("a", 2)], {"global_max_workers": "4"}, TypeError, "global_max_workers must be an int"),
         ([("a", 2)], {"poll_intervall_ms": 5}, TypeError, "unknown runner option"),
     ],
 )
 def test_start_refuses_bad_options_as_the_sdk_does(
     dsn: str, queues: Any, options: dict[str, Any], error: type[Exception], message: str
 ) -> None:
-    """The error class awa-pg 0.6.9's start raised for each (its message may differ)."""
+    """The error class awa-pg 0.6.9's start raised for each, and its words where they say
+    what is wrong (not Python's "'str' object cannot be interpreted as an integer"): what
+    awa-fast says after them names the value and the queue."""
     client = awa.AsyncClient(dsn)
     client.task(kind="noop", queue="a")(lambda job: None)
 
@@ -362,8 +453,66 @@ def test_start_refuses_bad_options_as_the_sdk_does(
         async with client:
             with pytest.raises(error, match=message):
                 await client.start(queues, **options)
+            assert not (await client.health_check()).healthy  # nothing started
 
     run(main())
+
+
+def test_a_partitioned_queue_configured_twice_is_an_awa_error(dsn: str) -> None:
+    """awa-pg 0.6.9: AwaError "queue 'pq' configured more than once", a partition's own
+    dict given beside the queue's ``queue_configs``."""
+    queue = awa.PartitionedQueue("pq", 2)
+    client = awa.AsyncClient(dsn)
+    client.task(kind="noop", queue=queue.physical_queues[0])(lambda job: None)
+    twice = [{"name": "pq", "max_workers": 1}, *queue.queue_configs(max_workers_per_partition=1)]
+
+    async def main() -> None:
+        async with client:
+            with pytest.raises(awa.AwaError, match=sdk("queue 'pq' configured more than once")):
+                await client.start(twice)
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "words"),
+    [
+        (
+            {"storage_transition_role": "queue-storage-now"},
+            ValueError,
+            "storage_transition_role must be one of 'auto', 'canonical_drain', or "
+            "'queue_storage_target' (got 'queue-storage-now')",
+        ),
+        ({"storage_transition_role": 5}, TypeError, "storage_transition_role must be a str"),
+        ({"queue_storage_schema": 5}, TypeError, "queue_storage_schema must be a str"),
+        *(
+            ({name: 0}, ValueError, f"{name} must be > 0")
+            for name in (
+                "terminal_count_rollup_interval_ms",
+                "queue_storage_queue_slot_count",
+                "queue_storage_lease_slot_count",
+                "queue_storage_claim_slot_count",
+                "queue_storage_queue_stripe_count",
+                "queue_storage_queue_rotate_interval_ms",
+                "queue_storage_lease_rotate_interval_ms",
+                "queue_storage_claim_rotate_interval_ms",
+            )
+        ),
+        ({"queue_storage_queue_slot_count": "16"}, TypeError, "queue_storage_queue_slot_count"),
+        (
+            {"queue_storage_claim_rotate_interval_ms": 1.5},
+            TypeError,
+            "queue_storage_claim_rotate_interval_ms must be an integer",
+        ),
+    ],
+)
+def test_the_storage_options_values_are_checked_as_the_sdk_checks_them(
+    options: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    """awa-pg 0.6.9's start refused these before starting anything, with these words;
+    here they change nothing, and are refused all the same."""
+    with pytest.raises(error, match=sdk(words)):
+        runner_config(options)
 
 
 def test_the_sdks_storage_engine_options_are_accepted_and_logged_once(
@@ -378,6 +527,8 @@ def test_the_sdks_storage_engine_options_are_accepted_and_logged_once(
     assert first == again == RunnerConfig()
     logged = [r.getMessage().split()[0] for r in caplog.records]
     assert sorted(logged) == sorted([*options, "queue_storage_schema"])  # each once
+    for role in ("canonical_drain", "queue_storage_target"):  # the SDK's other roles
+        assert runner_config({"storage_transition_role": role}) == RunnerConfig()
 
 
 def test_per_queue_claim_settings_and_weights_become_the_runners() -> None:
@@ -391,6 +542,99 @@ def test_per_queue_claim_settings_and_weights_become_the_runners() -> None:
     assert (config.queue_aging, config.queue_deadlines) == ({"b": 1.5}, {"b": 9.0})
     # each queue may run up to its minimum and all the minimums leave of the pool
     assert parse_queues(queues, config=config) == {"a": 10, "b": 8}
+
+
+def test_zero_turns_a_queues_aging_and_deadline_off() -> None:
+    """As in the SDK: ``priority_aging_interval_ms=0`` is no aging (the queue has none, as
+    one that names none), ``deadline_duration_ms=0`` no deadline (None)."""
+    queues = [{"name": "q", "max_workers": 1, "priority_aging_interval_ms": 0}]
+    queues.append({"name": "r", "max_workers": 1, "deadline_duration_ms": 0})
+    config = runner_config({}, queues=queues)
+    assert (config.queue_aging, config.queue_deadlines) == ({}, {"r": None})
+    assert (config.deadline_for("r"), config.deadline_for("q")) == (None, config.deadline)
+
+
+def _standby_queues(dsn: str) -> list[str]:
+    """The queues a standby claim waits on."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT queue FROM awa_fast.standby_claims WHERE job_id IS NULL ORDER BY queue"
+        ).fetchall()
+    return [queue for (queue,) in rows]
+
+
+@pytest.mark.parametrize("processes", [None, 2], ids=["in-process", "forked"])
+def test_a_queue_of_deadline_0_runs_its_jobs_with_no_deadline(
+    dsn: str, processes: int | None
+) -> None:
+    """awa-pg 0.6.9, a handler in a queue of ``deadline_duration_ms=0``: ``job.deadline``
+    None, and none on the job's row. Here too, and after a wait for a callback; a job's
+    own deadline holds there still, and another queue keeps its deadline. The queue takes
+    no standby claim (one carries the deadline its job starts with): its jobs are claimed
+    as usual."""
+    client = awa.AsyncClient(dsn)
+
+    def deadlines(attempt: awa.Job[dict[str, Any]]) -> list[bool]:
+        """Whether the attempt has a deadline: as text, as a datetime, on its row."""
+        row = job(dsn, attempt.id)
+        found = (attempt.deadline, attempt.datetimes.deadline, row["deadline_at"])
+        return [deadline is not None for deadline in found]
+
+    async def beaten(attempt: awa.Job[dict[str, Any]], since: datetime) -> datetime:
+        """When its host next heartbeats the attempt, after ``since``."""
+        await await_until(lambda: job(dsn, attempt.id)["heartbeat_at"] > since)
+        beat: datetime = job(dsn, attempt.id)["heartbeat_at"]
+        return beat
+
+    async def beaten_twice(attempt: awa.Job[dict[str, Any]]) -> None:
+        """By the second beat, the cancel flag the first would set on an attempt its host
+        took for overdue, or no longer its own, is set."""
+        await beaten(attempt, await beaten(attempt, job(dsn, attempt.id)["heartbeat_at"]))
+
+    async def record(attempt: awa.Job[dict[str, Any]]) -> None:
+        await beaten_twice(attempt)
+        seen = [deadlines(attempt)]
+        if attempt.args:  # {"wait": 1}: after a wait for a callback too
+            await attempt.wait_for_callback(await attempt.register_callback())
+        seen.append(deadlines(attempt))
+        attempt.update_metadata({"deadlines": seen, "cancelled": attempt.is_cancelled()})
+
+    client.task(kind="open", queue="open")(record)
+    client.task(kind="timed", queue="timed")(record)
+    queues: list[Any] = [{"name": "open", "max_workers": 4, "deadline_duration_ms": 0}]
+    queues.append(("timed", 1))
+
+    async def main() -> dict[str, Any]:
+        async with client:
+            await client.start(
+                queues, processes=processes, poll_interval_ms=50, heartbeat_interval_ms=100
+            )
+            try:
+                await await_until(lambda: "timed" in _standby_queues(dsn))
+                ids = {
+                    "plain": (await client.insert({}, kind="open", queue="open")).id,
+                    "own": (await client.insert({}, kind="open", queue="open", deadline=30)).id,
+                    "waits": (await client.insert({"wait": 1}, kind="open", queue="open")).id,
+                    "timed": (await client.insert({}, kind="timed", queue="timed")).id,
+                }
+                await await_until(lambda: job(dsn, ids["waits"])["state"] == "waiting_external")
+                assert job(dsn, ids["waits"])["deadline_at"] is None  # nor while it waits
+                await client.resume_external(str(job(dsn, ids["waits"])["callback_id"]))
+                await await_until(lambda: states(dsn) == {"completed": 4})
+                await await_until(lambda: "timed" in _standby_queues(dsn))
+                assert _standby_queues(dsn) == ["timed"]
+            finally:
+                await client.shutdown()
+            return {name: job(dsn, job_id)["metadata"] for name, job_id in ids.items()}
+
+    found = run(main())
+    nothing, each = [False] * 3, [True] * 3
+    assert found == {
+        "plain": {"deadlines": [nothing, nothing], "cancelled": False},
+        "waits": {"deadlines": [nothing, nothing], "cancelled": False},
+        "own": {"deadlines": [each, each], "cancelled": False},
+        "timed": {"deadlines": [each, each], "cancelled": False},
+    }
 
 
 def _running(dsn: str) -> dict[str, int]:
@@ -478,6 +722,7 @@ def _claim_order(dsn: str, queue: str, **aging: int) -> list[str]:
                 client,
                 [{"name": queue, "max_workers": 1, "claim_batch_size": 1, **aging}],
                 lambda: len(done) == 2,
+                claimers=1,  # two claim loops would each lock one job, and start it first
             )
 
     run(main())
@@ -486,9 +731,11 @@ def _claim_order(dsn: str, queue: str, **aging: int) -> list[str]:
 
 def test_priority_aging_claims_an_old_low_priority_job_first(dsn: str) -> None:
     """With ``priority_aging_interval_ms`` a job waiting ten intervals is claimed as if of
-    priority 1, ahead of a newer one of priority 1; without it, priority decides."""
+    priority 1, ahead of a newer one of priority 1; without it, or at 0 (awa-pg 0.6.9
+    claimed the new job first at 0 with the old one waiting 600 s), priority decides."""
     assert _claim_order(dsn, "aged", priority_aging_interval_ms=1000) == ["old", "new"]
     assert _claim_order(dsn, "plain") == ["new", "old"]
+    assert _claim_order(dsn, "off", priority_aging_interval_ms=0) == ["new", "old"]
     with psycopg.connect(dsn) as conn:  # the stored priority is the given one
         assert conn.execute("SELECT max(priority) FROM awa_fast.jobs").fetchone() == (4,)
 

@@ -160,10 +160,10 @@ def test_sdk_queue_dicts_set_rate_limits_deadlines_and_retention_per_queue() -> 
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ({"rate_limit": 10}, r"queue 'q': rate_limit must be \(max_rate, burst\), got 10"),
-        ({"rate_limit": (0, 5)}, "queue 'q': rate_limit max_rate must be > 0, got 0"),
-        ({"rate_limit": (5, 0)}, "queue 'q': rate_limit burst must be an integer >= 1, got 0"),
-        ({"rate_limit": (5, 2.5)}, "rate_limit burst must be an integer >= 1, got 2.5"),
+        ({"rate_limit": 10}, r"rate_limit must be a \(max_rate: .* got 10 for queue 'q'"),
+        ({"rate_limit": (0, 5)}, "rate_limit max_rate must be > 0.0, got 0 for queue 'q'"),
+        ({"rate_limit": (5, 0)}, "rate_limit burst must be an integer >= 1, got 0 for queue 'q'"),
+        ({"rate_limit": (5, 2.5)}, r"rate_limit must be a \(max_rate: .* got \(5, 2.5\) for"),
         ({"deadline_duration_ms": -1}, "queue 'q': deadline_duration_ms must be a number > 0"),
         ({"retention": {"completed_days": 1}}, "queue 'q': retention must be a dict of"),
         ({"retention": {"failed_hours": "1"}}, "queue 'q': retention failed_hours must be"),

@@ -82,7 +82,7 @@ def test_dataclass_and_dict_args_encode_compactly_in_field_order() -> None:
 
 
 def test_nul_in_args_is_rejected() -> None:
-    with pytest.raises(ValidationError, match="NUL"):
+    with pytest.raises(ValidationError, match="args: must not contain null bytes"):
         encode_args({"s": "a\x00b"})
 
 
@@ -119,7 +119,7 @@ def test_only_a_real_nul_counts_as_one_whatever_backslashes_precede_it(
 ) -> None:
     for encoded in (msgspec.json.encode({"s": text}), orjson.dumps([text])):
         if nul:
-            with pytest.raises(ValidationError, match="NUL"):
+            with pytest.raises(ValidationError, match="null bytes"):
                 check_storable("args", encoded, text)
         else:
             check_storable("args", encoded, text)

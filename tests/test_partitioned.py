@@ -175,8 +175,13 @@ BAD_INPUT: list[tuple[Callable[[], object], str, str]] = [
     ),
     (lambda: PartitionedQueue("e", 2).queue_configs(0), "max_workers_per_partition", "> 0"),
     (
-        lambda: PartitionedQueue("e", 2).queue_configs(2, deadline_duration_ms=0),
+        lambda: PartitionedQueue("e", 2).queue_configs(2, deadline_duration_ms=-1),
         "deadline_duration_ms",
+        ">= 0",
+    ),
+    (
+        lambda: PartitionedQueue("e", 2).queue_configs(2, claimers=0),
+        "claimers",
         "> 0",
     ),
 ]
@@ -236,6 +241,13 @@ def test_queue_configs_give_the_sdks_weighted_and_claim_settings() -> None:
         "weight": 1,
     }
     assert pq.queue_configs(4, weight=2)[0] == {"name": "orders", "max_workers": 4}
+    # 0 turns aging and the deadline off, passed on as given
+    assert pq.queue_configs(1, priority_aging_interval_ms=0, deadline_duration_ms=0)[0] == {
+        "name": "orders",
+        "max_workers": 1,
+        "priority_aging_interval_ms": 0,
+        "deadline_duration_ms": 0,
+    }
     with pytest.raises(ValidationError, match="weight: must be an integer > 0"):
         pq.queue_configs(min_workers_per_partition=1, weight=0)
 

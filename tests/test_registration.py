@@ -45,7 +45,7 @@ async def handle_with(job: awa_fast.Job[Resize], size: int) -> None:
         (
             lambda c: c.task(Resize, queue="a\x00b")(handle),
             awa_fast.ValidationError,
-            "queue: contains a NUL character",
+            "queue: must not contain null bytes",
         ),
         (
             lambda c: c.task(Resize)(5),

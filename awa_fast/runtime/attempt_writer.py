@@ -55,7 +55,7 @@ class _Wait:
 
     callback_id: str
     cancelled: Callable[[], bool]
-    answer: asyncio.Future[tuple[Any, datetime]]
+    answer: asyncio.Future[tuple[Any, datetime | None]]
 
 
 class AttemptWriter:
@@ -110,10 +110,11 @@ class AttemptWriter:
 
     async def wait_for_callback(
         self, job_id: int, run_lease: int, callback_id: str, cancelled: Callable[[], bool]
-    ) -> tuple[Any, datetime]:
+    ) -> tuple[Any, datetime | None]:
         """Park attempt (``job_id``, ``run_lease``) in waiting_external on ``callback_id``,
         which it registered, and return the payload ``resume_external`` gives it with the
-        attempt's deadline, which the wait moved (callbacks.sql gives it back). Raises
+        attempt's deadline, which the wait moved (callbacks.sql gives it back; None where
+        the attempt has no deadline). Raises
         :class:`LeaseLost` once the job is decided without it, or once it is cut short
         (``cancelled()``, or this task cancelled), leaving the job parked on the callback.
 

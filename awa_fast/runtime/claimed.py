@@ -33,7 +33,7 @@ class Claimed(NamedTuple):
     progress: bytes | None
     run_at: int
     created_at: int
-    deadline_at: int
+    deadline_at: int | None  # NULL in a queue with no deadline
 
 
 class Delivered(NamedTuple):

@@ -54,7 +54,7 @@ class ClaimerConfig:
     claimers: int = 2  # claim loops, each on its own connection
     poll_interval: float = 1.0  # claim at least this often while idle
     capacity_recheck: float = 0.05  # between looks at capacity while a claim waits for it
-    deadlines: tuple[float, ...] = ()  # an attempt's run time, by queue index
+    deadlines: tuple[float | None, ...] = ()  # an attempt's run time (None: no limit)
     rate_limits: tuple[tuple[float, int] | None, ...] = ()  # (rate, burst), by queue index
     # by queue index: a claim batch of its own, and seconds of priority aging
     claim_batches: tuple[int | None, ...] = ()

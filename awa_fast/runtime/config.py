@@ -86,7 +86,9 @@ class RunnerConfig:
     batch_chunk: int = 1000
     dlq: bool = False
     dlq_queues: Mapping[str, bool] = field(default_factory=dict)
-    queue_deadlines: Mapping[str, float] = field(default_factory=dict)
+    # queue -> seconds an attempt there may run; None: no deadline (the Awa SDK's
+    # deadline_duration_ms=0), an attempt's deadline_at is then NULL unless the job has one
+    queue_deadlines: Mapping[str, float | None] = field(default_factory=dict)
     queue_retention: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     # queue -> (max_rate jobs/s, burst) this runner may start (awa_fast.runtime.ratelimit)
     queue_rate_limits: Mapping[str, tuple[float, int]] = field(default_factory=dict)
@@ -117,8 +119,9 @@ class RunnerConfig:
             "dlq": [q for q, on in self.dlq_queues.items() if on],
         }
 
-    def deadline_for(self, queue: str) -> float:
-        """Seconds an attempt of ``queue`` may run (a job's own deadline overrides it)."""
+    def deadline_for(self, queue: str) -> float | None:
+        """Seconds an attempt of ``queue`` may run, None for no limit (a job's own deadline
+        overrides it)."""
         return self.queue_deadlines.get(queue, self.deadline)
 
     def dlq_for(self, queues: Sequence[str]) -> frozenset[str]:
@@ -197,7 +200,8 @@ class RunnerConfig:
     def _check_queue_settings(self) -> None:
         """Each queue's own settings, as strictly as the defaults they stand in for."""
         for queue, seconds in self.queue_deadlines.items():
-            _seconds(f"queue {queue!r}: deadline", seconds)
+            if seconds is not None:
+                _seconds(f"queue {queue!r}: deadline", seconds)
         for queue, kept in self.queue_retention.items():
             if not isinstance(kept, tuple | list) or len(kept) != 2:
                 raise ConfigTypeError(
@@ -318,10 +322,26 @@ def _seconds(what: str, value: object) -> float:
 def count(what: str, value: object, *, low: int) -> int:
     """An integer setting: a TypeError for another type (a bool too), as the Awa SDK
     raises one, and a ConfigError below ``low``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigTypeError(f"{what} must be an integer, got {value!r}")
-    if value < low:
+    number = _integer(what, value)
+    if number < low:
         raise ConfigError(f"{what} must be an integer >= {low}, got {value!r}")
+    return number
+
+
+def above_zero(what: str, value: object, *, queue: str | None = None) -> int:
+    """A setting the Awa SDK takes as an integer above 0 (a weight, a claim batch, a
+    storage slot count), refused in its words ("weight must be > 0") and then which
+    value and, for a queue's own, which queue."""
+    where = "" if queue is None else f" for queue {queue!r}"
+    number = _integer(what, value, where=where)
+    if number < 1:
+        raise ConfigError(f"{what} must be > 0, got {value!r}{where}")
+    return number
+
+
+def _integer(what: str, value: object, *, where: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigTypeError(f"{what} must be an integer, got {value!r}{where}")
     return value
 
 
@@ -365,11 +385,12 @@ def _weighted_queues(
     queues: QueueSpec, total: int, weights: Mapping[str, tuple[int, int]]
 ) -> dict[str, int]:
     """Weighted mode's queues, each at its ceiling: its minimum and the shared pool."""
-    entries = [] if isinstance(queues, Mapping) else list(queues)
-    if not entries or not all(isinstance(entry, Mapping) for entry in entries):
+    entries = list(queues.items()) if isinstance(queues, Mapping) else list(queues)
+    others = [entry for entry in entries if not isinstance(entry, Mapping)]
+    if others or not entries:
         raise ConfigError(
-            "with global_max_workers every queue is a dict with min_workers and weight "
-            "(the SDK's weighted mode), not a (name, max_workers) tuple"
+            "tuple queue config is not supported with global_max_workers; use dict form "
+            f"with min_workers/weight: got {others[0] if others else queues!r}"
         )
     pool = total - sum(low for low, _ in weights.values())
     parsed: dict[str, int] = {}
@@ -385,7 +406,7 @@ def _add(parsed: dict[str, int], name: object, concurrency: int) -> None:
     if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
         raise ConfigError(f"queue name must be a non-empty string, got {name!r}")
     if name in parsed:
-        raise ConfigError(f"queue {name!r} given twice")
+        raise ConfigError(f"queue {name!r} configured more than once")
     parsed[name] = concurrency
 
 
@@ -397,10 +418,15 @@ def _check_queue_keys(entry: Mapping[str, Any], *, weighted: bool) -> None:
             f"queue {name!r}: unknown key(s) {', '.join(unknown)}; a queue dict takes "
             f"{', '.join(sorted(QUEUE_KEYS))}"
         )
+    if {"max_workers", "min_workers"} <= entry.keys():
+        raise ConfigError(
+            "use max_workers for hard-reserved mode or min_workers for weighted mode, not "
+            f"both: queue {name!r} gives both"
+        )
     if weighted and "max_workers" in entry:
         raise ConfigError(
-            f"queue {name!r}: use max_workers for hard-reserved mode or min_workers for "
-            "weighted mode (global_max_workers), not both"
+            f"queue {name!r}: max_workers is for hard-reserved mode; with global_max_workers "
+            "(weighted mode) a queue runs its min_workers and a share of the pool by weight"
         )
     given = sorted(WEIGHTED_KEYS & entry.keys())
     if not weighted and given:

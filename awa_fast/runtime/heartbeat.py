@@ -37,7 +37,8 @@ class HeartbeatConfig:
     interval: float = 5.0  # seconds between beats
     deadline_grace: float = 5.0  # a flagged handler's time to stop before its worker goes
     descriptor_refresh_every: float = 3600.0  # seconds between descriptor refreshes
-    deadlines: Mapping[str, float] = field(default_factory=dict)  # an attempt's, by queue
+    # an attempt's, by queue (None: none, RunnerConfig.queue_deadlines)
+    deadlines: Mapping[str, float | None] = field(default_factory=dict)
 
     @classmethod
     def of(cls, config: RunnerConfig, queues: Sequence[str]) -> HeartbeatConfig:

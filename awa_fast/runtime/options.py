@@ -5,8 +5,9 @@ Each SDK option with a counterpart becomes that field, milliseconds, hours and d
 into seconds. The SDK's three rescue intervals set the one sweep that rescues here, at the
 shortest given: sweeping more often serves each of them. An SDK option given as None means
 its default, as in the SDK. The SDK's storage-engine options tune an engine awa-fast does
-not have: they are accepted, and a warning says once that they change nothing. Any other
-name is refused as Python refuses an unknown keyword (a TypeError).
+not have: they are accepted, their values checked as the SDK's ``start`` checks them, and
+a warning says once that they change nothing. Any other name is refused as Python refuses
+an unknown keyword (a TypeError).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from awa_fast.errors import ConfigError, ConfigTypeError
-from awa_fast.runtime.config import QueueSpec, RunnerConfig, count
+from awa_fast.runtime.config import QueueSpec, RunnerConfig, above_zero, count
 from awa_fast.runtime.ratelimit import check_rate_limit
 
 log = logging.getLogger("awa_fast.runtime.options")
@@ -39,21 +40,37 @@ AWA_OPTIONS: Mapping[str, tuple[str, float | None]] = {
     "cleanup_batch_size": ("cleanup_batch", None),
 }
 
-# The SDK's storage-engine options: awa-fast has one storage, which they do not tune.
-AWA_STORAGE_OPTIONS = frozenset(
-    {
-        "terminal_count_rollup_interval_ms",
-        "storage_transition_role",
-        "queue_storage_schema",
-        "queue_storage_queue_slot_count",
-        "queue_storage_lease_slot_count",
-        "queue_storage_claim_slot_count",
-        "queue_storage_queue_stripe_count",
-        "queue_storage_queue_rotate_interval_ms",
-        "queue_storage_lease_rotate_interval_ms",
-        "queue_storage_claim_rotate_interval_ms",
-    }
-)
+_TRANSITION_ROLES = ("auto", "canonical_drain", "queue_storage_target")
+
+
+def _text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ConfigTypeError(f"{name} must be a str, got {value!r}")
+    return value
+
+
+def _transition_role(name: str, value: object) -> None:
+    if _text(name, value) not in _TRANSITION_ROLES:
+        *first, last = map(repr, _TRANSITION_ROLES)
+        raise ConfigError(f"{name} must be one of {', '.join(first)}, or {last} (got {value!r})")
+
+
+# The SDK's storage-engine options: awa-fast has one storage, which they do not tune. Each
+# has the check the SDK's start() gives its value, so that a value it refuses is refused
+# here too; what its engine checks as it starts (slot minimums, the schema against the
+# storage transition's) has no engine here to check for.
+AWA_STORAGE_OPTIONS: Mapping[str, Callable[[str, object], object]] = {
+    "terminal_count_rollup_interval_ms": above_zero,
+    "storage_transition_role": _transition_role,
+    "queue_storage_schema": _text,
+    "queue_storage_queue_slot_count": above_zero,
+    "queue_storage_lease_slot_count": above_zero,
+    "queue_storage_claim_slot_count": above_zero,
+    "queue_storage_queue_stripe_count": above_zero,
+    "queue_storage_queue_rotate_interval_ms": above_zero,
+    "queue_storage_lease_rotate_interval_ms": above_zero,
+    "queue_storage_claim_rotate_interval_ms": above_zero,
+}
 _warned_ignored: set[str] = set()  # each storage option is logged once a process
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(RunnerConfig))
@@ -67,8 +84,14 @@ def runner_config(
     raises :class:`ConfigError` naming it. A queue's ``claimers`` raises the runner's,
     whose claim loops serve every queue, to at least that many. ``pooled``: the client's
     URL goes through a transaction pooler, so its runner's does too
-    (:func:`_pooled_runner`)."""
+    (:func:`_pooled_runner`). Weighted mode needs ``queues`` given, as the SDK's: it
+    cannot tell each handler's queue a minimum and a weight."""
     config = _runner_options(_pooled_runner(options) if pooled else options)
+    if queues is None and config.global_max_workers is not None:
+        raise ConfigError(
+            "weighted mode requires explicit queue configs (global_max_workers set but "
+            "queues=None): give start() a dict for each queue, with min_workers and weight"
+        )
     settings = queue_settings(queues or (), config)
     per_queue_claimers = settings.pop("claimers")
     merged: dict[str, Any] = {
@@ -91,7 +114,9 @@ def queue_settings(queues: QueueSpec, config: RunnerConfig) -> dict[str, dict[st
     ``retention`` {completed_hours, failed_hours} → queue_retention (seconds; one left
     out keeps ``config``'s), ``claim_batch_size`` → queue_claim_batches,
     ``priority_aging_interval_ms`` → queue_aging (seconds), and in weighted mode
-    ``min_workers`` (0) and ``weight`` (1) → queue_weights; ``claimers`` by queue."""
+    ``min_workers`` (0) and ``weight`` (1) → queue_weights; ``claimers`` by queue. As in
+    the SDK, a weight is checked in either mode, and 0 turns a queue's deadline (None)
+    or aging (left out) off."""
     settings: dict[str, dict[str, Any]] = {
         "queue_rate_limits": {},
         "queue_deadlines": {},
@@ -110,27 +135,34 @@ def queue_settings(queues: QueueSpec, config: RunnerConfig) -> dict[str, dict[st
         if "rate_limit" in given:
             settings["queue_rate_limits"][name] = check_rate_limit(name, given["rate_limit"])
         if "deadline_duration_ms" in given:
-            ms = _number(f"queue {name!r}: deadline_duration_ms", given["deadline_duration_ms"])
-            settings["queue_deadlines"][name] = ms / 1000
+            settings["queue_deadlines"][name] = _seconds_or_off(
+                name, "deadline_duration_ms", given["deadline_duration_ms"]
+            )
         if "retention" in given:
             settings["queue_retention"][name] = _retention(name, given["retention"], config)
         if "priority_aging_interval_ms" in given:
-            ms = _number(
-                f"queue {name!r}: priority_aging_interval_ms", given["priority_aging_interval_ms"]
+            aging = _seconds_or_off(
+                name, "priority_aging_interval_ms", given["priority_aging_interval_ms"]
             )
-            settings["queue_aging"][name] = ms / 1000
-        for key, field, low in (
-            ("claim_batch_size", "queue_claim_batches", 1),
-            ("claimers", "claimers", 1),
-        ):
+            if aging is not None:
+                settings["queue_aging"][name] = aging
+        for key, field in (("claim_batch_size", "queue_claim_batches"), ("claimers", "claimers")):
             if key in given:
-                settings[field][name] = count(f"queue {name!r}: {key}", given[key], low=low)
+                settings[field][name] = above_zero(key, given[key], queue=name)
+        weight = above_zero("weight", given.get("weight", 1), queue=name)
         if config.global_max_workers is not None:
             settings["queue_weights"][name] = (
                 count(f"queue {name!r}: min_workers", given.get("min_workers", 0), low=0),
-                count(f"queue {name!r}: weight", given.get("weight", 1), low=1),
+                weight,
             )
     return settings
+
+
+def _seconds_or_off(name: str, key: str, ms: object) -> float | None:
+    """A queue's milliseconds as seconds; 0 turns the setting off (None), as in the SDK."""
+    if isinstance(ms, int | float) and not isinstance(ms, bool) and ms == 0:
+        return None
+    return _number(f"queue {name!r}: {key}", ms) / 1000
 
 
 def _retention(name: str, retention: object, config: RunnerConfig) -> tuple[float, float]:
@@ -170,7 +202,9 @@ def _runner_options(options: Mapping[str, Any]) -> RunnerConfig:
                 # The rescue intervals share one field: the shortest serves each.
                 translated[field] = min(translated.get(field, converted), converted)
         elif name in AWA_STORAGE_OPTIONS:
-            _ignored(name, value)
+            if value is not None:
+                AWA_STORAGE_OPTIONS[name](name, value)
+                _ignored(name)
         else:
             known = ", ".join(sorted(_FIELDS))
             raise ConfigTypeError(f"unknown runner option {name!r}; the options are {known}")
@@ -193,9 +227,9 @@ def _pooled_runner(options: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**options, "transaction_pooling": True}
 
 
-def _ignored(name: str, value: object) -> None:
+def _ignored(name: str) -> None:
     """Log, once a process, that a storage-engine option changes nothing here."""
-    if value is not None and name not in _warned_ignored:
+    if name not in _warned_ignored:
         _warned_ignored.add(name)
         log.warning(
             "%s ignored: it tunes the Awa SDK's queue storage engine, and awa-fast has one "
@@ -207,7 +241,7 @@ def _ignored(name: str, value: object) -> None:
 def _converted(name: str, value: object) -> float:
     factor = AWA_OPTIONS[name][1]
     if factor is None:
-        return count(name, value, low=1)
+        return above_zero(name, value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigTypeError(f"{name} must be a number, got {value!r}")
     if not 0 <= value < math.inf:  # the SDK's own check of its durations

@@ -13,20 +13,33 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from awa_fast.errors import ConfigError
+from awa_fast.errors import ConfigError, ConfigTypeError
 
 
 def check_rate_limit(queue: str, limit: object) -> tuple[float, int]:
     """``(max_rate, burst)`` checked: a positive finite rate in jobs a second and a whole
-    burst of at least 1; anything else raises ConfigError naming the queue."""
-    if not isinstance(limit, tuple | list) or len(limit) != 2:
-        raise ConfigError(f"queue {queue!r}: rate_limit must be (max_rate, burst), got {limit!r}")
-    rate, burst = limit
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < math.inf:
-        raise ConfigError(f"queue {queue!r}: rate_limit max_rate must be > 0, got {rate!r}")
-    if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
+    burst of at least 1. What is not such a pair of numbers is a TypeError, a rate not
+    above 0 a ConfigError (an AwaError), each in the Awa SDK's words and naming the
+    queue."""
+    rate: object = None
+    burst: object = None
+    if isinstance(limit, tuple | list) and len(limit) == 2:
+        rate, burst = limit
+    if (
+        isinstance(rate, bool)
+        or not isinstance(rate, int | float)
+        or isinstance(burst, bool)
+        or not isinstance(burst, int)
+    ):
+        raise ConfigTypeError(
+            "rate_limit must be a (max_rate: float, burst: int) tuple or None, "
+            f"got {limit!r} for queue {queue!r}"
+        )
+    if not 0 < rate < math.inf:
+        raise ConfigError(f"rate_limit max_rate must be > 0.0, got {rate!r} for queue {queue!r}")
+    if burst < 1:
         raise ConfigError(
-            f"queue {queue!r}: rate_limit burst must be an integer >= 1, got {burst!r}"
+            f"rate_limit burst must be an integer >= 1, got {burst!r} for queue {queue!r}"
         )
     return float(rate), burst
 

@@ -34,7 +34,7 @@ from awa_fast.runtime.claimed import Claimed
 class Standby:
     """The standby claims of one runner, by queue index (the runner's queue order)."""
 
-    def __init__(self, queues: list[str], *, deadlines: list[float], recheck: float) -> None:
+    def __init__(self, queues: list[str], *, deadlines: list[float | None], recheck: float) -> None:
         self.queues = queues
         self._index = {queue: index for index, queue in enumerate(queues)}
         self._deadlines = deadlines
@@ -95,9 +95,15 @@ class Standby:
     async def offer(
         self, cur: psycopg.AsyncCursor[Any], drained: list[int], *, host_id: int
     ) -> None:
-        """A claim for each drained queue that has none of ours waiting."""
+        """A claim for each drained queue that has none of ours waiting. A queue whose
+        attempts have no deadline gets none: a claim carries the deadline it starts its
+        job with (migration 0018). Its jobs are claimed the usual way."""
         async with self._lock:
-            wanted = [index for index in drained if not self.waiting[index]]
+            wanted = [
+                index
+                for index in drained
+                if not self.waiting[index] and self._deadlines[index] is not None
+            ]
             if not wanted:
                 return
             await cur.execute(

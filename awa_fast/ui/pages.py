@@ -45,9 +45,7 @@ _COUNTS = (  # QueueStat's counts
 
 def text(params: Mapping[str, str], name: str) -> str | None:
     """A query or form field, None when absent or blank."""
-    value = params.get(name, "").strip()
-    if "\x00" in value:  # no text column holds one
-        raise ValidationError(name, "contains a NUL character")
+    value = validation.storable_text(name, params.get(name, "").strip())
     return value or None
 
 

@@ -184,6 +184,7 @@ def test_transaction_pooling_must_be_a_bool() -> None:
 def test_a_runner_of_a_pooled_client_cannot_turn_pooling_off() -> None:
     """Both connect to the same URL, through the same pooler."""
     client = awa_fast.AsyncClient("postgresql:///app", transaction_pooling=True)
+    client.task(kind="noop")(lambda job: None)  # with nothing registered, start refuses that
     with pytest.raises(ConfigError, match="transaction_pooling must stay True"):
         run(client.start({"default": 1}, transaction_pooling=False))
 

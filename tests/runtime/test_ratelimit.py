@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from awa_fast.errors import ConfigError
+from awa_fast.errors import ConfigError, ConfigTypeError
 from awa_fast.runtime.ratelimit import TokenBucket, check_rate_limit
 
 
@@ -39,7 +39,11 @@ def test_a_slow_rate_waits_whole_seconds_for_its_token() -> None:
 def test_a_rate_limit_is_checked_and_normalized() -> None:
     assert check_rate_limit("q", (5, 2)) == (5.0, 2)
     assert check_rate_limit("q", [0.5, 1]) == (0.5, 1)
-    with pytest.raises(ConfigError, match="queue 'q': rate_limit max_rate must be > 0"):
+    with pytest.raises(ConfigError, match=r"^rate_limit max_rate must be > 0\.0, got inf for"):
         check_rate_limit("q", (float("inf"), 1))
-    with pytest.raises(ConfigError, match="burst must be an integer >= 1, got True"):
-        check_rate_limit("q", (1.0, True))
+    with pytest.raises(ConfigError, match=r"^rate_limit burst must be an integer >= 1, got 0"):
+        check_rate_limit("q", (1.0, 0))
+    # not a pair of numbers: a TypeError in the Awa SDK's words, naming the queue
+    for bad in ("fast", (1.0,), (1.0, True), (1.0, 2.5), ("1", 2), {"max_rate": 1}):
+        with pytest.raises(ConfigTypeError, match=r"^rate_limit must be a \(max_rate: float, "):
+            check_rate_limit("q", bad)

@@ -430,7 +430,9 @@ RETURNING id;
 -- that registered again, moves its attempts to its new row here. An attempt claimed ahead
 -- and still waiting in its worker (`waiting`) has its deadline moved to a full deadline from
 -- now, its queue's (`deadlines`, by queue) unless the job has its own: its time to run
--- starts when it starts.
+-- starts when it starts. An attempt with no deadline (NULL: its queue has none, nor the
+-- job) is never overdue: `overdue` is false for it, never NULL, which the host would take
+-- for an attempt it no longer owns.
 UPDATE awa_fast.jobs_hot j
 SET heartbeat_at = now(), host_id = %(host_id)s,
     deadline_at = CASE WHEN j.id = ANY(%(waiting)s::bigint[]) AND j.state = 'running'
@@ -440,7 +442,7 @@ SET heartbeat_at = now(), host_id = %(host_id)s,
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND (j.state = 'running' OR (j.state = 'waiting_external' AND j.heartbeat_at IS NOT NULL))
   AND j.run_lease = (%(leases)s::jsonb ->> j.id::text)::bigint
-RETURNING j.id, j.run_lease, j.state = 'running' AND j.deadline_at < now() AS overdue;
+RETURNING j.id, j.run_lease, (j.state = 'running' AND j.deadline_at < now()) IS TRUE AS overdue;
 
 -- name: host_register
 -- `queues`: the settings of the queues this host serves (migration 0021).

@@ -1,7 +1,7 @@
 """The Awa SDK's compiled module by its name (its ``awa._awa``), for code ported from the
-SDK that reaches into it: its raw client, ``Client`` there (:class:`awa_fast.RawClient`
-is it, as ``awa.RawClient`` is there), ``derive_kind``, and the callback contract's
-constants and functions by the names they have there. Each is awa-fast's own; every other
+SDK that reaches into it: its raw client, as ``Client`` (the SDK's name there) and as
+``RawClient`` (the package's), ``derive_kind``, and the callback contract's constants and
+functions by the names they have there. Each is awa-fast's own; every other
 name of the SDK's module is its package's too, and here :mod:`awa_fast`'s."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from awa_fast.callback_contract import SIGNATURE_HEADER as CALLBACK_SIGNATURE_HE
 from awa_fast.callback_contract import build_callback_url
 from awa_fast.callback_contract import sign as sign_callback
 from awa_fast.callback_contract import verify as verify_callback
+from awa_fast.client import RawClient
 from awa_fast.client import RawClient as Client
 from awa_fast.codec import kind_of as derive_kind
 
@@ -22,6 +23,7 @@ __all__ = [
     "CALLBACK_DEFAULT_PATH_PREFIX",
     "CALLBACK_SIGNATURE_HEADER",
     "Client",
+    "RawClient",
     "build_callback_url",
     "derive_kind",
     "sign_callback",

@@ -74,7 +74,7 @@ def test_the_raw_client_is_both_clients_under_the_sdks_names(dsn: str) -> None:
     storage-engine methods say there is no such engine here."""
     # awa-pg 0.6.9: ``awa.RawClient is awa._awa.Client``, where its tests also read the
     # callback contract's constants and ``derive_kind``
-    assert awa.RawClient is awa._awa.Client
+    assert awa.RawClient is awa._awa.Client is awa._awa.RawClient
     assert awa._awa.CALLBACK_SIGNATURE_HEADER == awa.callback_contract.SIGNATURE_HEADER
     assert awa._awa.CALLBACK_DEFAULT_PATH_PREFIX == awa.callback_contract.DEFAULT_PATH_PREFIX
     assert awa._awa.derive_kind("SendEmail") == "send_email"

@@ -3,6 +3,7 @@ drive it, the composition built from runner settings, and something due for ever
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.hooks import HookDispatcher
 from tests.factories import insert_job
+from tests.helpers import await_until
 from tests.runtime.pool.app import Step
 
 T = TypeVar("T")
@@ -27,6 +29,20 @@ Conn = psycopg.AsyncConnection[Any]
 def leader(dsn: str) -> Leader:
     """A leader with the runner's default election interval (nothing renews its term)."""
     return Leader(Database(dsn), interval=1.0)
+
+
+# The heartbeat staleness of the tests that take hosts for dead: long past for the rows
+# they make stale, not reached by the rows they keep fresh, and soon reached by a new
+# leader's time up (a rule for dead hosts applies only once its leader has been up for
+# the rule's window: awa_fast.maintenance.rescuer).
+STALENESS = 2.0
+
+
+async def until_up(leader: Leader, seconds: float = STALENESS) -> None:
+    """Wait until ``leader``, checked once, has reached the database for ``seconds``."""
+    await await_until(
+        lambda: leader.up_for(time.monotonic()) >= seconds, what="the leader to be up long enough"
+    )
 
 
 async def one_pass(

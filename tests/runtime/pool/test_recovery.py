@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
 import awa_fast
 from awa_fast.localpg import LocalCluster
@@ -130,14 +129,6 @@ def test_killing_the_leader_host_hands_its_jobs_to_the_other(serve: Any, dsn: st
             assert final["errors"][0]["error"].startswith("heartbeat stale")
         else:
             assert (final["attempt"], final["errors"]) == (1, [])
-
-
-@pytest.fixture
-def own_cluster() -> Any:
-    cluster = LocalCluster.temporary()
-    cluster.start()
-    yield cluster
-    cluster.stop(remove=True)
 
 
 def test_postgres_restart_mid_run_loses_and_repeats_nothing(

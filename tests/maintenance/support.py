@@ -15,11 +15,14 @@ from awa_fast.db.connections import Database
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.leader import Leader
 from awa_fast.maintenance.periodic import periodic_job
+from awa_fast.maintenance.rescuer import Rescuer, RescuerConfig
 from awa_fast.maintenance.service import Maintenance
+from awa_fast.maintenance.stats import MaintenanceStats
 from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.hooks import HookDispatcher
+from awa_fast.runtime.followups import FollowupRegistry
+from awa_fast.runtime.hooks import HookDispatcher, HookRegistry
 from tests.factories import insert_job
-from tests.helpers import await_until
+from tests.helpers import await_until, run
 from tests.runtime.pool.app import Step
 
 T = TypeVar("T")
@@ -43,6 +46,34 @@ async def until_up(leader: Leader, seconds: float = STALENESS) -> None:
     await await_until(
         lambda: leader.up_for(time.monotonic()) >= seconds, what="the leader to be up long enough"
     )
+
+
+def make_rescuer(
+    dsn: str,
+    up: Leader,
+    *,
+    followups: FollowupRegistry | None = None,
+    hooks: HookDispatcher | None = None,
+    **config: Any,
+) -> Rescuer:
+    """A rescuer under ``up`` (the up_leader fixture), its staleness the tests'."""
+    config.setdefault("heartbeat_staleness", STALENESS)
+    return Rescuer(
+        dsn=dsn,
+        leader=up,
+        followups=FollowupRegistry() if followups is None else followups,
+        hooks=HookDispatcher(HookRegistry()) if hooks is None else hooks,
+        stats=MaintenanceStats(),
+        config=RescuerConfig(**config),
+    )
+
+
+def rescue_once(dsn: str, up: Leader, **config: Any) -> dict[str, int]:
+    """One pass of a rescuer under ``up``; what it counted."""
+    rescuer = make_rescuer(dsn, up, **config)
+    counts = run(one_pass(rescuer.leader, rescuer.run_once))
+    assert rescuer.stats.rescued == counts
+    return counts
 
 
 async def one_pass(

@@ -192,3 +192,31 @@ def test_a_job_waiting_in_its_worker_keeps_a_full_deadline_and_its_worker(
     )
     assert 590 < left[queue_default] <= 600
     assert 20 < left[own] <= 30
+
+
+def test_a_beat_marks_the_attempts_held_unstarted_and_unmarks_them_once_started(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """The mark a rescue of a gone host gives attempts back by: set for an attempt claimed
+    ahead and waiting in its worker, cleared at the first beat after its handler starts."""
+    waiting, started = (insert_job(conn, state="running", attempt=1, run_lease=1) for _ in "ab")
+    with awa_fast.Client(dsn) as client:
+        runner = Runner(dsn, client.handlers, {"default": 8}, RunnerConfig())
+
+    def marks() -> dict[int, int | None]:
+        rows = conn.execute("SELECT id, held_lease FROM awa_fast.jobs_hot").fetchall()
+        return dict(rows)
+
+    async def beat() -> list[dict[int, int | None]]:
+        slots = {j: runner.inflight.acquire_slot(j, 1, 0, 0) for j in (waiting, started)}
+        runner.inflight.mark_started(slots[started])
+        try:
+            await runner.heartbeat.beat_once()
+            seen = [marks()]
+            runner.inflight.mark_started(slots[waiting])
+            await runner.heartbeat.beat_once()
+            return [*seen, marks()]
+        finally:
+            await runner.host.forget()
+
+    assert run(beat()) == [{waiting: 1, started: None}, {waiting: None, started: None}]

@@ -65,9 +65,12 @@ def _settled_leader(dsn: str, serve: Any) -> Serve:
     """A host that leads, its capacity taken by two jobs that hold until released, up
     for longer than the leader's wait before a free lock counts."""
     _tables(dsn)
+    # No standby claim there: a job started on one while the holds take the capacity
+    # would be given back, and wait for the other host's next claim.
     leader: Serve = serve(
-        "--processes", "1", "--queue", "default=2", "--prefetch", "0", *SETTINGS, app=APP
-    )
+        "--processes", "1", "--queue", "default=2", "--prefetch", "0", "--no-standby",
+        *SETTINGS, app=APP,
+    )  # fmt: skip
     wait_until(lambda: _leads(dsn, leader), what="the first host to lead")
     with awa_fast.Client(dsn) as client:
         client.insert_many([Hold(), Hold()])

@@ -62,8 +62,8 @@ class Sweep(NamedTuple):
 
 
 class HostRule(NamedTuple):
-    """A way to find a dead host: whether by its lock, the error its rescued attempts
-    record, the count they are added to, and what the log says of its hosts."""
+    """What a dead host was: gone (its lock free, its heartbeat fresh) or stale; the error
+    its rescued attempts record, the count they are added to, and what the log says."""
 
     by_lock: bool
     reason: str
@@ -191,7 +191,7 @@ class Rescuer:
             await asyncio.sleep(CONFIRM_PAUSE)
         async with self.leader.fenced(conn):
             cur = await conn.execute(Q.host_take_dead, params)
-            dead: dict[int, bool] = dict(await cur.fetchall())  # id -> found by its lock
+            dead: dict[int, bool] = dict(await cur.fetchall())  # id -> gone, else stale
             await conn.execute(Q.standby_drop_orphans)
             if not dead:
                 return {}
@@ -219,8 +219,8 @@ class Rescuer:
         self, dead: dict[int, bool], rescued: list[int], given_back: int, reason_of: dict[int, str]
     ) -> dict[str, int]:
         """Log what became of dead hosts' attempts, send the rescued ones' events, and
-        count them by the rule that found their host (``host_gone``: its lock;
-        ``host_take_dead``: its heartbeat), the ones given back apart."""
+        count them by what their host was (``host_gone``: its lock free and its heartbeat
+        fresh; ``host_take_dead``: its heartbeat stale), the ones given back apart."""
         counts: dict[str, int] = {}
         for rule in (_GONE, _STALE):
             hosts = [host for host, by_lock in dead.items() if by_lock is rule.by_lock]

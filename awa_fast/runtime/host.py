@@ -60,6 +60,7 @@ class Host:
         self.id: int | None = None  # once registered
         self.last_beat = 0.0  # time.monotonic() of the last heartbeat that landed
         self.holds_lock = False  # the connection's session holds the row's lock
+        self._lock_refused = False  # the last try to take it again found it held
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
     async def connection(self) -> psycopg.AsyncConnection[Any]:
@@ -100,15 +101,20 @@ class Host:
             await self._register(conn)
             return False
         if relock:
-            self.holds_lock = bool(row[0])
-            if not self.holds_lock:
-                log.warning(
-                    "host %s could not take its lock again: an earlier session of its own "
-                    "still holds it; until that ends, it is known live by its heartbeat",
-                    self.id,
-                )
+            self._relocked(bool(row[0]))
         self.last_beat = time.monotonic()
         return True
+
+    def _relocked(self, taken: bool) -> None:
+        """Note whether the lock was taken again; say so once when it was not."""
+        if not taken and not self._lock_refused:
+            log.warning(
+                "host %s could not take its lock again: an earlier session of its own "
+                "still holds it; until that ends, it is known live by its heartbeat",
+                self.id,
+            )
+        self.holds_lock = taken
+        self._lock_refused = not taken
 
     async def wait(self, seconds: float) -> None:
         """Wait ``seconds`` on the host's connection; raise psycopg.OperationalError at

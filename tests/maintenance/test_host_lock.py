@@ -186,6 +186,32 @@ def test_a_gone_hosts_held_attempts_are_given_back_and_the_rest_rescued(
     assert conn.execute("SELECT count(*) FROM awa_fast.standby_claims").fetchone() == (0,)
 
 
+def test_a_gone_host_silent_for_long_has_every_attempt_charged(
+    dsn: str, conn: psycopg.Connection[Any], up_leader: Leader
+) -> None:
+    """A host whose lock is free but whose heartbeat is older than the staleness (cut off
+    long before its session ended) may have started anything it held at its last beat:
+    nothing of it is given back uncharged."""
+    host = _host(dsn)
+
+    async def main() -> tuple[dict[str, int], int]:
+        await host.register()
+        held = _running_on(conn, host, held=True)
+        conn.execute(
+            "UPDATE awa_fast.hosts SET heartbeat_at = now() - interval '1 hour' WHERE id = %s",
+            (host.id,),
+        )
+        await host.close()
+        rescuer = make_rescuer(dsn, up_leader, settle=STALENESS)
+        return await one_pass(up_leader, rescuer.run_once), held
+
+    counts, held = run(main())
+    assert counts == {"host_take_dead": 1}
+    rescued = job(dsn, held)
+    assert (rescued["state"], rescued["attempt"]) == ("retryable", 1)
+    assert rescued["errors"][-1]["error"] == STALE
+
+
 def test_no_host_is_taken_for_dead_before_its_leader_has_been_up_long_enough(
     dsn: str, conn: psycopg.Connection[Any]
 ) -> None:

@@ -73,15 +73,15 @@ SELECT EXISTS (
 -- name: host_take_dead
 -- Hosts gone or stale, removed; the same transaction rescues their attempts
 -- (job_select_of_hosts), so a failed rescue leaves them to the next sweep. `gone`: found
--- by its lock alone, its heartbeat still fresh.
+-- by its lock with its heartbeat fresh, so that what it held at its last beat is known;
+-- a host silent for longer (cut off, its session ended only later) may have started
+-- anything since, and is settled as a stale one.
 DELETE FROM awa_fast.hosts
 WHERE
 -- include: host_stale
    OR
 -- include: host_lock_free
-RETURNING id, NOT
--- include: host_stale
-    AS gone;
+RETURNING id, heartbeat_at >= now() - make_interval(secs => %(staleness_s)s) AS gone;
 
 -- name: standby_drop_orphans
 -- Standby claims (migration 0018) of hosts that are gone, which no job starts on any more;

@@ -53,19 +53,21 @@ SETTLE = 5.0
 
 class Sweep(NamedTuple):
     """A rescue by a scan: the selecting query, the state its attempts leave, the error
-    each records, and whether it is a backstop (a read of all of jobs_hot)."""
+    each records, whether it is a backstop (a read of all of jobs_hot), and whether it
+    counts a silence (which the database's own downtime may explain)."""
 
     select: str
     from_state: str
     reason: str
     backstop: bool
+    silence: bool = False
 
 
 class HostRule(NamedTuple):
     """What a dead host was: gone (its lock free, its heartbeat fresh) or stale; the error
     its rescued attempts record, the count they are added to, and what the log says."""
 
-    by_lock: bool
+    gone: bool
     reason: str
     sweep: str
     said: str
@@ -76,7 +78,7 @@ _STALE = HostRule(False, STALE, "host_take_dead", "stopped heartbeating")
 
 RESCUES = (
     Sweep("job_select_callback_expired", "waiting_external", "callback timed out", False),
-    Sweep("job_select_stale", "running", STALE, True),
+    Sweep("job_select_stale", "running", STALE, True, silence=True),
     Sweep("job_select_overdue", "running", "deadline exceeded", True),
 )
 
@@ -152,8 +154,8 @@ class Rescuer:
         rules = self._rules(limits)
         counts = await self._rescue_dead_hosts(conn, rules)
         for sweep in RESCUES:
-            if sweep.select == "job_select_stale" and not rules["by_staleness"]:
-                continue  # a silence that may be the database's own downtime
+            if sweep.silence and not rules["by_staleness"]:
+                continue
             if backstop or not sweep.backstop:
                 found = await _select(
                     conn, getattr(Q, sweep.select), limits, by_index=not sweep.backstop
@@ -195,7 +197,7 @@ class Rescuer:
             await conn.execute(Q.standby_drop_orphans)
             if not dead:
                 return {}
-            gone = [host for host, by_lock in dead.items() if by_lock]
+            gone = [host for host, is_gone in dead.items() if is_gone]
             cur = await conn.execute(Q.job_select_of_hosts, {"hosts": list(dead), "gone": gone})
             attempts = await cur.fetchall()
             unstarted = {job: lease for job, lease, _, held in attempts if held}
@@ -223,11 +225,11 @@ class Rescuer:
         fresh; ``host_take_dead``: its heartbeat stale), the ones given back apart."""
         counts: dict[str, int] = {}
         for rule in (_GONE, _STALE):
-            hosts = [host for host, by_lock in dead.items() if by_lock is rule.by_lock]
+            hosts = [host for host, gone in dead.items() if gone == rule.gone]
             if not hosts:
                 continue
             ids = [job for job in rescued if reason_of[job] == rule.reason]
-            held = given_back if rule.by_lock else 0
+            held = given_back if rule.gone else 0
             log.warning(
                 "hosts %s %s: %d attempts rescued, %d given back unstarted",
                 hosts,

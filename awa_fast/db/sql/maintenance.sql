@@ -97,10 +97,10 @@ WHERE id IN (
 
 -- name: job_select_of_hosts
 -- The running attempts of dead hosts, with their host: a read of all of jobs_hot, only
--- when a host died. `unstarted`: an attempt of a host found gone (`gone`) that the host held unstarted at
--- its last heartbeat (held_lease), unless it was given back uncharged at this attempt
--- already (job_give_back_many): a job whose start kills its host is charged the second
--- time, and cannot run on uncounted.
+-- when a host died. `unstarted`: an attempt that a host found gone (`gone`) held
+-- unstarted at its last heartbeat (held_lease), unless it was given back uncharged at
+-- this attempt already (job_give_back_many): a job whose start kills its host is
+-- charged the second time, and cannot run on uncounted.
 SELECT id, run_lease, host_id,
        host_id = ANY(%(gone)s::bigint[]) AND held_lease IS NOT DISTINCT FROM run_lease
        AND NOT COALESCE(errors -> -1 @> jsonb_build_object('given_back', true,

@@ -13,16 +13,23 @@ from __future__ import annotations
 import asyncio
 import os
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
 from typing import Any, TypeVar, Unpack
 
-from psycopg import AsyncConnection, Connection
+from psycopg import AsyncConnection, Connection, OperationalError
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from awa_fast import admin, batch, producer
-from awa_fast.db.connections import Database, keepalives
+from awa_fast.db.connections import (
+    Database,
+    connect_timeout_params,
+    keepalives,
+    refused,
+    unreachable,
+)
 from awa_fast.db.migrate import migrate as _migrate
 from awa_fast.db.transitions import Outcome
 from awa_fast.descriptors import DescriptorOptions, descriptor
@@ -307,23 +314,58 @@ async def _execute_async(conn: AsyncConnection[Any], op: admin.Op[T]) -> T:
     return op.shape(await cur.fetchall() if cur.description else [])
 
 
+@asynccontextmanager
+async def _reached_async(
+    pool: AsyncConnectionPool[Any], dsn: str
+) -> AsyncIterator[AsyncConnection[Any]]:
+    """A connection of ``pool`` for one call. An outage raises DatabaseUnreachable naming
+    the server: no connection within the pool's timeout while the pool cannot open one
+    (with every connection merely busy, the pool's own PoolTimeout), or the connection
+    lost under the call."""
+    try:
+        async with pool.connection() as conn:
+            try:
+                yield conn
+            except OperationalError as exc:
+                if conn.broken:
+                    raise unreachable(dsn, f"the connection was lost ({exc})") from exc
+                raise
+    except PoolTimeout as exc:
+        if pool.get_stats().get("pool_size", 0) >= (pool.max_size or 0):
+            raise
+        raise unreachable(dsn, f"no connection within {pool.timeout:g} s") from exc
+
+
 class AsyncClient(_AsyncOnly):
     """The asyncio client: insert jobs, administer them, run handlers. Give
     ``transaction_pooling=True`` when ``dsn`` goes through a transaction pooler
     (PgBouncer's ``pool_mode=transaction``, docs/pgbouncer.md): no connection of this
-    client or of the runners it starts then prepares a statement."""
+    client or of the runners it starts then prepares a statement. A call that gets no
+    connection within ``connect_timeout`` seconds raises
+    :class:`~awa_fast.errors.DatabaseUnreachable` (docs/producing.md)."""
 
     def __init__(
-        self, dsn: str, *, max_connections: int = 10, transaction_pooling: bool = False
+        self,
+        dsn: str,
+        *,
+        max_connections: int = 10,
+        transaction_pooling: bool = False,
+        connect_timeout: float = 5.0,
     ) -> None:
         super().__init__(dsn, transaction_pooling=transaction_pooling)
+        self._connect_params = {
+            **_SESSION,
+            **keepalives(dsn),
+            **connect_timeout_params(dsn, connect_timeout),
+        }
         self._pool = AsyncConnectionPool(
             dsn,
             min_size=0,
             max_size=max_connections,
             open=False,
-            kwargs={**_SESSION, **keepalives(dsn)},
+            kwargs=self._connect_params,
             configure=self._configure,
+            timeout=connect_timeout,
         )
         self._opened = False
 
@@ -334,17 +376,17 @@ class AsyncClient(_AsyncOnly):
 
     async def _conn(self) -> Any:
         if not self._opened:
-            # One connection first, so that a database out of reach raises psycopg's error
-            # (an awa_fast.DatabaseError) at once: the pool would retry in the background,
-            # logging each failure, until its timeout.
-            await (
-                await AsyncConnection.connect(
-                    self.dsn, autocommit=True, application_name="awa-fast client"
-                )
-            ).close()
+            # One connection first, so that a database out of reach raises at once: the
+            # pool would retry in the background, logging each failure, until its timeout.
+            try:
+                await (await AsyncConnection.connect(self.dsn, **self._connect_params)).close()
+            except OperationalError as exc:
+                if refused(exc):
+                    raise
+                raise unreachable(self.dsn, str(exc)) from exc
             await self._pool.open()
             self._opened = True
-        return self._pool.connection()
+        return _reached_async(self._pool, self.dsn)
 
     async def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
         check_insert_options("insert", options)
@@ -719,23 +761,56 @@ def _execute(conn: Connection[Any], op: admin.Op[T]) -> T:
     return op.shape(cur.fetchall() if cur.description else [])
 
 
+@contextmanager
+def _reached(pool: ConnectionPool[Any], dsn: str) -> Iterator[Connection[Any]]:
+    """A connection of ``pool`` for one call. An outage raises DatabaseUnreachable naming
+    the server: no connection within the pool's timeout while the pool cannot open one
+    (with every connection merely busy, the pool's own PoolTimeout), or the connection
+    lost under the call."""
+    try:
+        with pool.connection() as conn:
+            try:
+                yield conn
+            except OperationalError as exc:
+                if conn.broken:
+                    raise unreachable(dsn, f"the connection was lost ({exc})") from exc
+                raise
+    except PoolTimeout as exc:
+        if pool.get_stats().get("pool_size", 0) >= (pool.max_size or 0):
+            raise
+        raise unreachable(dsn, f"no connection within {pool.timeout:g} s") from exc
+
+
 class Client(_SyncOnly):
     """The synchronous client: insert jobs, administer them, run handlers. Give
     ``transaction_pooling=True`` when ``dsn`` goes through a transaction pooler
     (PgBouncer's ``pool_mode=transaction``, docs/pgbouncer.md): no connection of this
-    client or of the runners it starts then prepares a statement."""
+    client or of the runners it starts then prepares a statement. A call that gets no
+    connection within ``connect_timeout`` seconds raises
+    :class:`~awa_fast.errors.DatabaseUnreachable` (docs/producing.md)."""
 
     def __init__(
-        self, dsn: str, *, max_connections: int = 10, transaction_pooling: bool = False
+        self,
+        dsn: str,
+        *,
+        max_connections: int = 10,
+        transaction_pooling: bool = False,
+        connect_timeout: float = 5.0,
     ) -> None:
         super().__init__(dsn, transaction_pooling=transaction_pooling)
+        self._connect_params = {
+            **_SESSION,
+            **keepalives(dsn),
+            **connect_timeout_params(dsn, connect_timeout),
+        }
         self._pool = ConnectionPool(
             dsn,
             min_size=0,
             max_size=max_connections,
             open=False,
-            kwargs={**_SESSION, **keepalives(dsn)},
+            kwargs=self._connect_params,
             configure=self._configure,
+            timeout=connect_timeout,
         )
         self._opened = False
 
@@ -746,15 +821,17 @@ class Client(_SyncOnly):
 
     def _conn(self) -> Any:
         if not self._opened:
-            # One connection first, so that a database out of reach raises psycopg's error
-            # (an awa_fast.DatabaseError) at once: the pool would retry in the background,
-            # logging each failure, until its timeout.
-            (
-                Connection.connect(self.dsn, autocommit=True, application_name="awa-fast client")
-            ).close()
+            # One connection first, so that a database out of reach raises at once: the
+            # pool would retry in the background, logging each failure, until its timeout.
+            try:
+                (Connection.connect(self.dsn, **self._connect_params)).close()
+            except OperationalError as exc:
+                if refused(exc):
+                    raise
+                raise unreachable(self.dsn, str(exc)) from exc
             self._pool.open()
             self._opened = True
-        return self._pool.connection()
+        return _reached(self._pool, self.dsn)
 
     def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
         check_insert_options("insert", options)

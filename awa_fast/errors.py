@@ -129,6 +129,13 @@ class TelemetryError(AwaError, RuntimeError):
     A RuntimeError, as the Awa SDK's is, so a ported ``except`` clause catches it."""
 
 
+class DatabaseUnreachable(AwaError, psycopg.OperationalError):
+    """A client's call could not reach the database: no connection within the client's
+    ``connect_timeout``, or its connection lost under the call. The server is down,
+    restarting or out of reach; the message names it (host and port). A
+    :data:`DatabaseError` too, as psycopg's OperationalError."""
+
+
 # The Awa SDK wraps database errors in its own DatabaseError; awa-fast lets psycopg's reach
 # the caller as they are, so ``except awa_fast.DatabaseError`` (ported code's) catches them.
 DatabaseError = psycopg.Error

@@ -36,6 +36,7 @@ keeps a connection open: the runner's, the heartbeat's, the leader's and the wor
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +48,8 @@ from psycopg import conninfo
 from psycopg.adapt import Dumper
 from psycopg.postgres import types as pg_types
 
-from awa_fast.errors import ConfigError, ConfigTypeError
+from awa_fast.errors import ConfigError, ConfigTypeError, DatabaseUnreachable
+from awa_fast.validation import MAX_SECONDS
 
 PLANNER_SETTINGS = {
     "plan_cache_mode": "force_generic_plan",
@@ -167,6 +169,44 @@ def _without_secrets(message: str, dsn: str) -> str:
         secret = found.group(1) or found.group(2)
         message = message.replace(secret, "***")
     return message.strip()
+
+
+def server_of(dsn: str) -> str:
+    """Where ``dsn`` connects, as ``host:port``: all an error shows of a URL."""
+    given = conninfo.conninfo_to_dict(dsn)
+    host = given.get("host") or given.get("hostaddr") or "the local socket"
+    return f"{host}:{given.get('port') or 5432}"
+
+
+def unreachable(dsn: str, why: str) -> DatabaseUnreachable:
+    """What a client raises when the server of ``dsn`` is out of its reach, and ``why``
+    (libpq's words, any password in them masked)."""
+    return DatabaseUnreachable(
+        f"database unreachable at {server_of(dsn)}: {_without_secrets(why, dsn)}"
+    )
+
+
+def refused(exc: psycopg.OperationalError) -> bool:
+    """Whether a connection attempt that failed with ``exc`` was answered by the server
+    (it refused a role, a password, a database), rather than finding no server at all. A
+    refusal carries no SQLSTATE, only libpq's rendering of the server's error, whose
+    severity reads ``FATAL:`` (a server whose messages are in another language is not
+    recognised, and its refusals read as no answer)."""
+    return "FATAL:" in str(exc)
+
+
+def connect_timeout_params(dsn: str, seconds: object) -> dict[str, Any]:
+    """libpq's ``connect_timeout`` for a client that waits ``seconds`` for a connection
+    (whole seconds, at least 2, as libpq counts them), unless ``dsn`` sets its own."""
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 < seconds < MAX_SECONDS
+    ):
+        raise ConfigError(f"connect_timeout must be a positive number of seconds, got {seconds!r}")
+    if "connect_timeout" in conninfo.conninfo_to_dict(dsn):
+        return {}
+    return {"connect_timeout": max(2, math.ceil(seconds))}
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ import and exposed as attributes of :data:`Q`, so a typo in a query name fails a
 in tests rather than at run time in production.
 
 A clause two statements share is written once, headed by ``-- fragment: name``, and stands
-in each of them as a line ``-- include: name``.
+in each of them as a line ``-- include: name``; a fragment may include another.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _load() -> dict[str, str]:
 def _included(body: str, fragments: dict[str, str]) -> str:
     def fragment(match: re.Match[str]) -> str:
         try:
-            return _strip_comments(fragments[match[1]])
+            return _strip_comments(_included(fragments[match[1]], fragments))
         except KeyError:
             raise RuntimeError(f"no SQL fragment {match[1]!r} to include") from None
 

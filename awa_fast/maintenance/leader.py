@@ -19,6 +19,12 @@ its connection ends the session once idle in a transaction for a term's length.
 Nothing here needs a session of its own, so behind a transaction pooler the leader's
 connections go through it: the locks are the transaction's, and the idle limit is set
 in each fenced transaction instead of once for the session (which the pooler lends on).
+
+A host that could not reach the database could not beat either. So the leader also keeps
+how long its own statements have reached the database without a failure
+(:meth:`Leader.up_for`): rescue counts a host's silence only once that is long enough
+(awa_fast.maintenance.rescuer). Every host runs elections, so a host that becomes leader
+after another died has been counting all along.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -67,10 +74,25 @@ class Leader:
         self.holder = f"{socket.gethostname()} pid {os.getpid()} {uuid.uuid4().hex[:12]}"
         self.term: int | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._up_since: float | None = None  # time.monotonic() of the first success since a failure
 
     @property
     def is_leader(self) -> bool:
         return self.term is not None
+
+    def up_for(self, now: float) -> float:
+        """Seconds (to ``now``, by time.monotonic()) that this leader's statements have
+        reached the database without a connection failing: 0 while they fail."""
+        return 0.0 if self._up_since is None else now - self._up_since
+
+    def reached(self) -> None:
+        """A statement reached the database: the count of time up starts, unless it runs."""
+        if self._up_since is None:
+            self._up_since = time.monotonic()
+
+    def unreachable(self) -> None:
+        """A connection failed: the database was out of reach, for as long as anyone knows."""
+        self._up_since = None
 
     async def connect(self, *, application_name: str) -> psycopg.AsyncConnection[Any]:
         """A connection for this leader's statements, kept alive (TCP keepalives), which
@@ -115,9 +137,11 @@ class Leader:
             cur = await self._conn.execute(Q.leader_elect, params)
             row = await cur.fetchone()
         except psycopg.OperationalError as exc:
+            self.unreachable()
             self._lose(f"lost the leader connection ({exc})")
             await self._close()
             return False
+        self.reached()
         if row is None:
             self._lose("the term is another's, or its last transactions still run")
         elif row[0] != self.term:

@@ -143,6 +143,8 @@ class Maintenance:
                 except Deposed:
                     pass  # the leader logged it; its next election decides what follows
                 except psycopg.OperationalError as exc:
+                    if conn is None or conn.broken:  # not a deadlock: the server went
+                        self.leader.unreachable()
                     log.warning("maintenance pass failed (%s); retrying", exc)
                     if conn is not None:
                         await conn.close()

@@ -1,15 +1,23 @@
 """The heartbeat: this host's row, its running attempts, their cancel flags, eviction.
 
 Every interval, one statement renews the host's row and one renews every attempt running
-here. An attempt the host no longer owns (cancelled, rescued, resolved) or past its
-deadline gets its cancel flag; a handler still running ``deadline_grace`` after that has
-its worker recycled. The host's descriptors are marked seen on the same connection when a
-refresh is due, so that retention keeps them while the host runs.
+here, marking those claimed ahead and not started yet as held. An attempt the host no
+longer owns (cancelled, rescued, resolved) or past its deadline gets its cancel flag; a
+handler still running ``deadline_grace`` after that has its worker recycled. The host's
+descriptors are marked seen on the same connection when a refresh is due, so that
+retention keeps them while the host runs.
+
+Beats go over the host's own connection, whose session holds its lock
+(awa_fast.runtime.host). Between beats the loop waits on that connection, so that one lost
+is opened again at once and the lock taken again first thing; while the database cannot
+be reached, beats are tried again after a short delay, not a whole interval, so that the
+host is live again as soon as the database is back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,13 +29,14 @@ from psycopg.types.json import Jsonb
 
 from awa_fast import descriptors
 from awa_fast._core import InFlight
-from awa_fast.db.connections import Database, Int8Array, attempts_params, connect_hot_async
+from awa_fast.db.connections import Int8Array, attempts_params
 from awa_fast.db.queries import Q
 from awa_fast.descriptors import Descriptor
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.context import Workers
 from awa_fast.runtime.flags import Attempt, CancelFlags
 from awa_fast.runtime.host import Host
+from awa_fast.runtime.supervisor import retry_delay
 
 log = logging.getLogger("awa_fast.heartbeat")
 
@@ -62,7 +71,6 @@ class Beat:
 class Heartbeat:
     def __init__(
         self,
-        database: Database,
         config: HeartbeatConfig,
         *,
         host: Host,
@@ -71,7 +79,6 @@ class Heartbeat:
         workers: Workers,
         descriptors: Sequence[Descriptor],
     ) -> None:
-        self.database = database
         self.config = config
         self._host = host
         self._inflight = inflight
@@ -88,35 +95,34 @@ class Heartbeat:
         return running and age is not None and age <= 2 * self.config.interval
 
     async def run(self, stopping: Callable[[], bool]) -> None:
-        """Beat every interval on a connection of its own until ``stopping()``."""
+        """Beat every interval on the host's connection until ``stopping()``; the
+        connection stays open after, for the runner to close once the row is gone."""
         self._task = asyncio.current_task()
-        conn: psycopg.AsyncConnection[Any] | None = None
-        try:
-            while not stopping():
-                try:
-                    if conn is None or conn.closed:
-                        conn = await connect_hot_async(
-                            self.database, application_name="awa-fast heartbeat"
-                        )
-                    await self.beat_once(conn)
-                except psycopg.OperationalError as exc:
+        failures = 0
+        while not stopping():
+            try:
+                await self.beat_once()
+            except psycopg.OperationalError as exc:
+                failures += 1
+                if failures == 1:
                     log.warning("heartbeat failed (%s); retrying", exc)
-                    if conn is not None:
-                        await conn.close()
-                    conn = None
-                await asyncio.sleep(self.config.interval)
-        finally:
-            if conn is not None:
-                await conn.close()
+                await asyncio.sleep(retry_delay(failures))
+                continue
+            if failures:
+                log.info("heartbeat back after %d failed tries", failures)
+            failures = 0
+            with contextlib.suppress(psycopg.OperationalError):  # lost: beat again at once
+                await self._host.wait(self.config.interval)
 
-    async def beat_once(self, conn: psycopg.AsyncConnection[Any]) -> Beat:
+    async def beat_once(self) -> Beat:
+        """One beat, on the host's connection (opened again if it was lost)."""
         beat = Beat()
+        conn = await self._host.connection()
         if not await self._host.beat(conn):
             log.warning(
-                "host %s was taken for dead and its attempts rescued; registering again",
+                "host was taken for dead and its attempts rescued; registered again as %s",
                 self._host.id,
             )
-            await self._host.register(conn)
             beat.registered_again = True
         await self.refresh_descriptors(conn)
         ids, leases = self._inflight.running()

@@ -84,7 +84,11 @@ class Runner:
         self.inflight = InFlight(self.capacity.counters(), self.capacity.slots() + 64)
         self.ring = OutcomeRing(65536, 128)
         self.hooks = HookDispatcher(handlers.hooks)
-        self.host = Host(dsn, queues=self._host_queues())
+        self.host = Host(
+            database,
+            session=database.session(direct=config.direct_dsn),
+            queues=self._host_queues(),
+        )
         self._stopping = False
         self.supervisor = Supervisor(lambda: self._stopping)
         self.flags = CancelFlags(self.inflight, workers=workers, on_ended=self._wake)
@@ -99,7 +103,6 @@ class Runner:
             flags=self.flags,
         )
         self.heartbeat = Heartbeat(
-            database,
             HeartbeatConfig.of(config, list(self.queues)),
             host=self.host,
             inflight=self.inflight,
@@ -266,13 +269,14 @@ class Runner:
 
     async def start(self) -> None:
         """Serve metrics first, so that a port in use refuses to start with nothing
-        running; a start that fails later lets the port go again."""
+        running; a start that fails later lets the port and the host's row go again."""
         self.claimer.bind(asyncio.get_running_loop())
         if self.config.metrics_port is not None:
             self._metrics = await serve_metrics(self, self.config.metrics_port)
         try:
             await self._start()
         except BaseException:
+            await self.host.forget()  # a row registered before the failure, and its lock
             await self._stop_metrics()
             raise
         LIVE.add(self)
@@ -333,8 +337,8 @@ class Runner:
         return conns
 
     async def _register(self) -> None:
-        """This host's row, and the periodic jobs and descriptors registered on its
-        client, on one connection."""
+        """The periodic jobs and descriptors registered on its client, on one connection,
+        then this host's row, on the host's own (awa_fast.runtime.host)."""
         async with await psycopg.AsyncConnection.connect(
             self.database.dsn,
             autocommit=True,
@@ -347,7 +351,7 @@ class Runner:
                 queues=list(self.handlers.queue_descriptors.values()),
                 kinds=list(self.handlers.kind_descriptors.values()),
             )
-            await self.host.register(conn)
+        await self.host.register()
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop claiming; let handlers finish (up to ``timeout``) while heartbeats go on;
@@ -374,8 +378,9 @@ class Runner:
             if self._commit_thread.is_alive():
                 log.error("committer still busy at shutdown; unflushed jobs are left to rescue")
         if not self.inflight.running()[0]:
-            # An attempt still running leaves the row to go stale, and the leader to rescue it.
             await self.host.forget()
+        else:  # the lock goes: the leader rescues what still runs
+            await self.host.close()
         self.hooks.stop()
         await self._stop_metrics()
 

@@ -3,6 +3,7 @@ drive it, the composition built from runner settings, and something due for ever
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -14,10 +15,14 @@ from awa_fast.db.connections import Database
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.leader import Leader
 from awa_fast.maintenance.periodic import periodic_job
+from awa_fast.maintenance.rescuer import Rescuer, RescuerConfig
 from awa_fast.maintenance.service import Maintenance
+from awa_fast.maintenance.stats import MaintenanceStats
 from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.hooks import HookDispatcher
+from awa_fast.runtime.followups import FollowupRegistry
+from awa_fast.runtime.hooks import HookDispatcher, HookRegistry
 from tests.factories import insert_job
+from tests.helpers import await_until, run
 from tests.runtime.pool.app import Step
 
 T = TypeVar("T")
@@ -27,6 +32,48 @@ Conn = psycopg.AsyncConnection[Any]
 def leader(dsn: str) -> Leader:
     """A leader with the runner's default election interval (nothing renews its term)."""
     return Leader(Database(dsn), interval=1.0)
+
+
+# The heartbeat staleness of the tests that take hosts for dead: long past for the rows
+# they make stale, not reached by the rows they keep fresh, and soon reached by a new
+# leader's time up (a rule for dead hosts applies only once its leader has been up for
+# the rule's window: awa_fast.maintenance.rescuer).
+STALENESS = 2.0
+
+
+async def until_up(leader: Leader, seconds: float = STALENESS) -> None:
+    """Wait until ``leader``, checked once, has reached the database for ``seconds``."""
+    await await_until(
+        lambda: leader.up_for(time.monotonic()) >= seconds, what="the leader to be up long enough"
+    )
+
+
+def make_rescuer(
+    dsn: str,
+    up: Leader,
+    *,
+    followups: FollowupRegistry | None = None,
+    hooks: HookDispatcher | None = None,
+    **config: Any,
+) -> Rescuer:
+    """A rescuer under ``up`` (the up_leader fixture), its staleness the tests'."""
+    config.setdefault("heartbeat_staleness", STALENESS)
+    return Rescuer(
+        dsn=dsn,
+        leader=up,
+        followups=FollowupRegistry() if followups is None else followups,
+        hooks=HookDispatcher(HookRegistry()) if hooks is None else hooks,
+        stats=MaintenanceStats(),
+        config=RescuerConfig(**config),
+    )
+
+
+def rescue_once(dsn: str, up: Leader, **config: Any) -> dict[str, int]:
+    """One pass of a rescuer under ``up``; what it counted."""
+    rescuer = make_rescuer(dsn, up, **config)
+    counts = run(one_pass(rescuer.leader, rescuer.run_once))
+    assert rescuer.stats.rescued == counts
+    return counts
 
 
 async def one_pass(

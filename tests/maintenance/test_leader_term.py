@@ -20,7 +20,7 @@ from awa_fast.db.connections import Database
 from awa_fast.maintenance.leader import FENCE_KEY, Deposed, Leader
 from awa_fast.maintenance.service import Maintenance
 from tests.helpers import await_until, job, leading, lock_waiters, run, wait_until
-from tests.maintenance.support import maintenance, work_for_every_pass
+from tests.maintenance.support import STALENESS, maintenance, until_up, work_for_every_pass
 from tests.runtime.pool.app import Step
 from tests.runtime.pool.conftest import Serve
 
@@ -70,13 +70,15 @@ def test_no_step_of_a_term_that_ended_changes_a_row(
     nothing. The next term's steps act on the same rows."""
     cron_now = work_for_every_pass(dsn, conn)
     before = _rows(dsn)
-    old, successor = maintenance(dsn, election_interval=0.1), maintenance(dsn)
+    old = maintenance(dsn, election_interval=0.1, heartbeat_staleness=STALENESS)
+    successor = maintenance(dsn, election_interval=10.0, heartbeat_staleness=STALENESS)
 
     async def main() -> list[object]:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
             assert await old.leader.check()
             term = old.leader.term
             await await_until(lambda: _term_expired(dsn), what="the unrenewed term to end")
+            await until_up(old.leader)  # else its rescue would find no host to take
             if ended == "succeeded":
                 assert await successor.leader.check()
             for name, step in STEPS.items():
@@ -87,6 +89,7 @@ def test_no_step_of_a_term_that_ended_changes_a_row(
             assert _rows(dsn) == before
             await old.leader.close()
             async with leading(successor):
+                await until_up(successor.leader)
                 return [await step(successor, c, cron_now) for step in STEPS.values()]
 
     promoted, rescued, cleaned, fired, stepped = run(main())
@@ -106,7 +109,8 @@ def test_a_frequent_step_fences_only_when_it_has_work(
         "promote": lambda m, c, now: m.promoter.step(c),  # the leader's round calls this
         **{name: STEPS[name] for name in ("rescue", "cron", "batch")},
     }
-    leader_of = maintenance(dsn, election_interval=60.0)  # its term outlasts the test
+    # its term outlasts the test
+    leader_of = maintenance(dsn, election_interval=60.0, heartbeat_staleness=STALENESS)
 
     async def main(fence: psycopg.Connection[Any]) -> dict[str, object]:
         done: dict[str, object] = {}
@@ -118,6 +122,7 @@ def test_a_frequent_step_fences_only_when_it_has_work(
             async with asyncio.timeout(10):  # a step that took the fence would wait here
                 for step in looking.values():
                     await step(leader_of, c, datetime.now().astimezone())
+            await until_up(leader_of.leader)
             cron_now = work_for_every_pass(dsn, conn)
             for name, step in looking.items():
                 waiting = asyncio.create_task(step(leader_of, c, cron_now))

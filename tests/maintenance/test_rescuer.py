@@ -12,49 +12,23 @@ import pytest
 import awa_fast
 from awa_fast.db.connections import IdMap
 from awa_fast.db.queries import Q
-from awa_fast.maintenance.rescuer import Rescuer, RescuerConfig
-from awa_fast.maintenance.stats import MaintenanceStats
+from awa_fast.maintenance.leader import Leader
 from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.followups import FollowupRegistry
-from awa_fast.runtime.hooks import HookDispatcher, HookRegistry
+from awa_fast.runtime.hooks import HookDispatcher
 from tests.factories import finish_jobs, insert_job, insert_running, record_emptied_statistics
 from tests.helpers import job, run
-from tests.maintenance.support import leader, one_pass, set_columns
-
-
-def _rescuer(
-    dsn: str,
-    *,
-    followups: FollowupRegistry | None = None,
-    hooks: HookDispatcher | None = None,
-    **config: Any,
-) -> Rescuer:
-    return Rescuer(
-        dsn=dsn,
-        leader=leader(dsn),
-        followups=FollowupRegistry() if followups is None else followups,
-        hooks=HookDispatcher(HookRegistry()) if hooks is None else hooks,
-        stats=MaintenanceStats(),
-        config=RescuerConfig(**config),
-    )
-
-
-def _rescue(dsn: str, **config: Any) -> dict[str, int]:
-    rescuer = _rescuer(dsn, **config)
-    counts = run(one_pass(rescuer.leader, rescuer.run_once))
-    assert rescuer.stats.rescued == counts
-    return counts
+from tests.maintenance.support import make_rescuer, one_pass, rescue_once, set_columns
 
 
 def test_stale_heartbeat_is_rescued_and_the_last_attempt_fails(
-    dsn: str, conn: psycopg.Connection[Any]
+    dsn: str, conn: psycopg.Connection[Any], up_leader: Leader
 ) -> None:
     retried = insert_job(conn, state="running", attempt=1, max_attempts=3, run_lease=1)
     last = insert_job(conn, state="running", attempt=3, max_attempts=3, run_lease=3)
     alive = insert_job(conn, state="running", attempt=1, run_lease=1)
     for job_id in (retried, last):
         set_columns(conn, job_id, "heartbeat_at = now() - interval '1 hour'")
-    counts = _rescue(dsn, heartbeat_staleness=30.0)
+    counts = rescue_once(dsn, up_leader)
     assert counts == {"job_select_stale": 2}
     again = job(dsn, retried)
     assert (again["state"], again["attempt"]) == ("retryable", 1)
@@ -64,12 +38,14 @@ def test_stale_heartbeat_is_rescued_and_the_last_attempt_fails(
     assert job(dsn, alive)["state"] == "running"
 
 
-def test_overdue_and_callback_timeouts_are_rescued(dsn: str, conn: psycopg.Connection[Any]) -> None:
+def test_overdue_and_callback_timeouts_are_rescued(
+    dsn: str, conn: psycopg.Connection[Any], up_leader: Leader
+) -> None:
     overdue = insert_job(conn, state="running", attempt=1, run_lease=1)
     set_columns(conn, overdue, "deadline_at = now() - interval '1 minute'")
     waiting = insert_job(conn, state="waiting_external", attempt=1, run_lease=1)
     set_columns(conn, waiting, "callback_timeout_at = now() - interval '1 second'")
-    counts = _rescue(dsn, deadline_grace=5.0)
+    counts = rescue_once(dsn, up_leader, deadline_grace=5.0)
     assert counts == {"job_select_overdue": 1, "job_select_callback_expired": 1}
     assert job(dsn, overdue)["errors"][-1]["error"] == "deadline exceeded"
     assert job(dsn, waiting)["state"] == "retryable"
@@ -78,7 +54,7 @@ def test_overdue_and_callback_timeouts_are_rescued(dsn: str, conn: psycopg.Conne
 
 @pytest.mark.parametrize("statistics", ["all running", "emptied"])
 def test_rescue_between_backstops_never_scans_the_whole_table(
-    dsn: str, conn: psycopg.Connection[Any], statistics: str
+    dsn: str, conn: psycopg.Connection[Any], statistics: str, up_leader: Leader
 ) -> None:
     """Statistics taken while every row ran make the planner reckon the table all running;
     once those rows have finished, the callback sweep must still reach the few parked rows
@@ -98,7 +74,7 @@ def test_rescue_between_backstops_never_scans_the_whole_table(
     set_columns(conn, stale, "heartbeat_at = now() - interval '1 hour'")
     waiting = insert_job(conn, state="waiting_external", attempt=1, run_lease=1)
     set_columns(conn, waiting, "callback_timeout_at = now() - interval '1 second'")
-    rescuer = _rescuer(dsn, deadline_grace=5.0, heartbeat_staleness=30.0)
+    rescuer = make_rescuer(dsn, up_leader, deadline_grace=5.0)
 
     async def rescue_in_one_transaction(*, backstop: bool) -> tuple[dict[str, int], int]:
         async def counted(c: psycopg.AsyncConnection[Any]) -> tuple[dict[str, int], int]:
@@ -125,7 +101,9 @@ def test_rescue_between_backstops_never_scans_the_whole_table(
     assert [job(dsn, j)["state"] for j in (overdue, stale, waiting)] == ["retryable"] * 3
 
 
-def test_a_dead_hosts_attempts_are_rescued_at_once(dsn: str, conn: psycopg.Connection[Any]) -> None:
+def test_a_dead_hosts_attempts_are_rescued_at_once(
+    dsn: str, conn: psycopg.Connection[Any], up_leader: Leader
+) -> None:
     """A host whose row stopped heartbeating is removed and its running attempts rescued
     at the next rescue interval, though each attempt's own heartbeat is fresh; a live
     host's attempts stay. The row goes in the rescue's transaction."""
@@ -144,7 +122,7 @@ def test_a_dead_hosts_attempts_are_rescued_at_once(dsn: str, conn: psycopg.Conne
     for host_id in (dead_host, live_host):
         conn.execute(Q.standby_offer, {"host_id": host_id, "queues": ["idle"], "deadlines": [60.0]})
 
-    counts = _rescue(dsn, heartbeat_staleness=30.0)
+    counts = rescue_once(dsn, up_leader)
     assert counts == {"host_take_dead": 1}
     standby = conn.execute("SELECT host_id FROM awa_fast.standby_claims").fetchall()
     assert standby == [(live_host,)]  # the dead host's claim went with it
@@ -182,18 +160,18 @@ def test_rescue_is_guarded_by_run_lease(dsn: str, conn: psycopg.Connection[Any])
 
 
 def test_rescue_on_the_last_attempt_dead_letters_in_dlq_queues(
-    dsn: str, conn: psycopg.Connection[Any]
+    dsn: str, conn: psycopg.Connection[Any], up_leader: Leader
 ) -> None:
     last = insert_job(conn, state="running", attempt=2, max_attempts=2, run_lease=2, queue="dl")
     set_columns(conn, last, "heartbeat_at = now() - interval '1 hour'")
-    _rescue(dsn, dlq=RunnerConfig(dlq_queues={"dl": True}).dlq_params())
+    rescue_once(dsn, up_leader, dlq=RunnerConfig(dlq_queues={"dl": True}).dlq_params())
     with awa_fast.Client(dsn) as client:
         [entry] = client.list_dlq()
     assert entry.job.id == last and entry.reason.startswith("heartbeat stale")
 
 
-def test_rescued_event_and_followup_after_the_rescue(
-    dsn: str, conn: psycopg.Connection[Any]
+def test_rescued_event_and_followup_after_therescue_once(
+    dsn: str, conn: psycopg.Connection[Any], up_leader: Leader
 ) -> None:
     client = awa_fast.Client(dsn)
     events: list[awa_fast.Event] = []
@@ -211,7 +189,7 @@ def test_rescued_event_and_followup_after_the_rescue(
         set_columns(conn, job_id, "heartbeat_at = now() - interval '1 hour'")
     hooks = HookDispatcher(client.handlers.hooks)
     hooks.start()
-    rescuer = _rescuer(dsn, followups=client.handlers.followups, hooks=hooks)
+    rescuer = make_rescuer(dsn, up_leader, followups=client.handlers.followups, hooks=hooks)
     run(one_pass(rescuer.leader, rescuer.run_once))
     hooks.stop()
     client.close()

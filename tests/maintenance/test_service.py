@@ -18,7 +18,7 @@ from awa_fast.maintenance.service import ServiceConfigs, service_configs
 from awa_fast.maintenance.vacuum import VacuumConfig
 from awa_fast.runtime.config import RunnerConfig
 from tests.helpers import await_until, cancel_while_connecting, lock_waiters, run, sessions
-from tests.maintenance.support import maintenance, work_for_every_pass
+from tests.maintenance.support import STALENESS, maintenance, until_up, work_for_every_pass
 
 
 def test_each_services_defaults_are_the_runners() -> None:
@@ -85,9 +85,15 @@ def test_a_leaders_round_runs_every_service(dsn: str, conn: psycopg.Connection[A
     is released when the loop stops."""
     work_for_every_pass(dsn, conn)
     conn.execute("UPDATE awa_fast.cron_jobs SET created_at = created_at - interval '3 minutes'")
-    leading = maintenance(dsn)
+    leading = maintenance(dsn, heartbeat_staleness=STALENESS)
     rounds = iter([False])  # one round, then stop
-    run(leading.run(lambda: next(rounds, True)))
+
+    async def up_then_one_round() -> None:
+        await leading.leader.check()
+        await until_up(leading.leader)
+        await leading.run(lambda: next(rounds, True))
+
+    run(up_then_one_round())
     stats = leading.stats
     assert (stats.promoted, stats.deleted, stats.periodic) == (1, 1, 1)
     assert stats.rescued == {"host_take_dead": 1, "job_select_stale": 1}

@@ -10,7 +10,6 @@ from typing import Any
 import psycopg
 
 import awa_fast
-from awa_fast.db.connections import Database, connect_hot_async
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.runner import Runner
 from tests.factories import insert_job
@@ -51,8 +50,10 @@ def test_heartbeat_keeps_owned_attempts_and_flags_the_rest(
         slots = {a: runner.inflight.acquire_slot(*a, 0, 0) for a in attempts}
         for slot in slots.values():
             runner.inflight.mark_started(slot)  # their handlers run
-        async with await connect_hot_async(Database(dsn)) as hot:
-            await runner.heartbeat.beat_once(hot)
+        try:
+            await runner.heartbeat.beat_once()
+        finally:
+            await runner.host.forget()
         return {a: runner.inflight.is_cancelled(slot) for a, slot in slots.items()}
 
     flagged = run(beat())
@@ -133,12 +134,15 @@ def test_a_host_taken_for_dead_registers_again_and_restamps_its_attempts(
 
     async def beat_twice() -> tuple[int | None, int | None]:
         runner.inflight.acquire_slot(job_id, 1, 0, 0)
-        async with await connect_hot_async(Database(dsn)) as hot:
-            await runner.host.register(hot)
+        try:
+            await runner.host.register()
             first = runner.host.id
-            await hot.execute("DELETE FROM awa_fast.hosts WHERE id = %s", (first,))
-            await runner.heartbeat.beat_once(hot)
-        return first, runner.host.id
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as other:
+                await other.execute("DELETE FROM awa_fast.hosts WHERE id = %s", (first,))
+            await runner.heartbeat.beat_once()
+            return first, runner.host.id
+        finally:
+            await runner.host.close()
 
     first, second = run(beat_twice())
     assert first is not None and second is not None and second != first
@@ -172,9 +176,11 @@ def test_a_job_waiting_in_its_worker_keeps_a_full_deadline_and_its_worker(
 
     async def beat() -> list[bool]:
         slots = [runner.inflight.acquire_slot(j, 1, 0, 0) for j in (queue_default, own)]
-        async with await connect_hot_async(Database(dsn)) as hot:
-            await runner.heartbeat.beat_once(hot)
-            await runner.heartbeat.beat_once(hot)  # past the grace: nothing to evict
+        try:
+            await runner.heartbeat.beat_once()
+            await runner.heartbeat.beat_once()  # past the grace: nothing to evict
+        finally:
+            await runner.host.forget()
         return [runner.inflight.is_cancelled(slot) for slot in slots]
 
     assert run(beat()) == [False, False]
@@ -186,3 +192,31 @@ def test_a_job_waiting_in_its_worker_keeps_a_full_deadline_and_its_worker(
     )
     assert 590 < left[queue_default] <= 600
     assert 20 < left[own] <= 30
+
+
+def test_a_beat_marks_the_attempts_held_unstarted_and_unmarks_them_once_started(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """The mark a rescue of a gone host gives attempts back by: set for an attempt claimed
+    ahead and waiting in its worker, cleared at the first beat after its handler starts."""
+    waiting, started = (insert_job(conn, state="running", attempt=1, run_lease=1) for _ in "ab")
+    with awa_fast.Client(dsn) as client:
+        runner = Runner(dsn, client.handlers, {"default": 8}, RunnerConfig())
+
+    def marks() -> dict[int, int | None]:
+        rows = conn.execute("SELECT id, held_lease FROM awa_fast.jobs_hot").fetchall()
+        return dict(rows)
+
+    async def beat() -> list[dict[int, int | None]]:
+        slots = {j: runner.inflight.acquire_slot(j, 1, 0, 0) for j in (waiting, started)}
+        runner.inflight.mark_started(slots[started])
+        try:
+            await runner.heartbeat.beat_once()
+            seen = [marks()]
+            runner.inflight.mark_started(slots[waiting])
+            await runner.heartbeat.beat_once()
+            return [*seen, marks()]
+        finally:
+            await runner.host.forget()
+
+    assert run(beat()) == [{waiting: 1, started: None}, {waiting: None, started: None}]

@@ -3,7 +3,8 @@ claim round, a batch of notes heard, and a stop while a service connects."""
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +73,7 @@ def parts(dsn: str, *, concurrency: int, workers: int = 1, prefetch: int = 0) ->
     capacity = Capacity({"default": concurrency}, workers, prefetch=prefetch)
     inflight = InFlight(capacity.counters(), sum(capacity.counters()) + 16)
     delivery = Delivery(count=workers)
-    host = Host(dsn)
+    host = Host(Database(dsn))
     given_back: list[tuple[Claimed, str]] = []
     claimer = Claimer(
         Database(dsn),
@@ -89,6 +90,16 @@ def parts(dsn: str, *, concurrency: int, workers: int = 1, prefetch: int = 0) ->
     return Parts(claimer, delivery, inflight, host, given_back)
 
 
+@contextlib.asynccontextmanager
+async def registered(host: Host) -> AsyncIterator[None]:
+    """``host``'s row (and its lock) for the block, gone after it."""
+    await host.register()
+    try:
+        yield
+    finally:
+        await host.forget()
+
+
 def listener(dsn: str, p: Parts, flags: CancelFlags) -> Listener:
     return Listener(
         Database(dsn),
@@ -103,7 +114,6 @@ def listener(dsn: str, p: Parts, flags: CancelFlags) -> Listener:
 def heartbeat(dsn: str, p: Parts, flags: CancelFlags) -> Heartbeat:
     config = HeartbeatConfig.of(RunnerConfig(), ["default"])
     return Heartbeat(
-        Database(dsn),
         config,
         host=p.host,
         inflight=p.inflight,
@@ -123,8 +133,10 @@ def test_a_claim_round_claims_what_capacity_allows_and_says_so(dsn: str) -> None
     p = parts(dsn, concurrency=3)
 
     async def rounds() -> tuple[Any, Any]:
-        async with await connect_claimer(Database(dsn), application_name="test") as conn:
-            await p.host.register(conn)
+        async with (
+            registered(p.host),
+            await connect_claimer(Database(dsn), application_name="test") as conn,
+        ):
             cur = conn.cursor(binary=True)
             return await p.claimer.claim_round(cur), await p.claimer.claim_round(cur)
 
@@ -150,8 +162,10 @@ def test_a_short_claim_spreads_over_the_workers(dsn: str) -> None:
     p = parts(dsn, concurrency=4, workers=2, prefetch=4)
 
     async def one_round() -> Any:
-        async with await connect_claimer(Database(dsn), application_name="test") as conn:
-            await p.host.register(conn)
+        async with (
+            registered(p.host),
+            await connect_claimer(Database(dsn), application_name="test") as conn,
+        ):
             return await p.claimer.claim_round(conn.cursor(binary=True))
 
     done = run(one_round())
@@ -176,8 +190,10 @@ def test_notes_heard_together_wake_once_and_flag_only_a_confirmed_cancel(
     hearing = listener(dsn, p, flags)
 
     async def claim_then_hear() -> Any:
-        async with await connect_claimer(Database(dsn), application_name="test") as conn:
-            await p.host.register(conn)
+        async with (
+            registered(p.host),
+            await connect_claimer(Database(dsn), application_name="test") as conn,
+        ):
             cur = conn.cursor(binary=True)
             await p.claimer.claim_round(cur)
             if cancelled:

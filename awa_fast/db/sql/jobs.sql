@@ -430,27 +430,70 @@ RETURNING id;
 -- that registered again, moves its attempts to its new row here. An attempt claimed ahead
 -- and still waiting in its worker (`waiting`) has its deadline moved to a full deadline from
 -- now, its queue's (`deadlines`, by queue) unless the job has its own: its time to run
--- starts when it starts. An attempt with no deadline (NULL: its queue has none, nor the
--- job) is never overdue: `overdue` is false for it, never NULL, which the host would take
--- for an attempt it no longer owns.
+-- starts when it starts. It is marked held (held_lease, migration 0026) and every other
+-- one unmarked: if this host is found gone, its held attempts are given back uncharged.
+-- An attempt with no deadline (NULL: its queue has none, nor the job) is never overdue:
+-- `overdue` is false for it, never NULL, which the host would take for an attempt it no
+-- longer owns.
 UPDATE awa_fast.jobs_hot j
 SET heartbeat_at = now(), host_id = %(host_id)s,
     deadline_at = CASE WHEN j.id = ANY(%(waiting)s::bigint[]) AND j.state = 'running'
         THEN now() + make_interval(secs => COALESCE(
             j.deadline_seconds, (%(deadlines)s::jsonb ->> j.queue)::float8))
-        ELSE j.deadline_at END
+        ELSE j.deadline_at END,
+    held_lease = CASE WHEN j.id = ANY(%(waiting)s::bigint[]) AND j.state = 'running'
+        THEN j.run_lease END
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND (j.state = 'running' OR (j.state = 'waiting_external' AND j.heartbeat_at IS NOT NULL))
   AND j.run_lease = (%(leases)s::jsonb ->> j.id::text)::bigint
 RETURNING j.id, j.run_lease, (j.state = 'running' AND j.deadline_at < now()) IS TRUE AS overdue;
 
 -- name: host_register
--- `queues`: the settings of the queues this host serves (migration 0021).
+-- `queues`: the settings of the queues this host serves (migration 0021). A host with no
+-- session of its own (behind a transaction pooler, without a direct URL) holds no lock.
 INSERT INTO awa_fast.hosts (name, queues) VALUES (%(name)s, %(queues)s) RETURNING id;
+
+-- fragment: host_lock
+-- A host's session advisory lock (migration 0026), in the two-int form: awa-fast's
+-- namespace ("awaf") and the id of the host's row, `id` where it stands, read in pg_locks
+-- as classid and objid. Host ids past 2^31 wrap, long after their first holder is gone.
+1635213670, mod(id, 2147483648)::integer
+
+-- name: host_register_holding
+-- A host's row, and its lock on this session, in one statement: the row is never seen
+-- without its lock. Nobody can hold a new row's lock: the leader tries only rows it sees.
+WITH registered AS (
+    INSERT INTO awa_fast.hosts (name, queues, holds_lock)
+    VALUES (%(name)s, %(queues)s, true)
+    RETURNING id
+)
+SELECT id, pg_advisory_lock(
+    -- include: host_lock
+) FROM registered;
 
 -- name: host_heartbeat
 -- No row: the leader took this host for dead and rescued its attempts.
 UPDATE awa_fast.hosts SET heartbeat_at = now() WHERE id = %(id)s RETURNING id;
+
+-- name: host_relock
+-- host_heartbeat for a host whose session does not hold its lock (a new session after the
+-- last one was lost, or one whose lock an old session still held): the lock is tried
+-- first, and the row says whether it is held now. A lock another session holds is not
+-- waited for: until that session ends, this host is found by its heartbeat alone.
+UPDATE awa_fast.hosts
+SET holds_lock = pg_try_advisory_lock(
+        -- include: host_lock
+    ),
+    heartbeat_at = now()
+WHERE id = %(id)s
+RETURNING holds_lock;
+
+-- name: host_unlock
+-- The lock of this host's last row, which the leader took for dead, let go on this
+-- session before the host registers again.
+SELECT pg_advisory_unlock(
+    -- include: host_lock
+) FROM (SELECT %(id)s::bigint AS id) AS h;
 
 -- name: host_forget
 DELETE FROM awa_fast.hosts WHERE id = %(id)s;

@@ -32,22 +32,56 @@ SELECT pg_advisory_xact_lock_shared(%(key)s);
 -- No row unless `term` is still the current term, unexpired by the database's clock.
 SELECT term FROM awa_fast.leader WHERE term = %(term)s AND expires_at > now();
 
+-- fragment: host_stale
+-- A host silent for staleness_s, counted only while the server has been up that long: a
+-- restarted server does not count its own downtime against the hosts that could not
+-- reach it. `by_staleness` is false while the leader itself has not been connected that
+-- long (awa_fast.maintenance.rescuer).
+(%(by_staleness)s AND heartbeat_at < now() - make_interval(secs => %(staleness_s)s)
+ AND pg_postmaster_start_time() < now() - make_interval(secs => %(staleness_s)s))
+
+-- fragment: host_lock_free
+-- A host whose lock (migration 0026) this transaction can take at once: the session that
+-- held it ended. Tried only for a host that says it holds its lock (an earlier version's
+-- never does), and only once the server and the leader have been up for `settle_s`, time
+-- for a live host to reconnect and take its lock again. Taken, the lock stays with this
+-- transaction until it ends, so a host reconnecting meanwhile waits for it.
+CASE WHEN %(by_lock)s AND holds_lock
+          AND pg_postmaster_start_time() < now() - make_interval(secs => %(settle_s)s)
+     THEN pg_try_advisory_xact_lock(
+         -- include: host_lock
+     )
+     ELSE false END
+
 -- name: host_rescue_due
--- Whether host_take_dead or standby_drop_orphans would find anything: a host silent for
--- staleness_s, or a standby claim whose host is gone. Two reads of small tables.
+-- Whether host_take_dead or standby_drop_orphans would find anything: a host gone (its
+-- lock free), a host stale, or a standby claim whose host is gone. Reads of a small table;
+-- in autocommit, a lock it takes is let go as it returns.
 SELECT EXISTS (
-           SELECT 1 FROM awa_fast.hosts
-           WHERE heartbeat_at < now() - make_interval(secs => %(staleness_s)s))
+           SELECT 1 FROM awa_fast.hosts WHERE
+           -- include: host_lock_free
+       ) AS gone,
+       EXISTS (
+           SELECT 1 FROM awa_fast.hosts WHERE
+           -- include: host_stale
+       )
     OR EXISTS (
            SELECT 1 FROM awa_fast.standby_claims s
-           WHERE NOT EXISTS (SELECT 1 FROM awa_fast.hosts h WHERE h.id = s.host_id));
+           WHERE NOT EXISTS (SELECT 1 FROM awa_fast.hosts h WHERE h.id = s.host_id)
+       ) AS other;
 
 -- name: host_take_dead
--- Hosts that stopped heartbeating, removed; the same transaction rescues their attempts
--- (job_select_of_hosts), so a failed rescue leaves them to the next sweep.
+-- Hosts gone or stale, removed; the same transaction rescues their attempts
+-- (job_select_of_hosts), so a failed rescue leaves them to the next sweep. `gone`: found
+-- by its lock with its heartbeat fresh, so that what it held at its last beat is known;
+-- a host silent for longer (cut off, its session ended only later) may have started
+-- anything since, and is settled as a stale one.
 DELETE FROM awa_fast.hosts
-WHERE heartbeat_at < now() - make_interval(secs => %(staleness_s)s)
-RETURNING id;
+WHERE
+-- include: host_stale
+   OR
+-- include: host_lock_free
+RETURNING id, heartbeat_at >= now() - make_interval(secs => %(staleness_s)s) AS gone;
 
 -- name: standby_drop_orphans
 -- Standby claims (migration 0018) of hosts that are gone, which no job starts on any more;
@@ -62,17 +96,47 @@ WHERE id IN (
 );
 
 -- name: job_select_of_hosts
--- The running attempts of dead hosts: a read of all of jobs_hot, only when a host died.
-SELECT id, run_lease FROM awa_fast.jobs_hot
+-- The running attempts of dead hosts, with their host: a read of all of jobs_hot, only
+-- when a host died. `unstarted`: an attempt that a host found gone (`gone`) held
+-- unstarted at its last heartbeat (held_lease), unless it was given back uncharged at
+-- this attempt already (job_give_back_many): a job whose start kills its host is
+-- charged the second time, and cannot run on uncounted.
+SELECT id, run_lease, host_id,
+       host_id = ANY(%(gone)s::bigint[]) AND held_lease IS NOT DISTINCT FROM run_lease
+       AND NOT COALESCE(errors -> -1 @> jsonb_build_object('given_back', true,
+                                                          'attempt', attempt), false)
+           AS unstarted
+FROM awa_fast.jobs_hot
 WHERE state = 'running' AND host_id = ANY(%(hosts)s::bigint[]);
+
+-- name: job_give_back_many
+-- Attempts a dead host held unstarted, back to available with their attempt given back,
+-- as a claim given back by its own host is (job_transition_many), reached as
+-- job_complete_many reaches them and guarded the same way. The error entry says so, and
+-- marks the attempt as given back once (job_select_of_hosts). Claimers hear of them at
+-- once: nothing was inserted for the insert trigger to announce.
+WITH back AS (
+    UPDATE awa_fast.jobs_hot j
+    SET state = 'available', attempt = j.attempt - 1, heartbeat_at = NULL,
+        deadline_at = NULL,
+        errors = j.errors || jsonb_build_array(jsonb_build_object(
+            'error', %(reason)s::text, 'attempt', j.attempt, 'at', now(),
+            'given_back', true))
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running'
+      AND j.run_lease = (%(leases)s::jsonb ->> j.id::text)::bigint
+    RETURNING j.id, j.queue
+)
+SELECT id, pg_notify('awa_fast_jobs', queue) FROM back;
 
 -- name: job_select_stale
 -- The backstop, a read of all of jobs_hot every backstop interval: running attempts whose
 -- own heartbeat went stale although no dead host was found for them (a claim whose rows
 -- its host never received, an attempt whose finalize failed, a host that died between
--- being taken for dead and stamping its attempts with its new id).
+-- being taken for dead and stamping its attempts with its new id). Like host_stale, it
+-- counts no time the server was down.
 SELECT id, run_lease FROM awa_fast.jobs_hot
 WHERE state = 'running' AND heartbeat_at < now() - make_interval(secs => %(staleness_s)s)
+  AND pg_postmaster_start_time() < now() - make_interval(secs => %(staleness_s)s)
 ORDER BY heartbeat_at
 LIMIT %(limit)s;
 

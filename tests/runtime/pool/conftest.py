@@ -6,12 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+
+from awa_fast.localpg import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -20,7 +22,8 @@ class Serve:
     """A running process that serves the handlers of ``app`` (a module with a ``client``,
     tests.runtime.pool.app unless given): `awa-fast serve APP:client ARGS...`, or with
     ``in_process``, `client.run()` or the call ``run`` (no CLI: handlers in the serving
-    process itself)."""
+    process itself). ``env`` adds to its environment; with ``own_group`` it leads a
+    process group of its own, which :meth:`kill_group` ends whole."""
 
     def __init__(
         self,
@@ -30,9 +33,16 @@ class Serve:
         in_process: bool = False,
         app: str = "tests.runtime.pool.app",
         run: str = "client.run()",
+        env: Mapping[str, str] | None = None,
+        own_group: bool = False,
     ) -> None:
         self.log_path = tmp_path / f"serve-{len(list(tmp_path.glob('serve-*.log')))}.log"
-        env = {**os.environ, "AWA_FAST_TEST_APP_DSN": dsn, "PYTHONPATH": str(ROOT)}
+        env = {
+            **os.environ,
+            "AWA_FAST_TEST_APP_DSN": dsn,
+            "PYTHONPATH": str(ROOT),
+            **(env or {}),
+        }
         self._log = self.log_path.open("wb")
         serving = (
             ["-c", f"from {app} import client; raise SystemExit({run})"]
@@ -45,10 +55,16 @@ class Serve:
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            start_new_session=own_group,
         )
 
     def signal(self, sig: signal.Signals = signal.SIGTERM) -> None:
         self.proc.send_signal(sig)
+
+    def kill_group(self) -> None:
+        """SIGKILL the supervisor and its workers at once (it must lead its own group)."""
+        assert os.getpgid(self.proc.pid) == self.proc.pid, "not started with own_group"
+        os.killpg(self.proc.pid, signal.SIGKILL)
 
     def wait(self, timeout: float) -> int:
         try:
@@ -66,6 +82,15 @@ class Serve:
             self.proc.kill()
             self.proc.wait(10)
         self._log.close()
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[LocalCluster]:
+    """A Postgres of the test's own, which it may stop and start."""
+    cluster = LocalCluster.temporary()
+    cluster.start()
+    yield cluster
+    cluster.stop(remove=True)
 
 
 @pytest.fixture

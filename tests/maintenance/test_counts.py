@@ -9,7 +9,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import conninfo
 
+from awa_fast.cli import grant_sql
 from awa_fast.maintenance.counts import Counts, CountsConfig
 from awa_fast.maintenance.leader import Deposed
 from awa_fast.maintenance.stats import MaintenanceStats
@@ -35,7 +37,7 @@ def _deltas(conn: psycopg.Connection[Any]) -> dict[int, int]:
 
 
 def _slot(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute("SELECT last_value FROM awa_fast.count_slot").fetchone()
+    row = conn.execute("SELECT awa_fast.count_slot()").fetchone()
     assert row is not None
     return int(row[0])
 
@@ -176,3 +178,20 @@ def test_a_deposed_leader_folds_nothing(dsn: str, conn: psycopg.Connection[Any])
 
     run(main())
     assert _deltas(conn).keys() == {0}
+
+
+def test_the_applications_role_counts_and_folds(
+    dsn: str, outsider_dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """A role given the printed grants, and nothing more, appends deltas as it moves jobs
+    and, as the leader, seals and folds them (TRUNCATE is the schema owner's, in
+    awa_fast.count_fold)."""
+    role = conninfo.conninfo_to_dict(outsider_dsn)["user"]
+    conn.execute(grant_sql(str(role)).encode())
+    with psycopg.connect(outsider_dsn, autocommit=True) as app:
+        _work(app, "a")
+    counter = _counts(outsider_dsn)
+    assert _pass(counter) == 0
+    assert _pass(counter)
+    assert _deltas(conn) == {}
+    assert_counts_exact(conn)

@@ -96,7 +96,7 @@ def test_a_leaders_round_runs_every_service(dsn: str, conn: psycopg.Connection[A
     assert (stats.promoted, stats.deleted, stats.periodic) == (1, 1, 1)
     assert stats.rescued == {"host_take_dead": 1, "job_select_stale": 1}
     # the counts' pass sealed the deltas of the work above, for its next pass to fold
-    assert conn.execute("SELECT last_value FROM awa_fast.count_slot").fetchone() == (1,)
+    assert conn.execute("SELECT awa_fast.count_slot()").fetchone() == (1,)
     [(state,)] = conn.execute("SELECT state FROM awa_fast.batch_operations").fetchall()
     assert state == "running"
     released = conn.execute("SELECT expires_at <= now() FROM awa_fast.leader").fetchall()

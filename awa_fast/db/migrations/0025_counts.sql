@@ -38,6 +38,12 @@
 CREATE SEQUENCE awa_fast.count_slot AS smallint MINVALUE 0 MAXVALUE 1 START 0 CYCLE;
 SELECT setval('awa_fast.count_slot', 0);  -- called: the first nextval moves it to 1
 
+-- The partition writers append to now. Read through pg_sequence_last_value, which needs
+-- only the USAGE on the sequence that the application's role has (cli.py's grants), where
+-- a SELECT from the sequence would need SELECT on it.
+CREATE FUNCTION awa_fast.count_slot() RETURNS smallint
+LANGUAGE sql STABLE AS $$ SELECT pg_sequence_last_value('awa_fast.count_slot')::smallint $$;
+
 CREATE TABLE awa_fast.count_deltas (
     slot   smallint NOT NULL,
     queue  text NOT NULL,
@@ -98,21 +104,21 @@ LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO awa_fast.count_deltas (slot, queue, state, minute, n)
-        SELECT (SELECT last_value FROM awa_fast.count_slot), g.queue,
+        SELECT awa_fast.count_slot(), g.queue,
                awa_fast.counted_state(TG_TABLE_NAME, g.state),
                awa_fast.counted_minute(g.state, g.finalized_at), sum(g.n)::bigint
         FROM (SELECT queue, state, finalized_at, count(*) AS n FROM new_rows GROUP BY 1, 2, 3) g
         GROUP BY 2, 3, 4;
     ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO awa_fast.count_deltas (slot, queue, state, minute, n)
-        SELECT (SELECT last_value FROM awa_fast.count_slot), g.queue,
+        SELECT awa_fast.count_slot(), g.queue,
                awa_fast.counted_state(TG_TABLE_NAME, g.state),
                awa_fast.counted_minute(g.state, g.finalized_at), -sum(g.n)::bigint
         FROM (SELECT queue, state, finalized_at, count(*) AS n FROM old_rows GROUP BY 1, 2, 3) g
         GROUP BY 2, 3, 4;
     ELSE
         INSERT INTO awa_fast.count_deltas (slot, queue, state, minute, n)
-        SELECT (SELECT last_value FROM awa_fast.count_slot), g.queue,
+        SELECT awa_fast.count_slot(), g.queue,
                awa_fast.counted_state(TG_TABLE_NAME, g.state),
                awa_fast.counted_minute(g.state, g.finalized_at), sum(g.n)::bigint
         FROM (SELECT queue, state, finalized_at, count(*) AS n FROM new_rows GROUP BY 1, 2, 3
@@ -131,19 +137,19 @@ LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO awa_fast.count_deltas (slot, queue, state, n)
-        SELECT (SELECT last_value FROM awa_fast.count_slot), r.queue, 'available',
+        SELECT awa_fast.count_slot(), r.queue, 'available',
                sum(r.size - r.taken)
         FROM new_rows r
         GROUP BY r.queue;
     ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO awa_fast.count_deltas (slot, queue, state, n)
-        SELECT (SELECT last_value FROM awa_fast.count_slot), r.queue, 'available',
+        SELECT awa_fast.count_slot(), r.queue, 'available',
                -sum(r.size - r.taken)
         FROM old_rows r
         GROUP BY r.queue;
     ELSE
         INSERT INTO awa_fast.count_deltas (slot, queue, state, n)
-        SELECT (SELECT last_value FROM awa_fast.count_slot), r.queue, 'available',
+        SELECT awa_fast.count_slot(), r.queue, 'available',
                sum(r.n)::bigint
         FROM (SELECT queue, sum(size - taken) AS n FROM new_rows GROUP BY queue
               UNION ALL
@@ -181,7 +187,7 @@ CREATE FUNCTION awa_fast.count_truncated() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO awa_fast.count_deltas (slot, queue, state, minute, n)
-    SELECT (SELECT last_value FROM awa_fast.count_slot), c.queue, c.state, c.minute, -c.n
+    SELECT awa_fast.count_slot(), c.queue, c.state, c.minute, -c.n
     FROM awa_fast.counted_rows(TG_RELID) c
     WHERE c.n <> 0;
     RETURN NULL;
@@ -239,9 +245,11 @@ GROUP BY minute, queue, state;
 -- that every delta it holds is committed and none can be added until this transaction
 -- ends; then the deltas added to the rollup and the minutes (a sum that comes to zero
 -- deletes its row), the partition truncated, and the minutes past count_horizon()
--- deleted. Returns how many deltas it folded.
+-- deleted. Returns how many deltas it folded. It runs as the schema's owner: TRUNCATE
+-- needs a privilege the application's role is not granted (cli.py's grants), and a fold
+-- changes no count, whoever calls it. Its lock_timeout ends with it.
 CREATE FUNCTION awa_fast.count_fold(p_slot smallint, p_lock_timeout interval) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     sealed text := format('awa_fast.count_deltas_%s', p_slot);
     folded bigint;

@@ -4,12 +4,12 @@
 -- name: counts_look
 -- The partition writers append to now (`current`), and whether it and the other one hold
 -- deltas: the unfenced look before a fold. Two reads that stop at a partition's first row.
-SELECT s.last_value AS current,
-       EXISTS (SELECT 1 FROM awa_fast.count_deltas d WHERE d.slot = 1 - s.last_value)
+SELECT s.current,
+       EXISTS (SELECT 1 FROM awa_fast.count_deltas d WHERE d.slot = 1 - s.current)
            AS sealed_rows,
-       EXISTS (SELECT 1 FROM awa_fast.count_deltas d WHERE d.slot = s.last_value)
+       EXISTS (SELECT 1 FROM awa_fast.count_deltas d WHERE d.slot = s.current)
            AS current_rows
-FROM awa_fast.count_slot s;
+FROM (SELECT awa_fast.count_slot() AS current) s;
 
 -- name: counts_fold
 -- Fold the partition `slot` into the rollup (awa_fast.count_fold, migration 0025), under

@@ -15,9 +15,10 @@
 --
 -- Where a count lives:
 -- * count_deltas: appended to, never updated. Two partitions by `slot`; writers append to
---   the one the sequence count_slot names. The leader moves count_slot to the other, then
---   folds the sealed partition into count_rollup and TRUNCATEs it in one transaction, so
---   a delta is never deleted row by row and leaves no dead tuple;
+--   the one the sequence count_slot names. Each pass, the leader folds the other one,
+--   sealed at its pass before, into count_rollup and TRUNCATEs it in one transaction, then
+--   moves count_slot to it, sealing the one in use: a delta is never deleted row by row,
+--   and leaves no dead tuple;
 -- * count_rollup: the folded sums, a row per queue and state (a row that folds to zero is
 --   deleted); one dead tuple per changed row per fold;
 -- * count_minutes: the finished jobs per minute, queue and state (completed and failed in

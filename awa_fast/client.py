@@ -502,7 +502,8 @@ class AsyncClient(_AsyncOnly):
         return await self.run_op(admin.drain_queue(queue))
 
     async def flush_admin_metadata(self) -> None:
-        """Nothing to flush: queue_stats() counts on every call (the Awa SDK caches its
+        """Nothing to flush: queue_stats() reads counters the statements that move jobs
+        keep in their own transactions, exact at every call (the Awa SDK caches its
         counters; code that flushes them first runs unchanged)."""
 
     async def queue_stats(self) -> list[admin.QueueStat]:
@@ -945,7 +946,8 @@ class Client(_SyncOnly):
         return self.run_op(admin.drain_queue(queue))
 
     def flush_admin_metadata(self) -> None:
-        """Nothing to flush: queue_stats() counts on every call (the Awa SDK caches its
+        """Nothing to flush: queue_stats() reads counters the statements that move jobs
+        keep in their own transactions, exact at every call (the Awa SDK caches its
         counters; code that flushes them first runs unchanged)."""
 
     def queue_stats(self) -> list[admin.QueueStat]:

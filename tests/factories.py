@@ -13,6 +13,8 @@ from awa_fast import producer
 from awa_fast.db.connections import IdMap
 from awa_fast.types import InsertRequest
 
+# Every table that holds jobs (packs hold available ones).
+JOB_TABLES = ("jobs_hot", "job_packs", "jobs_deferred", "jobs_done", "dlq")
 TABLE_OF_STATE = {
     "available": "jobs_hot",
     "running": "jobs_hot",

@@ -17,6 +17,9 @@ import psycopg
 import uvloop
 from psycopg import conninfo
 
+import awa_fast
+from awa_fast.db.dsn import with_database
+from awa_fast.db.queries import Q
 from awa_fast.runtime.listener import CHANNELS
 
 if TYPE_CHECKING:
@@ -75,6 +78,46 @@ def states(dsn: str) -> dict[str, int]:
     with psycopg.connect(dsn) as conn:
         rows = conn.execute("SELECT state::text, count(*) FROM awa_fast.jobs GROUP BY 1")
         return {state: count for state, count in rows}
+
+
+# Every job's (queue, state) as the counters name it, counted from the rows themselves.
+FULL_COUNT = """
+SELECT queue, state, sum(n)::bigint FROM (
+    SELECT queue, state::text, count(*) AS n FROM awa_fast.jobs_hot GROUP BY 1, 2
+    UNION ALL
+    SELECT queue, 'available', sum(size - taken) FROM awa_fast.job_packs GROUP BY 1
+    UNION ALL
+    SELECT queue, state::text, count(*) FROM awa_fast.jobs_deferred GROUP BY 1, 2
+    UNION ALL
+    SELECT queue, state::text, count(*) FROM awa_fast.jobs_done GROUP BY 1, 2
+    UNION ALL
+    SELECT queue, 'dlq', count(*) FROM awa_fast.dlq GROUP BY 1
+) c
+GROUP BY 1, 2
+"""
+COUNTED = "SELECT queue, state, n FROM awa_fast.queue_counts WHERE n <> 0"
+# Completions by queue in the current minute and the 59 before it, from the rows.
+COMPLETED_LAST_HOUR = """
+SELECT queue, count(*) FROM awa_fast.jobs_done
+WHERE state = 'completed' AND date_trunc('minute', finalized_at, 'UTC') > now() - interval '1 hour'
+GROUP BY 1
+"""
+
+
+def counts(conn: psycopg.Connection[Any], query: str) -> dict[tuple[str, str], int]:
+    return {(queue, state): n for queue, state, n in conn.execute(query).fetchall()}
+
+
+def assert_counts_exact(conn: psycopg.Connection[Any]) -> None:
+    """The counters (migration 0025) and queue_stats' completions of the last hour equal
+    full counts of the job rows, all read in one transaction (one clock for the hour)."""
+    with conn.transaction():
+        rows = counts(conn, FULL_COUNT)
+        assert counts(conn, COUNTED) == {key: n for key, n in rows.items() if n}
+        recent = dict(conn.execute(COMPLETED_LAST_HOUR).fetchall())
+        stats = conn.cursor(row_factory=psycopg.rows.dict_row).execute(Q.queue_stats).fetchall()
+        shown = {s["queue"]: s["completed_last_hour"] for s in stats if s["completed_last_hour"]}
+        assert shown == recent
 
 
 def job(dsn: str, job_id: int) -> dict[str, Any]:
@@ -153,6 +196,22 @@ def sessions(dsn: str, condition: str, params: dict[str, Any] | None = None) -> 
             params,
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+def fresh_database(server_url: str, name: str) -> str:
+    """A new, empty database ``name`` (dropped first if it exists), not migrated."""
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    return with_database(server_url, name)
+
+
+def migrated_to(url: str, version: int) -> None:
+    """Apply the bundled migrations up to ``version`` only, as an older release did, by
+    running their SQL as a user's own migration tool would."""
+    with psycopg.connect(url) as conn:
+        for migration in awa_fast.migrations_range(0, version):
+            conn.execute(migration.sql.encode())
 
 
 def listening(dsn: str) -> bool:

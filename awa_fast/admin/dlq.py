@@ -76,7 +76,8 @@ def get_dlq_job(job_id: int) -> Op[DlqEntry | None]:
 
 
 def dlq_depth(*, queue: str | None = None) -> Op[int]:
-    return Op(Q.dlq_depth, {"queue": queue}, lambda rows: int(rows[0]["depth"]))
+    """Entries of ``queue`` (None: of every queue), from the counters."""
+    return Op(Q.state_count, {"state": "dlq", "queue": queue}, lambda rows: int(rows[0]["count"]))
 
 
 def dlq_depth_by_queue() -> Op[list[tuple[str, int]]]:

@@ -13,11 +13,12 @@ from awa_fast.errors import ValidationError
 
 @dataclass(frozen=True, slots=True)
 class QueueStat:
-    """A queue's jobs by state. ``total_queued`` is every unfinished job (running and
-    parked ones included), ``completed_last_hour`` the completions of the last hour,
-    ``lag_seconds`` how long the oldest available job has been due; ``paused_by`` is who
-    paused the queue, when given. Failed and cancelled jobs count until retention deletes
-    them."""
+    """A queue's jobs by state, from the counters the statements that move jobs keep
+    (migration 0025): exact, and as cheap to read at any history. ``total_queued`` is every
+    unfinished job (running and parked ones included), ``completed_last_hour`` the jobs
+    completed in the current minute and the 59 before it, ``lag_seconds`` how long the
+    oldest available job has been due; ``paused_by`` is who paused the queue, when given.
+    Failed and cancelled jobs count until retention deletes them."""
 
     queue: str
     total_queued: int

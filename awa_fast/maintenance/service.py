@@ -23,6 +23,7 @@ import psycopg
 from awa_fast.db.connections import Database
 from awa_fast.maintenance.batch_ops import BatchOps, BatchOpsConfig
 from awa_fast.maintenance.cleaner import Cleaner, CleanerConfig
+from awa_fast.maintenance.counts import Counts, CountsConfig
 from awa_fast.maintenance.cron import Cron, CronConfig
 from awa_fast.maintenance.descriptor_cleaner import DescriptorCleaner, DescriptorCleanerConfig
 from awa_fast.maintenance.leader import Deposed, Leader
@@ -56,6 +57,7 @@ class ServiceConfigs(NamedTuple):
     vacuum: VacuumConfig
     cron: CronConfig
     batch_ops: BatchOpsConfig
+    counts: CountsConfig
 
 
 def service_configs(config: RunnerConfig) -> ServiceConfigs:
@@ -84,6 +86,7 @@ def service_configs(config: RunnerConfig) -> ServiceConfigs:
         vacuum=VacuumConfig(interval=config.vacuum_interval, dead_tuples=config.vacuum_dead_tuples),
         cron=CronConfig(interval=config.cron_interval),
         batch_ops=BatchOpsConfig(interval=config.batch_interval, chunk=config.batch_chunk),
+        counts=CountsConfig(interval=config.count_interval),
     )
 
 
@@ -117,6 +120,7 @@ class Maintenance:
         self.batch_ops = BatchOps(
             leader=leader, runner_instance=self.instance, config=configs.batch_ops
         )
+        self.counts = Counts(leader=leader, stats=stats, config=configs.counts)
         self._next_at: dict[str, float] = {}  # when each pass is next due, by the loop's clock
 
     async def run(self, stopping: Callable[[], bool]) -> None:
@@ -182,6 +186,8 @@ class Maintenance:
             await self.vacuum.run_once(conn)
         if self._due("cron", self.cron.config.interval, now):
             await self.cron.run_once(conn)
+        if self._due("counts", self.counts.config.interval, now):
+            await self.counts.run_once(conn)
         batch_due = self._due("batch", self.batch_ops.config.interval, now)
         if batch_due and await self.batch_ops.run_once(conn) is not None:
             self._next_at["batch"] = now  # an operation with work left goes on next round

@@ -15,3 +15,4 @@ class MaintenanceStats:
     descriptors_deleted: int = 0
     vacuumed: int = 0
     periodic: int = 0
+    counts_folded: int = 0  # count deltas folded into the rollup

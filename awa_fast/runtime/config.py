@@ -78,6 +78,10 @@ class RunnerConfig:
     descriptor_refresh_interval: float = 3600.0
     vacuum_interval: float = 2.0
     cron_interval: float = 1.0  # how often the leader enqueues periodic jobs that fell due
+    # How often the leader folds the counters' deltas into their rollup
+    # (awa_fast.maintenance.counts): what a count reads beyond the rollup is at most about
+    # two intervals of deltas.
+    count_interval: float = 1.0
     vacuum_dead_tuples: int = 20_000
     # Durable batch operations (awa_fast.maintenance.batch): how often the leader looks for
     # one, and how many jobs each of its transactions changes. While one has work left,
@@ -178,6 +182,7 @@ class RunnerConfig:
             "descriptor_refresh_interval",
             "vacuum_interval",
             "cron_interval",
+            "count_interval",
             "batch_interval",
         ):
             _seconds(name, getattr(self, name))

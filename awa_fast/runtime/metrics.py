@@ -3,11 +3,12 @@
 ``GET /metrics`` answers in the Prometheus text format (0.0.4), ``GET /health`` with the
 client's :class:`~awa_fast.runtime.health.HealthCheck` as JSON (503 when not healthy).
 The numbers are the runtime's own counters, read when scraped: serving them costs a job
-nothing. The HTTP side is a minimal HTTP/1.0 server on the runner's loop, written here to
-add no dependency: one request per connection, answered and closed. Connections open at
-once are bounded, and each must send its request within a short time: every one holds a
-descriptor of the runner's process, which forks its workers and opens its connections
-under the same limit.
+nothing. The queues' depth gauges come from the database's counters (migration 0025), in
+one read per scrape whose cost grows with the queues, not the jobs. The HTTP side is a
+minimal HTTP/1.0 server on the runner's loop, written here to add no dependency: one
+request per connection, answered and closed. Connections open at once are bounded, and
+each must send its request within a short time: every one holds a descriptor of the
+runner's process, which forks its workers and opens its connections under the same limit.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import logging
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,10 +25,14 @@ from http import HTTPStatus
 from typing import Protocol
 
 import orjson
+import psycopg
 
 from awa_fast.db.connections import Database
+from awa_fast.db.queries import Q
 from awa_fast.runtime import health
 from awa_fast.runtime.snapshot import Snapshot
+
+log = logging.getLogger("awa_fast.metrics")
 
 LOOPBACK = "127.0.0.1"
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -59,6 +65,28 @@ class Metric:
     # How two runners' readings make their process's (awa_fast.telemetry exports a
     # process): counters and capacities add up.
     combine: Callable[[float, float], float] = operator.add
+
+
+# The depth gauges: (counted state, what its gauge's name says, what it counts).
+DEPTHS = (
+    ("available", "available", "waiting to be claimed (packed ones included)"),
+    ("running", "running", "running"),
+    ("waiting_external", "waiting_external", "waiting for a callback"),
+    ("scheduled", "scheduled", "scheduled for later"),
+    ("retryable", "retryable", "waiting for their next attempt"),
+    ("dlq", "dead_lettered", "in the dead-letter queue"),
+)
+
+
+def _depth(state: str, name: str, what: str) -> Metric:
+    return Metric(
+        f"awa_fast_queue_jobs_{name}",
+        "gauge",
+        f"Jobs of the queue {what}, on every host: the database's counts when scraped.",
+        lambda s: None if s.depths is None else s.depths.get(state, {}),
+        "queue",
+        combine=max,  # every runner of a process reads the same counts
+    )
 
 
 METRICS = (
@@ -182,7 +210,31 @@ METRICS = (
         "Finished jobs deleted past their retention while this runner led.",
         lambda s: s.deleted,
     ),
+    *(_depth(*depth) for depth in DEPTHS),
 )
+
+
+def read_depths(database: Database) -> dict[str, dict[str, int]] | None:
+    """The depth gauges' numbers, by state then queue (a queue with any count has every
+    state, zeros included), in one read of the counters; None when Postgres cannot be
+    reached or read."""
+    states = [state for state, _, _ in DEPTHS]
+    try:
+        with psycopg.connect(
+            database.dsn,
+            autocommit=True,
+            connect_timeout=health.CONNECT_TIMEOUT,
+            application_name="awa-fast metrics",
+            prepare_threshold=database.prepare_threshold(),
+        ) as conn:
+            rows = conn.execute(Q.queue_depths, {"states": states}).fetchall()
+    except psycopg.Error as exc:  # the runtime's own numbers are served all the same
+        log.debug("the queues' depths could not be read: %s", exc)
+        return None
+    depths: dict[str, dict[str, int]] = {state: {} for state in states}
+    for queue, state, n in rows:
+        depths[state][queue] = n
+    return depths
 
 
 def render(snapshot: Snapshot) -> str:
@@ -290,7 +342,9 @@ async def _answer(read: Reader, method: str, path: str) -> bytes:
     if method != "GET":
         return _response(HTTPStatus.METHOD_NOT_ALLOWED, "text/plain", b"only GET\n")
     if path == "/metrics":
-        return _response(HTTPStatus.OK, PROMETHEUS_TEXT, render(read.snapshot()).encode())
+        depths = await asyncio.to_thread(read_depths, read.database)
+        snapshot = dataclasses.replace(read.snapshot(), depths=depths)
+        return _response(HTTPStatus.OK, PROMETHEUS_TEXT, render(snapshot).encode())
     if path == "/health":
         check = await health.probe(read.database.dsn, read)
         body = orjson.dumps({"healthy": check.healthy, **dataclasses.asdict(check)})

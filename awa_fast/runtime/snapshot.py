@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from awa_fast.db.connections import Database
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -40,9 +42,14 @@ class Snapshot:
     heartbeat_alive: bool
     stopping: bool
     loops_down: tuple[str, ...]  # long-lived loops waiting for their restart
+    # Jobs by counted state, then queue, from the database's counters: read by a scrape
+    # for the depth gauges (awa_fast.runtime.metrics.read_depths), never by the runner.
+    depths: Mapping[str, Mapping[str, int]] | None = None
 
 
 class Observed(Protocol):
+    database: Database
+
     def snapshot(self) -> Snapshot: ...
 
 
@@ -81,6 +88,11 @@ class LiveRunners:
         """Start (or stop) keeping stopped runners for :meth:`take`."""
         with self._lock:
             self._stopped = [] if on else None
+
+    def databases(self) -> set[Database]:
+        """The databases the live runners use."""
+        with self._lock:
+            return {runner.database for runner in self._live}
 
     def take(self) -> tuple[list[Snapshot], list[Snapshot]]:
         """Snapshots of the live runners, and of those stopped since the last take

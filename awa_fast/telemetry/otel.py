@@ -123,6 +123,7 @@ class Pipeline:
         sent (and nothing fails) while no runner has numbers."""
         self._exporter.latest = None
         try:
+            self._readings.refresh()
             self._reader.collect(timeout_millis=TIMEOUT * 1000)
         except Exception as e:  # the collection timed out
             return str(e)
@@ -136,6 +137,7 @@ class Pipeline:
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:
+                self._readings.refresh()
                 # Exports too. The exporter logs a failed export (the same message at most
                 # once in 20 seconds while it keeps failing); the runners never see it.
                 self._reader.collect(timeout_millis=TIMEOUT * 1000)

@@ -5,16 +5,19 @@ A process may run several runners (several clients, on several loops): each metr
 readings from all of them are combined by the metric's own rule (:attr:`Metric.combine`).
 Counters are the process's totals over every runner it ran while telemetry was on, each
 counted from its own start: a runner that stops leaves its final counts in them, so they
-only grow (cumulative sums, as the Awa SDK's). Gauges are the live runners' readings now.
+only grow (cumulative sums, as the Awa SDK's). Gauges are the live runners' readings now;
+the queues' depths are read from each database the live runners use once a collection
+(:meth:`Readings.refresh`), and added up over those databases.
 Nothing here knows OpenTelemetry; awa_fast.telemetry.otel hands these numbers to it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterable, Mapping
 
-from awa_fast.runtime.metrics import METRICS, Metric, Value
+from awa_fast.runtime.metrics import METRICS, Metric, Value, read_depths
 from awa_fast.runtime.snapshot import LIVE, Snapshot
 
 # A metric's numbers by label value (None: a metric without a label).
@@ -31,6 +34,7 @@ class Readings:
         # Readers may come from more than one thread (the export thread, shutdown's).
         self._lock = threading.Lock()
         self._retired: dict[Metric, Numbers] = {}  # final counts of runners that stopped
+        self._depths: dict[str, dict[str, int]] | None = None  # as of the last refresh
 
     def start(self) -> None:
         LIVE.watch(True)
@@ -38,10 +42,24 @@ class Readings:
     def stop(self) -> None:
         LIVE.watch(False)
 
+    def refresh(self) -> None:
+        """Read the queues' depths for the collection that follows: once per database the
+        live runners use (None while none can be reached)."""
+        read = [depths for db in LIVE.databases() if (depths := read_depths(db)) is not None]
+        summed: dict[str, dict[str, int]] = {}
+        for depths in read:
+            for state, by_queue in depths.items():
+                into = summed.setdefault(state, {})
+                for queue, n in by_queue.items():
+                    into[queue] = into.get(queue, 0) + n
+        with self._lock:
+            self._depths = summed if read else None
+
     def read(self, metric: Metric) -> Numbers:
         """``metric``'s numbers for the process now (empty while no runner has any)."""
         with self._lock:
             live, stopped = LIVE.take()
+            live = [dataclasses.replace(s, depths=self._depths) for s in live]
             for counter in COUNTERS:
                 add(counter, self._retired.setdefault(counter, {}), combined(counter, stopped))
             numbers = combined(metric, live)

@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-# A window and the bucket its chart counts by, by the name the page's links use.
-RANGES = {"15m": (900, 30), "1h": (3600, 60), "24h": (86400, 1800)}
+# A window and the bucket its chart counts by, by the name the page's links use. Finished
+# jobs are counted by the minute (migration 0025): a bucket is a whole number of minutes.
+RANGES = {"15m": (900, 60), "1h": (3600, 60), "24h": (86400, 1800)}
 DEFAULT_RANGE = "1h"
 _AXIS_LABELS = 4
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from awa_fast import validation
+from awa_fast.admin import dlq_depth
 from awa_fast.admin.ops import Op, Rows
 from awa_fast.db.queries import Q
 from awa_fast.errors import ValidationError
@@ -77,13 +78,21 @@ def _count(rows: Rows) -> int:
     return int(rows[0]["count"])
 
 
+# A count by queue alone is read from the counters (migration 0025); one by kind or tag,
+# which they do not keep, counts the rows an action would take.
+
+
 def count_failed(*, kind: str | None, queue: str | None) -> Op[int]:
     """The failed jobs ``retry_failed`` and ``discard_failed`` would take."""
+    if kind is None:
+        return Op(Q.state_count, {"state": "failed", "queue": queue}, _count)
     return Op(Q.job_count_failed, {"kind": kind, "queue": queue}, _count)
 
 
 def count_dlq(*, kind: str | None, queue: str | None, tag: str | None) -> Op[int]:
     """The dead-lettered jobs a bulk retry or purge with these filters would take."""
+    if kind is None and tag is None:
+        return dlq_depth(queue=queue)
     return Op(Q.dlq_count, {"kind": kind, "queue": queue, "tag": tag}, _count)
 
 

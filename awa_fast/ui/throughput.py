@@ -1,6 +1,6 @@
-"""Jobs finished over time, for the charts: counts per time bucket and queue, kept between
-refreshes, so that a refresh reads the newest buckets rather than the whole window (an
-hour of a busy fleet's completions is millions of rows)."""
+"""Jobs finished over time, for the charts: counts per time bucket and queue, read from the
+per-minute counters (migration 0025) and kept between refreshes, so that a refresh reads
+the newest buckets rather than the whole window (a day is 1,440 minutes a queue)."""
 
 from __future__ import annotations
 

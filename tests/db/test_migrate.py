@@ -6,20 +6,12 @@ import psycopg
 import pytest
 
 import awa_fast
-from awa_fast.db.dsn import with_database
 from awa_fast.db.migrate import current_version, migrations
-from tests.helpers import run
-
-
-def _fresh_db(server_url: str, name: str) -> str:
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {name}")
-    return with_database(server_url, name)
+from tests.helpers import fresh_database, migrated_to, run
 
 
 def test_migrate_is_idempotent(server_url: str) -> None:
-    url = _fresh_db(server_url, "awa_fast_migrate_once")
+    url = fresh_database(server_url, "awa_fast_migrate_once")
     latest = len(migrations())
     assert awa_fast.migrate(url) == list(range(1, latest + 1))
     assert awa_fast.migrate(url) == []
@@ -28,7 +20,7 @@ def test_migrate_is_idempotent(server_url: str) -> None:
 
 
 def test_concurrent_migrations_apply_each_version_once(server_url: str) -> None:
-    url = _fresh_db(server_url, "awa_fast_migrate_race")
+    url = fresh_database(server_url, "awa_fast_migrate_race")
     results: list[list[int]] = []
     errors: list[BaseException] = []
     start = threading.Barrier(6)
@@ -63,9 +55,9 @@ def test_start_on_an_older_schema_names_the_cause(server_url: str, version: int)
     """A runner refuses to start on a database without every migration (none, or an older
     release's), saying so, instead of failing later on a missing table or column; once
     migrated, it starts."""
-    url = _fresh_db(server_url, f"awa_fast_migrate_behind_{version}")
+    url = fresh_database(server_url, f"awa_fast_migrate_behind_{version}")
     if version:
-        _migrated_to(url, version)
+        migrated_to(url, version)
     with psycopg.connect(url) as conn:
         assert current_version(conn) == version
     latest = len(migrations())
@@ -87,14 +79,6 @@ def test_start_on_an_older_schema_names_the_cause(server_url: str, version: int)
     run(main())
 
 
-def _migrated_to(url: str, version: int) -> None:
-    """Apply the bundled migrations up to ``version`` only, as an older release did, by
-    running their SQL as a user's own migration tool would."""
-    with psycopg.connect(url) as conn:
-        for migration in awa_fast.migrations_range(0, version):
-            conn.execute(migration.sql.encode())
-
-
 def test_migrations_are_whole_for_a_tool_of_ones_own(server_url: str) -> None:
     """The SDK's ``migrations()`` / ``migrations_range()``: (version, name, sql) in order,
     each SQL recording its own version, so a database migrated by running them is one
@@ -108,8 +92,8 @@ def test_migrations_are_whole_for_a_tool_of_ones_own(server_url: str) -> None:
     assert awa_fast.migrations_range(6, 3) == []
     with pytest.raises(TypeError, match="from_version must be an int"):
         awa_fast.migrations_range("3", 6)  # type: ignore[arg-type]
-    url = _fresh_db(server_url, "awa_fast_migrate_by_hand")
-    _migrated_to(url, 5)
+    url = fresh_database(server_url, "awa_fast_migrate_by_hand")
+    migrated_to(url, 5)
     assert awa_fast.migrate(url) == list(range(6, latest + 1))
     assert awa_fast.migrate(url) == []
     with psycopg.connect(url) as conn:
@@ -123,7 +107,7 @@ def test_the_sdks_migration_loop_with_its_schema_patches_leaves_nothing_to_migra
     """The SDK's own migration tool applies ``migrations_range`` and then, at the latest
     version, ``schema_patches``: here that loop reaches a schema ``migrate`` finds complete,
     and a client can start on it."""
-    url = _fresh_db(server_url, "awa_fast_migrate_sdk_loop")
+    url = fresh_database(server_url, "awa_fast_migrate_sdk_loop")
     latest = awa_fast.current_migration_version()
     with psycopg.connect(url) as conn:
         for _version, _description, sql in awa_fast.migrations_range(0, latest):
@@ -141,8 +125,8 @@ def test_the_sdks_migration_loop_with_its_schema_patches_leaves_nothing_to_migra
 def test_finished_jobs_move_out_of_jobs_hot_on_upgrade(server_url: str) -> None:
     """Version 6 moves the finished jobs an older schema kept in jobs_hot into jobs_done,
     every column intact, and leaves the unfinished ones where they can run."""
-    url = _fresh_db(server_url, "awa_fast_migrate_done")
-    _migrated_to(url, 5)
+    url = fresh_database(server_url, "awa_fast_migrate_done")
+    migrated_to(url, 5)
     with psycopg.connect(url) as conn:
         conn.execute(
             "INSERT INTO awa_fast.jobs_hot (kind, queue, state, attempt, finalized_at, errors)"

@@ -10,6 +10,7 @@ import psycopg
 
 from awa_fast.maintenance.batch_ops import BatchOpsConfig
 from awa_fast.maintenance.cleaner import CleanerConfig
+from awa_fast.maintenance.counts import CountsConfig
 from awa_fast.maintenance.cron import CronConfig
 from awa_fast.maintenance.descriptor_cleaner import DescriptorCleanerConfig
 from awa_fast.maintenance.promoter import PromoterConfig
@@ -31,6 +32,7 @@ def test_each_services_defaults_are_the_runners() -> None:
         VacuumConfig(),
         CronConfig(),
         BatchOpsConfig(),
+        CountsConfig(),
     )
 
 
@@ -56,6 +58,7 @@ def test_each_runner_setting_reaches_its_service() -> None:
             cron_interval=53.0,
             batch_interval=59.0,
             batch_chunk=61,
+            count_interval=67.0,
         )
     )
     assert configs.promoter == PromoterConfig(interval=0.5, batch=7)
@@ -78,6 +81,7 @@ def test_each_runner_setting_reaches_its_service() -> None:
     assert configs.vacuum == VacuumConfig(interval=43.0, dead_tuples=47)
     assert configs.cron == CronConfig(interval=53.0)
     assert configs.batch_ops == BatchOpsConfig(interval=59.0, chunk=61)
+    assert configs.counts == CountsConfig(interval=67.0)
 
 
 def test_a_leaders_round_runs_every_service(dsn: str, conn: psycopg.Connection[Any]) -> None:
@@ -97,6 +101,8 @@ def test_a_leaders_round_runs_every_service(dsn: str, conn: psycopg.Connection[A
     stats = leading.stats
     assert (stats.promoted, stats.deleted, stats.periodic) == (1, 1, 1)
     assert stats.rescued == {"host_take_dead": 1, "job_select_stale": 1}
+    # the counts' pass sealed the deltas of the work above, for its next pass to fold
+    assert conn.execute("SELECT awa_fast.count_slot()").fetchone() == (1,)
     [(state,)] = conn.execute("SELECT state FROM awa_fast.batch_operations").fetchall()
     assert state == "running"
     released = conn.execute("SELECT expires_at <= now() FROM awa_fast.leader").fetchall()

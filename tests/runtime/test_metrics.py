@@ -16,8 +16,10 @@ import pytest
 import awa_fast
 from awa_fast.errors import ConfigError
 from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.metrics import serve_metrics
+from awa_fast.runtime.metrics import METRICS, serve_metrics
 from awa_fast.runtime.pool import EXIT_CAUSES
+from awa_fast.telemetry.readings import Readings
+from tests.factories import insert_job
 from tests.helpers import (
     await_until,
     free_port,
@@ -28,6 +30,7 @@ from tests.helpers import (
 )
 
 N = 40
+BY_NAME = {metric.name: metric for metric in METRICS}
 
 
 @dataclass
@@ -130,7 +133,8 @@ def test_metrics_count_the_jobs_run_and_health_answers_until_shutdown(
     run(main())
 
 
-def test_health_says_503_while_draining_and_gauges_show_what_runs(dsn: str) -> None:
+def _holding(dsn: str) -> tuple[awa_fast.AsyncClient, asyncio.Event]:
+    """A client whose handlers of queue "q" run until the event is set."""
     client = awa_fast.AsyncClient(dsn)
     released = asyncio.Event()
 
@@ -138,6 +142,11 @@ def test_health_says_503_while_draining_and_gauges_show_what_runs(dsn: str) -> N
     async def hold(job: awa_fast.Job[Ping]) -> None:
         await released.wait()
 
+    return client, released
+
+
+def test_health_says_503_while_draining_and_gauges_show_what_runs(dsn: str) -> None:
+    client, released = _holding(dsn)
     port = free_port()
 
     async def main() -> None:
@@ -174,6 +183,50 @@ def test_health_says_503_while_draining_and_gauges_show_what_runs(dsn: str) -> N
             await stopping
             with pytest.raises(ConnectionRefusedError):
                 await asyncio.open_connection("127.0.0.1", port)
+
+    run(main())
+
+
+def test_the_queues_depths_are_gauges_from_the_counts(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """Every host's jobs by queue and state, as the database counts them, on /metrics and
+    in the process's telemetry readings; a state with no job reads 0."""
+    for state, queue in (("available", "idle"), ("available", "idle"), ("scheduled", "q")):
+        insert_job(conn, queue=queue, state=state)
+    insert_job(conn, queue="idle", state="retryable")
+    conn.execute("UPDATE awa_fast.jobs_deferred SET run_at = now() + interval '1 day'")
+    conn.execute(
+        "INSERT INTO awa_fast.dlq (kind, queue, state, dlq_reason)"
+        " VALUES ('k', 'idle', 'failed', 'x')"
+    )
+    client, released = _holding(dsn)
+    port = free_port()
+    expected = {
+        "q": {"available": 0, "running": 3, "scheduled": 1, "retryable": 0},
+        "idle": {"available": 2, "running": 0, "scheduled": 0, "retryable": 1},
+    }
+    expected["q"] |= {"waiting_external": 0, "dead_lettered": 0}
+    expected["idle"] |= {"waiting_external": 0, "dead_lettered": 1}
+
+    async def main() -> None:
+        async with client:
+            await client.insert_many([Ping(n) for n in range(3)], queue="q")
+            await client.start({"q": 3}, metrics_port=port, prefetch=0)
+            try:
+                await await_until(lambda: states(dsn).get("running") == 3, what="3 running")
+                found = prometheus_samples((await get(port, "/metrics")).body.decode())
+                telemetry = Readings()
+                telemetry.start()
+                await asyncio.to_thread(telemetry.refresh)
+                for queue, gauges in expected.items():
+                    for name, n in gauges.items():
+                        metric = f"awa_fast_queue_jobs_{name}"
+                        assert found[f'{metric}{{queue="{queue}"}}'] == n, (metric, queue)
+                        assert telemetry.read(BY_NAME[metric]).get(queue) == n, (metric, queue)
+                telemetry.stop()
+            finally:
+                released.set()
 
     run(main())
 

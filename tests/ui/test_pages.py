@@ -105,7 +105,7 @@ def test_the_live_region_comes_alone_when_the_script_asks(http: TestClient) -> N
 
 def test_ranges_pick_the_charts_window(http: TestClient) -> None:
     assert get(http, "/?range=24h").text.count("<g><title>") == 48
-    assert get(http, "/queue?name=q&range=15m").text.count("<g><title>") == 30
+    assert get(http, "/queue?name=q&range=15m").text.count("<g><title>") == 15
     assert http.get("/?range=1y").status_code == 400
 
 

@@ -247,69 +247,72 @@ FROM waiting
 RETURNING id;
 
 -- name: queue_stats
--- Per queue: the work that waits or runs, read whole from jobs_hot, job_packs and
--- jobs_deferred (they hold nothing else, and counting it visits it anyway); from the history in jobs_done only
--- what an index reaches: failed and cancelled jobs through jobs_done_failed, the last
--- hour's completions through jobs_done_finalized. (A count of every completed job would
--- read the whole retention window: it is not here.) A queue shows once it has one of
--- these, or was ever paused.
-WITH hot AS (
+-- Per queue: its counts by state (awa_fast.queue_counts, migration 0025), its completions
+-- in the current minute and the 59 before it (awa_fast.queue_minutes), and how long its
+-- oldest available job has been due: for a queue with available jobs, the first entry of
+-- each priority in the claim indexes of jobs_hot and job_packs. Nothing here grows with
+-- the jobs a queue holds or held. A queue shows once it has a count here other than its
+-- completed jobs, completions in the last hour, or a pause on record.
+WITH counts AS (
     SELECT queue,
-           count(*) FILTER (WHERE state = 'available') AS available,
-           count(*) FILTER (WHERE state = 'running') AS running,
-           count(*) FILTER (WHERE state = 'waiting_external') AS waiting_external,
-           min(run_at) FILTER (WHERE state = 'available') AS oldest_available
-    FROM awa_fast.jobs_hot
-    GROUP BY queue
-),
-packed AS (
-    SELECT queue, sum(size - taken) AS packed, min(run_at) AS oldest_packed
-    FROM awa_fast.job_packs
-    GROUP BY queue
-),
-deferred AS (
-    SELECT queue,
-           count(*) FILTER (WHERE state = 'scheduled') AS scheduled,
-           count(*) FILTER (WHERE state = 'retryable') AS retryable
-    FROM awa_fast.jobs_deferred
-    GROUP BY queue
-),
-unsuccessful AS (
-    SELECT queue,
-           count(*) FILTER (WHERE state = 'failed') AS failed,
-           count(*) FILTER (WHERE state = 'cancelled') AS cancelled
-    FROM awa_fast.jobs_done
-    WHERE state IN ('failed', 'cancelled')
+           sum(n) FILTER (WHERE state = 'available') AS available,
+           sum(n) FILTER (WHERE state = 'running') AS running,
+           sum(n) FILTER (WHERE state = 'waiting_external') AS waiting_external,
+           sum(n) FILTER (WHERE state = 'scheduled') AS scheduled,
+           sum(n) FILTER (WHERE state = 'retryable') AS retryable,
+           sum(n) FILTER (WHERE state = 'failed') AS failed,
+           sum(n) FILTER (WHERE state = 'cancelled') AS cancelled
+    FROM awa_fast.queue_counts
+    WHERE state NOT IN ('completed', 'dlq') AND n <> 0
     GROUP BY queue
 ),
 recent AS (
-    SELECT queue, count(*) AS completed_last_hour
-    FROM awa_fast.jobs_done
-    WHERE finalized_at > now() - interval '1 hour' AND state = 'completed'
+    SELECT queue, sum(n) AS completed_last_hour
+    FROM awa_fast.queue_minutes
+    WHERE state = 'completed' AND minute > now() - interval '1 hour'
     GROUP BY queue
+    HAVING sum(n) <> 0
+),
+stats AS (
+    SELECT queue,
+           COALESCE(available, 0)::bigint AS available,
+           COALESCE(running, 0)::bigint AS running,
+           COALESCE(scheduled, 0)::bigint AS scheduled,
+           COALESCE(retryable, 0)::bigint AS retryable,
+           COALESCE(waiting_external, 0)::bigint AS waiting_external,
+           COALESCE(failed, 0)::bigint AS failed,
+           COALESCE(cancelled, 0)::bigint AS cancelled,
+           COALESCE(completed_last_hour, 0)::bigint AS completed_last_hour,
+           COALESCE(m.paused, false) AS paused,
+           m.paused_by
+    FROM counts
+    FULL JOIN recent USING (queue)
+    FULL JOIN awa_fast.queue_meta m USING (queue)
 )
-SELECT queue,
-       COALESCE(available, 0) + COALESCE(packed, 0) + COALESCE(running, 0)
-           + COALESCE(waiting_external, 0) + COALESCE(scheduled, 0) + COALESCE(retryable, 0)
+SELECT s.queue,
+       s.available + s.running + s.waiting_external + s.scheduled + s.retryable
            AS total_queued,
-       COALESCE(available, 0) + COALESCE(packed, 0) AS available,
-       COALESCE(running, 0) AS running,
-       COALESCE(scheduled, 0) AS scheduled,
-       COALESCE(retryable, 0) AS retryable,
-       COALESCE(waiting_external, 0) AS waiting_external,
-       COALESCE(failed, 0) AS failed,
-       COALESCE(cancelled, 0) AS cancelled,
-       COALESCE(completed_last_hour, 0) AS completed_last_hour,
-       EXTRACT(EPOCH FROM now() - LEAST(oldest_available, oldest_packed))::float8 AS lag_seconds,
-       COALESCE(m.paused, false) AS paused,
-       m.paused_by
-FROM hot
-FULL JOIN packed USING (queue)
-FULL JOIN deferred USING (queue)
-FULL JOIN unsuccessful USING (queue)
-FULL JOIN recent USING (queue)
-FULL JOIN awa_fast.queue_meta m USING (queue)
-ORDER BY queue;
+       s.available, s.running, s.scheduled, s.retryable, s.waiting_external, s.failed,
+       s.cancelled, s.completed_last_hour,
+       EXTRACT(EPOCH FROM now() - oldest.run_at)::float8 AS lag_seconds,
+       s.paused, s.paused_by
+FROM stats s
+LEFT JOIN LATERAL (
+    SELECT min(first.run_at) AS run_at
+    FROM generate_series(1, 4) AS p(priority),
+    LATERAL (
+        SELECT (SELECT h.run_at FROM awa_fast.jobs_hot h
+                WHERE h.state = 'available' AND h.queue = s.queue AND h.priority = p.priority
+                ORDER BY h.run_at LIMIT 1) AS run_at
+        WHERE s.available > 0
+        UNION ALL
+        SELECT (SELECT k.run_at FROM awa_fast.job_packs k
+                WHERE k.queue = s.queue AND k.priority = p.priority
+                ORDER BY k.run_at LIMIT 1)
+        WHERE s.available > 0
+    ) first
+) oldest ON true
+ORDER BY s.queue;
 
 -- The dead-letter filters (each NULL for any): kind, queue, a tag the job carries, and a
 -- cursor below (before_dlq_at, before_id) in list order; before_id alone is below that id,
@@ -330,13 +333,15 @@ LIMIT %(limit)s;
 -- name: dlq_get
 SELECT * FROM awa_fast.dlq WHERE id = %(id)s;
 
--- name: dlq_depth
-SELECT count(*) AS depth FROM awa_fast.dlq
-WHERE %(queue)s::text IS NULL OR queue = %(queue)s;
+-- name: state_count
+-- The jobs of one counted state (a job_state, or 'dlq' for the dead-letter queue) in
+-- `queue` (NULL: in every queue), from the counters (migration 0025).
+SELECT COALESCE(sum(n), 0)::bigint AS count FROM awa_fast.queue_counts
+WHERE state = %(state)s AND (%(queue)s::text IS NULL OR queue = %(queue)s);
 
 -- name: dlq_depth_by_queue
-SELECT queue, count(*) AS depth FROM awa_fast.dlq
-GROUP BY queue
+SELECT queue, n AS depth FROM awa_fast.queue_counts
+WHERE state = 'dlq' AND n <> 0
 ORDER BY depth DESC, queue;
 
 -- name: dlq_move_failed
@@ -479,25 +484,19 @@ again AS (
 SELECT * FROM finished UNION ALL SELECT * FROM again;
 
 -- name: queue_available
--- Jobs waiting to be claimed in each of the given queues (a health check's view of them).
-SELECT queue, sum(n)::bigint AS count FROM (
-    SELECT queue, count(*) AS n FROM awa_fast.jobs_hot
-    WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
-    GROUP BY queue
-    UNION ALL
-    SELECT queue, sum(size - taken) FROM awa_fast.job_packs
-    WHERE queue = ANY(%(queues)s::text[])
-    GROUP BY queue
-) waiting
-GROUP BY queue;
+-- Jobs waiting to be claimed in each of the given queues (a health check's view of them),
+-- from the counters (migration 0025).
+SELECT queue, n AS count FROM awa_fast.queue_counts
+WHERE state = 'available' AND queue = ANY(%(queues)s::text[]);
 
 -- name: storage_status
 -- What the Awa SDK's storage report needs here: when the schema was installed (the one
--- engine has been active since) and the live backlog, every job not yet finished.
+-- engine has been active since) and the live backlog, every job not yet finished (from
+-- the counters, migration 0025).
 SELECT (SELECT applied_at FROM awa_fast.schema_version WHERE version = 1) AS installed_at,
-       (SELECT count(*) FROM awa_fast.jobs_hot)
-       + (SELECT COALESCE(sum(size - taken), 0) FROM awa_fast.job_packs)
-       + (SELECT count(*) FROM awa_fast.jobs_deferred) AS live_backlog;
+       (SELECT COALESCE(sum(n), 0)::bigint FROM awa_fast.queue_counts
+        WHERE state IN ('available', 'running', 'waiting_external', 'scheduled', 'retryable'))
+           AS live_backlog;
 
 -- name: job_unpack
 -- Before acting on the job `id`: if a pack holds it unclaimed, the pack's jobs become

@@ -34,7 +34,8 @@ SELECT t.id, (SELECT count(*) FROM held) AS held FROM target t;
 -- AwaTestClient.clean: every row of awa-fast's tables (jobs wherever they live, the
 -- dead-letter queue, queue pauses, unique keys, hosts, batch operations with their
 -- snapshots, periodic schedules, descriptors), in one statement and so one transaction; the schema and
--- its version stay.
+-- its version stay. The counters (migration 0025) stay too: these deletes take the jobs'
+-- counts away with them.
 WITH hot AS (DELETE FROM awa_fast.jobs_hot),
 packs AS (DELETE FROM awa_fast.job_packs),
 deferred AS (DELETE FROM awa_fast.jobs_deferred),

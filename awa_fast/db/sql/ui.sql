@@ -63,38 +63,33 @@ LEFT JOIN LATERAL (
 ORDER BY j.id DESC;
 
 -- name: job_count_failed
--- The failed jobs retry_failed and discard_failed would act on, for their preview
--- (through jobs_done_failed).
+-- The failed jobs of a kind that retry_failed and discard_failed would act on, for their
+-- preview (through jobs_done_failed); by queue alone they are counted (state_count).
 SELECT count(*) AS count FROM awa_fast.jobs_done
 WHERE state = 'failed'
   AND (%(kind)s::text IS NULL OR kind = %(kind)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s);
 
 -- name: job_throughput
--- Jobs finished in each `bucket_s` bucket since `since` (NULL: the last `window_s`
--- seconds), by queue: completed, and failed (in jobs_done, through jobs_done_finalized, or
--- dead-lettered). `bucket` is the bucket's start in seconds since the epoch, `now` the
+-- Jobs finished in each `bucket_s` bucket (a whole number of minutes) since `since` (NULL:
+-- the last `window_s` seconds), by queue: completed, and failed (in jobs_done, or
+-- dead-lettered), by the minute each finished in, from the counters (awa_fast.queue_minutes,
+-- migration 0025). `bucket` is the bucket's start in seconds since the epoch, `now` the
 -- database's clock.
 SELECT queue,
-       (floor(extract(epoch FROM at) / %(bucket_s)s) * %(bucket_s)s)::float8 AS bucket,
-       count(*) FILTER (WHERE NOT failed) AS completed,
-       count(*) FILTER (WHERE failed) AS failed,
+       (floor(extract(epoch FROM minute) / %(bucket_s)s) * %(bucket_s)s)::float8 AS bucket,
+       COALESCE(sum(n) FILTER (WHERE state = 'completed'), 0)::bigint AS completed,
+       COALESCE(sum(n) FILTER (WHERE state IN ('failed', 'dlq')), 0)::bigint AS failed,
        extract(epoch FROM now())::float8 AS now
-FROM (
-    SELECT queue, finalized_at AS at, state = 'failed' AS failed FROM awa_fast.jobs_done
-    WHERE finalized_at >= COALESCE(%(since)s::timestamptz,
-                                   now() - make_interval(secs => %(window_s)s))
-      AND state IN ('completed', 'failed')
-    UNION ALL
-    SELECT queue, dlq_at, true FROM awa_fast.dlq
-    WHERE dlq_at >= COALESCE(%(since)s::timestamptz,
-                             now() - make_interval(secs => %(window_s)s))
-) finished
+FROM awa_fast.queue_minutes
+WHERE minute >= COALESCE(%(since)s::timestamptz, now() - make_interval(secs => %(window_s)s))
 GROUP BY queue, bucket
+HAVING sum(n) <> 0
 ORDER BY queue, bucket;
 
 -- name: dlq_count
--- The dead-lettered jobs bulk_retry_from_dlq and purge_dlq would act on, for their preview.
+-- The dead-lettered jobs of a kind or with a tag that bulk_retry_from_dlq and purge_dlq
+-- would act on, for their preview; by queue alone they are counted (state_count).
 SELECT count(*) AS count FROM awa_fast.dlq
 WHERE (%(kind)s::text IS NULL OR kind = %(kind)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)

@@ -112,6 +112,9 @@ def test_the_counts_are_exact_after_a_mixed_run(dsn: str, conn: psycopg.Connecti
             poll_interval=0.1,
             promote_interval=0.05,
             rescue_interval=0.1,
+            # the dead host is taken once the leader has been up a staleness window
+            heartbeat_interval=0.5,
+            heartbeat_staleness=3.0,
             batch_interval=0.1,
             count_interval=3600.0,  # the leader folds once at its start; the test folds next
             cleanup_interval=3600.0,  # retention runs when the test says
@@ -210,7 +213,7 @@ def test_the_migration_counts_the_jobs_already_there(server_url: str) -> None:
     migrated_to(url, 24)
     with psycopg.connect(url, autocommit=True) as conn:
         _some_of_everything(conn)
-    assert awa_fast.migrate(url) == [25]
+    assert awa_fast.migrate(url)[0] == 25  # and any later ones
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM awa_fast.count_deltas").fetchone() == (0,)
         assert_counts_exact(conn)

@@ -175,22 +175,23 @@ def test_a_held_horizon_changes_nothing_claimed(dsn: str) -> None:
 def test_a_claim_reads_from_its_lanes_position_not_its_history(dsn: str) -> None:
     """Under a held horizon the entries of claimed jobs stay in the index: a pick from the
     front of the queue, as claims were, reads more of them the more jobs were claimed,
-    while a claim, which starts at its lane's position, reads as much after 2,000 claimed
-    jobs as after 200. Counted in blocks, not timed."""
+    while a claim, which starts at its lane's position, reads as much after 20,000 claimed
+    jobs as after 2,000 (24 blocks each when written; a pick 74, then 704). Counted in
+    blocks, not timed."""
     with (
         psycopg.connect(dsn) as horizon,
         connect_hot(Database(dsn)) as conn,  # with the claimer's planner settings
     ):
         horizon.execute("SELECT pg_current_xact_id()")
         claims, picks = [], []
-        for rounds in (2, 18):
+        for rounds in (20, 180):
             for _ in range(rounds):
                 _insert_and_claim(conn, 100)
             conn.execute(INSERT, {"queue": QUEUE, "priorities": [2]})
             claims.append(_blocks_read(conn, Q.job_claim_batch, {**CLAIM, "limit": 1}))
             picks.append(_blocks_read(conn, PICK, CLAIM))
         horizon.commit()
-    assert picks[1] - picks[0] > 40, picks  # the history shows in a pick from the front
+    assert picks[1] - picks[0] > 400, picks  # the history shows in a pick from the front
     assert claims[1] - claims[0] < 10, claims
 
 

@@ -4,11 +4,11 @@
 -- A claim that walked jobs_hot_claim from the front of its queue walked, under a held xmin
 -- horizon, the entry of every job claimed since the horizon was pinned: vacuum cannot
 -- remove them while it is held, and the claim's p50 went from 3 to 98 ms in 80 s at 3,000
--- jobs/s (benches/RESULTS.md, "Window claims"). Claims now consume each lane (a queue's
--- priority) in windows, as benches/window_claim.py does with append-only entries: a window
--- holds the available rows whose versions were written by transactions that committed
--- between two snapshots, lo and hi, and a claim reads its window from the position the
--- last claim reached, so it never meets the entries behind that position.
+-- jobs/s (benches/RESULTS.md, "Claims under a held horizon"). Claims now consume each lane
+-- (a queue's priority) in windows, as benches/window_claim.py does with append-only
+-- entries: a window holds the available rows whose versions were written by transactions
+-- that committed between two snapshots, lo and hi, and a claim reads its window from the
+-- position the last claim reached, so it never meets the entries behind that position.
 --
 -- ready_xid: the transaction that wrote an available version of a row. Set by the database
 -- for every available version (the default and the trigger below), so that whatever makes
@@ -38,10 +38,11 @@ CREATE TRIGGER jobs_hot_ready
 -- Available rows from before, stamped with this migration's id: the first window covers them.
 UPDATE awa_fast.jobs_hot SET ready_xid = pg_current_xact_id() WHERE state = 'available';
 
--- A lane's rows in window order. jobs_hot_claim stays for the readers that want the
--- oldest available job of a queue (queue_stats' lag, the test client's work_one).
+-- A lane's rows in window order. It replaces jobs_hot_claim, which only claims read (the
+-- queue's statistics read jobs_hot whole): every index costs each insert.
 CREATE INDEX jobs_hot_ready ON awa_fast.jobs_hot (queue, priority, ready_xid, id)
     WHERE state = 'available';
+DROP INDEX awa_fast.jobs_hot_claim;
 
 -- The ledger: one row per claim that advanced a lane, never updated, the lane's state
 -- being its newest row (a backward read of the primary key): the window (lo, hi] the lane

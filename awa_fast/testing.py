@@ -6,8 +6,8 @@ Tests written against ``awa.testing`` run with the import changed: :class:`AwaTe
 conventions. Where the SDK's ``work_one`` claims and finishes a job with SQL of its own,
 this one takes the runner's path, so a test shows what a worker run would:
 
-* the job is claimed by the runner's claim statement (``job_claim_batch``: claim order,
-  paused queues, a new run_lease, the deadline);
+* the job is claimed by the runner's claim function (``awa_fast.claim_jobs``, as
+  ``job_claim_batch`` claims: claim order, paused queues, a new run_lease, the deadline);
 * the handler runs in the runner's :class:`~awa_fast.runtime.executor.Executor`, which
   hands it an :class:`awa_fast.Job` and turns what it returns or raises into the outcome
   table's transition (docs/architecture.md, "The outcome table");
@@ -50,7 +50,6 @@ from awa_fast.runtime.claimed import Claimed
 from awa_fast.runtime.claimer import connect_claimer, started_row
 from awa_fast.runtime.committer import Committer, Records
 from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.context import push_unstarted
 from awa_fast.runtime.executor import Executor
 from awa_fast.runtime.hooks import EventType, HookDispatcher
 from awa_fast.types import InsertOptions, JobRow, JobState
@@ -296,50 +295,23 @@ class _Worker:
         await self._stack.aclose()
 
     async def claim(self, kind: str, queue: str) -> Claimed | None:
-        """The first available job of ``kind`` in ``queue``, claimed by job_claim_batch
-        while the jobs of other kinds ahead of it are held (awa_fast/db/sql/testing.sql).
-        A job of another kind the claim took all the same (inserted or promoted between
-        the hold and the claim) is given back unstarted, and the claim is tried again."""
+        """The first available job of ``kind`` in ``queue``, claimed by the runner's claim
+        function, told which kind to take (awa_fast/db/sql/testing.sql), once the queue's
+        packs are unpacked, so that their jobs are found as rows."""
         conn = await self._stack.enter_async_context(await self._claim_connection())
-        holder = await self._stack.enter_async_context(
-            await psycopg.AsyncConnection.connect(
-                self.database.dsn,
-                autocommit=True,
-                application_name=_APPLICATION,
-                prepare_threshold=self.database.prepare_threshold(),
-            )
-        )
-        cur = conn.cursor(binary=True)
+        await conn.execute(Q.queue_unpack, {"queue": queue})
         params = {
             "queue": queue,
-            "limit": 1,
+            "kind": kind,
             "deadline_s": _CONFIG.deadline_for(queue),
             "host_id": None,
         }
-        while True:
-            # The queue's packs, unpacked and committed first, so that the hold finds
-            # their jobs as rows and the claim can pass over them.
-            await holder.execute(Q.queue_unpack, {"queue": queue})
-            async with holder.transaction():
-                await holder.execute(Q.testing_queue_lock, {"queue": queue})
-                hold = await holder.execute(Q.testing_job_hold, {"kind": kind, "queue": queue})
-                if await hold.fetchone() is None:
-                    return None
-                await cur.execute(Q.job_claim_batch, params)
-                row = await cur.fetchone()
-                job = None if row is None else Claimed._make(row)
-                if job is None or job.kind == kind:
-                    return job
-                await self._give_back(job)
+        cur = await conn.cursor(binary=True).execute(Q.testing_job_claim, params)
+        row = await cur.fetchone()
+        return None if row is None else Claimed._make(row)
 
     async def _claim_connection(self) -> psycopg.AsyncConnection[Any]:
         return await connect_claimer(self.database, application_name=_APPLICATION)
-
-    async def _give_back(self, job: Claimed) -> None:
-        push_unstarted(
-            self.ring, self.registry, [job], reason="claimed by work_one for another kind"
-        )
-        await self._commit()
 
     async def run(self, job: Claimed) -> dict[str, Any]:
         """Run the handler on the claimed ``job`` and commit its outcome; returns the

@@ -374,32 +374,6 @@ def test_an_outcome_for_a_job_cancelled_meanwhile_is_dropped(
     assert job.state == "cancelled" and job.errors[-1]["error"] == "cancelled: by admin"
 
 
-def test_a_job_of_another_kind_claimed_is_given_back_unstarted(
-    tc: AwaTestClient, dsn: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The claim takes a queue's jobs of every kind; one that appears between the hold
-    and the claim (inserted, promoted) is taken though not of the kind asked for, and
-    goes back available, its attempt returned, before the claim is tried again."""
-    wanted = run(tc.insert(EMAIL))
-    inserted: list[int] = []
-
-    class InsertBeforeClaim:
-        """The named queries, but reading the claim first commits a job of another kind
-        ahead of the one asked for: the moment between the hold and the claim."""
-
-        def __getattr__(self, name: str) -> str:
-            if name == "job_claim_batch" and not inserted:
-                with psycopg.connect(dsn, autocommit=True) as conn:
-                    inserted.append(insert_job(conn, kind="resize", priority=1))
-            return str(getattr(Q, name))
-
-    monkeypatch.setattr(awa_fast.testing, "Q", InsertBeforeClaim())
-    result = work(tc, returning(None))
-    assert job_of(result).id == wanted.id and result.is_completed()
-    row = stored_job(dsn, inserted[0])
-    assert (row["state"], row["attempt"], row["run_lease"]) == ("available", 0, 1)
-
-
 # -- the client's follow-ups and hooks ---------------------------------------------------
 
 

@@ -8,12 +8,13 @@ retry would not fix).
 
 What a chunk costs: ``batch_chunk`` item rows deleted from the snapshot, then one UPDATE
 per changed job. ``priority`` and ``queue`` are keys of the claim index
-(``jobs_hot_claim``: queue, priority, run_at, id), so Postgres cannot update an available
+(``jobs_hot_ready``: queue, priority, ready_xid, id), so Postgres cannot update an available
 row in place (HOT): each changed job writes a new row version, a new entry in each of
 jobs_hot's indexes (primary key, claim) and leaves a dead version for vacuum; a scheduled
 job costs the same in jobs_deferred. The chunk's rows stay locked until its commit (one WAL
-flush per chunk), during which claims pass over them. A job already as asked is skipped
-without a write.
+flush per chunk): a claim that wants one waits for it, then passes over it, and claims the
+new version in a later window (migration 0027). A job already as asked is skipped without a
+write.
 """
 
 from __future__ import annotations

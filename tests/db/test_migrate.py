@@ -8,6 +8,7 @@ import pytest
 import awa_fast
 from awa_fast.db.migrate import current_version, migrations
 from tests.helpers import fresh_database, migrated_to, run
+from awa_fast.db.queries import Q
 
 
 def test_migrate_is_idempotent(server_url: str) -> None:
@@ -153,3 +154,29 @@ def test_finished_jobs_move_out_of_jobs_hot_on_upgrade(server_url: str) -> None:
         assert states_in("jobs_done") == ["completed", "failed", "cancelled"]
         with pytest.raises(psycopg.errors.CheckViolation):
             conn.execute("UPDATE awa_fast.jobs_hot SET state = 'completed'")
+
+
+def test_available_jobs_from_before_window_claims_are_claimed(server_url: str) -> None:
+    """Version 27 stamps the available rows an older schema holds, so that the first
+    window claim of their queue covers them; running ones stay as they were."""
+    url = fresh_database(server_url, "awa_fast_migrate_windows")
+    migrated_to(url, 26)
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "INSERT INTO awa_fast.jobs_hot (kind, queue, state, priority)"
+            " SELECT 'k', 'q', s::awa_fast.job_state, p"
+            " FROM unnest(ARRAY['available', 'running']) AS s, generate_series(1, 4) AS p"
+            " RETURNING id, state::text"
+        ).fetchall()
+    assert awa_fast.migrate(url) == [27]
+    available = {id_ for id_, state in rows if state == "available"}
+    params = {"queue": "q", "limit": 10, "deadline_s": 60.0, "host_id": None}
+    with psycopg.connect(url, autocommit=True) as conn:
+        claimed = conn.execute(Q.job_claim_batch, params).fetchall()
+        assert {row[0] for row in claimed} == available
+        assert [row[7] for row in claimed] == [1, 2, 3, 4]  # in claim order
+        assert conn.execute(Q.job_claim_batch, params).fetchall() == []
+        running = conn.execute(
+            "SELECT count(*) FROM awa_fast.jobs_hot WHERE state = 'running'"
+        ).fetchone()
+    assert running == (8,)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from awa_fast.db.connections import (
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.rescuer import RESCUES
 from tests.factories import insert_job, record_emptied_statistics
-from tests.helpers import run
+from tests.helpers import lock_waiters, run
 
 _PARAM = re.compile(r"%\((\w+)\)s")
 
@@ -112,8 +114,6 @@ def _queue(conn: psycopg.Connection[Any], *, table: str) -> None:
 @pytest.mark.parametrize(
     ("name", "params"),
     [
-        ("job_claim_batch", {"queue": "default", "limit": 200, "deadline_s": 60.0, "host_id": 1}),
-        ("job_claim_rows", {"queue": "default", "limit": 200, "deadline_s": 60.0, "host_id": 1}),
         ("job_complete_many", {"ids": [1, 2], "leases": '{"1": 1, "2": 1}'}),
         (
             "job_heartbeat_many",
@@ -177,8 +177,6 @@ def test_generic_plans_reach_rows_by_key(
     _queue(conn, table=table)
     plan = _generic_plan(conn, getattr(Q, name), params)
     keys = {  # the rows it locked, reached by their key
-        "job_claim_batch": "Tid Scan",
-        "job_claim_rows": "Tid Scan",
         "job_wait_callback": "jobs_hot_callback",  # a callback id is unique
         "job_park_callback": "jobs_hot_callback",
         "callback_lock": "jobs_hot_callback",
@@ -186,9 +184,6 @@ def test_generic_plans_reach_rows_by_key(
     key = keys.get(name, "jobs_hot_pkey")
     assert key in plan and "Seq Scan" not in plan, plan
     assert "Nested Loop" not in plan, plan  # no join for the planner to turn inside out
-    # The claim index serves the pick only: the claimed rows are reached by key, never by
-    # reading every available row again.
-    assert plan.count("jobs_hot_claim") <= 1, plan
     # Compiling costs more than these run: a claim of 500 from 120,000 rows once spent
     # 430 ms in LLVM and 4 ms running.
     assert '"JIT"' not in plan, plan
@@ -217,19 +212,65 @@ def test_claim_returns_rows_in_claim_order(conn: psycopg.Connection[Any]) -> Non
     assert [row[7] for row in rows] == [1, 1, 2, 3, 4]
 
 
-def test_concurrent_claims_take_disjoint_rows(conn: psycopg.Connection[Any], dsn: str) -> None:
-    """A claim skips the rows an open claim holds, and once that commits, finds them taken:
-    each row is claimed once, by the claim that locked it, with its lease bumped once."""
+def _claim_plans(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]) -> list[str]:
+    """The generic plans of the statements a claim runs inside awa_fast.claim_jobs (as the
+    claimer's connections reach them after a few claims), logged by auto_explain to this
+    session as notices."""
+    plans: list[str] = []
+    conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    for name, value in {
+        **PLANNER_SETTINGS,
+        "plan_cache_mode": "force_generic_plan",
+        "auto_explain.log_min_duration": "0",
+        "auto_explain.log_nested_statements": "on",
+        "auto_explain.log_format": "json",
+        "auto_explain.log_level": "notice",
+    }.items():
+        conn.execute(sql.SQL("SET {} = {}").format(sql.Identifier(*name.split(".")), value))
+    conn.execute("LOAD 'auto_explain'")
+    conn.execute(query, params)
+    return [plan for plan in plans if plan.startswith("duration")]
+
+
+@pytest.mark.parametrize("table", ["analyzed", "no-stats", "empty", "emptied"])
+@pytest.mark.parametrize("name", ["job_claim_batch", "job_claim_rows", "job_claim_aged"])
+def test_claim_statements_reach_rows_by_window_and_ctid(
+    conn: psycopg.Connection[Any], name: str, table: str
+) -> None:
+    """Each of a claim's statements reads a lane's window from its position in
+    jobs_hot_ready or reaches rows by ctid: no statement scans a table (migration 0027;
+    that reads stay flat under a held horizon, tests/db/test_window_claims.py)."""
+    _queue(conn, table=table)
+    params = {"queue": "default", "limit": 200, "deadline_s": 60.0, "host_id": 1, "aging_s": 5}
+    conn.execute(getattr(Q, name), params)  # a window and a position to read from
+    plans = _claim_plans(conn, getattr(Q, name), params)
+    assert plans
+    for plan in plans:
+        assert "Seq Scan" not in plan and '"JIT"' not in plan, plan
+    joined = "".join(plans)
+    assert "jobs_hot_ready" in joined and "Tid Scan" in joined, plans
+
+
+def test_claims_of_a_queue_take_turns(conn: psycopg.Connection[Any], dsn: str) -> None:
+    """A claim waits for an open claim of its queue and then finds the rows that one took
+    taken: each row is claimed once, by one claim, with its lease bumped once."""
     ids = {insert_job(conn) for _ in range(10)}
     params = {"queue": "default", "deadline_s": 60.0, "host_id": 1}
-    no_waiting = "-c lock_timeout=5s"  # a claim skips locked rows; it must never wait
     with (
         psycopg.connect(dsn) as first,
-        psycopg.connect(dsn, autocommit=True, options=no_waiting) as second,
+        psycopg.connect(dsn, autocommit=True) as second,
+        ThreadPoolExecutor(1) as pool,
     ):
         with first.transaction():
             held = first.execute(Q.job_claim_batch, {**params, "limit": 6}).fetchall()
-            rest = second.execute(Q.job_claim_batch, {**params, "limit": 10}).fetchall()
+            waiting = pool.submit(
+                lambda: second.execute(Q.job_claim_batch, {**params, "limit": 10}).fetchall()
+            )
+            deadline = time.monotonic() + 30
+            while lock_waiters(dsn) == 0 and not waiting.done():
+                assert time.monotonic() < deadline
+            assert not waiting.done()
+        rest = waiting.result(timeout=30)
         after = second.execute(Q.job_claim_batch, {**params, "limit": 10}).fetchall()
     assert (len(held), len(rest), after) == (6, 4, [])
     assert {row[0] for row in held} | {row[0] for row in rest} == ids
@@ -238,16 +279,6 @@ def test_concurrent_claims_take_disjoint_rows(conn: psycopg.Connection[Any], dsn
         "SELECT count(*) FROM awa_fast.jobs_hot WHERE state = 'running' AND run_lease = 1"
     ).fetchone()
     assert running == (10,)
-
-
-def test_claim_uses_the_claim_index(conn: psycopg.Connection[Any]) -> None:
-    for _ in range(50):
-        insert_job(conn)
-    conn.execute("ANALYZE awa_fast.jobs_hot")
-    plan = _plan(
-        conn, Q.job_claim_batch, {"queue": "default", "limit": 10, "deadline_s": 60.0, "host_id": 1}
-    )
-    assert "jobs_hot_claim" in plan
 
 
 @pytest.mark.parametrize("table", ["analyzed", "no-stats", "empty", "emptied"])

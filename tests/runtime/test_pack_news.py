@@ -12,7 +12,6 @@ from typing import Any
 import psycopg
 
 import awa_fast
-from awa_fast.db.queries import Q
 from tests.helpers import await_until, job, listening, run
 
 HOUR = 3600.0
@@ -65,18 +64,28 @@ def test_packs_inserted_while_claims_read_rows_alone_are_claimed(dsn: str) -> No
     run(main())
 
 
-def test_the_rest_of_a_pack_another_claim_held_is_news(dsn: str) -> None:
-    """A claim elsewhere holds a pack and takes part of it: this runner's claims skip the
-    locked pack and find none. When that claim commits, the rest of the pack is news."""
+def _start_part_of_the_pack(conn: psycopg.Connection[Any]) -> list[int]:
+    """Start 10 jobs of the queue's one pack in ``conn``'s open transaction, as a claim
+    does, which holds the pack until that transaction ends; their ids."""
+    rows = conn.execute(
+        "SELECT s.id FROM awa_fast.job_packs p,"
+        " awa_fast.start_packed(p.id, 10, NULL, 60.0) s ORDER BY s.id"
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def test_the_rest_of_a_pack_another_transaction_held_is_news(dsn: str) -> None:
+    """A transaction elsewhere holds a pack and starts part of it (as a claim does, though
+    claims of one queue take turns, so no claim of this runner waits behind it): this
+    runner's claims skip the locked pack and find none. When that transaction commits, the
+    rest of the pack is news."""
     client = _client(dsn)
     elsewhere = psycopg.connect(dsn)  # one transaction, open until the commit below
 
     async def main() -> list[int]:
         async with client:
             ids = await client.insert_many([Tick(n) for n in range(100)])
-            params = {"queue": "default", "limit": 10, "deadline_s": 60.0, "host_id": None}
-            taken: list[Any] = elsewhere.execute(Q.job_claim_batch, params).fetchall()
-            assert [row[0] for row in taken] == ids[:10]
+            assert _start_part_of_the_pack(elsewhere) == ids[:10]
             await _start(client, dsn, {"default": 50}, poll_interval=HOUR)
             await _one_job_done(client, dsn)  # its claims skipped the locked pack
             elsewhere.commit()
@@ -111,17 +120,17 @@ def test_packs_of_a_resumed_queue_are_claimed(dsn: str) -> None:
 def test_a_pack_nothing_announced_is_claimed_within_a_poll_while_rows_keep_coming(
     dsn: str,
 ) -> None:
-    """A claim elsewhere holds a pack, this runner's claims skip it, and that claim rolls
-    back: no NOTIFY says the pack is there. Jobs inserted one by one keep waking the claims
-    before any poll can come, yet once a poll interval a claim looks at packs and finds it."""
+    """A transaction elsewhere holds a pack, this runner's claims skip it, and that
+    transaction rolls back: no NOTIFY says the pack is there. Jobs inserted one by one keep
+    waking the claims before any poll can come, yet once a poll interval a claim looks at
+    packs and finds it."""
     client = _client(dsn)
     elsewhere = psycopg.connect(dsn)
 
     async def main() -> None:
         async with client:
             ids = await client.insert_many([Tick(n) for n in range(100)])
-            params = {"queue": "default", "limit": 10, "deadline_s": 60.0, "host_id": None}
-            assert len(elsewhere.execute(Q.job_claim_batch, params).fetchall()) == 10
+            assert _start_part_of_the_pack(elsewhere) == ids[:10]
             await _start(client, dsn, {"default": 50}, poll_interval=0.5)
             await _one_job_done(client, dsn)  # its claims skipped the locked pack
             elsewhere.rollback()

@@ -116,9 +116,10 @@ RETURNING id;
 -- name: job_batch_apply_hot
 -- The same for the chunk's available jobs. A claim that locked one first makes this wait
 -- for it and then re-check `state = 'available'` on the claimed row: false, so a running
--- job's queue or priority never changes; a row this locks first, the claim's SKIP LOCKED
--- passes over until the chunk commits. Moved jobs wake their new queue's claimers, once
--- per chunk (Postgres folds identical notifications of a transaction).
+-- job's queue or priority never changes; a row this locks first, a claim waits for and
+-- then skips, its version changed: the new one (a new ready_xid, migration 0027) lies in a
+-- later window of its lane. Moved jobs wake their new queue's claimers, once per chunk
+-- (Postgres folds identical notifications of a transaction).
 WITH changed AS (
     UPDATE awa_fast.jobs_hot
     SET priority = COALESCE(%(priority)s, priority), queue = COALESCE(%(queue)s, queue)

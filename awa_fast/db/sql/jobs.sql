@@ -3,21 +3,6 @@
 -- Every statement that finishes an attempt matches (id, run_lease, state = 'running'):
 -- zero rows means the attempt is stale and its outcome is dropped.
 
--- fragment: claim_set
--- A claimed row becomes its new attempt, the same in job_claim_batch and job_claim_rows.
-SET state = 'running',
-    attempt = j.attempt + 1,
-    run_lease = j.run_lease + 1,
-    attempted_at = now(),
-    heartbeat_at = now(),
-    host_id = %(host_id)s,
-    deadline_at = now() + make_interval(secs => COALESCE(j.deadline_seconds, %(deadline_s)s)),
-    -- A callback id belongs to the attempt that registered it: one from an earlier
-    -- attempt must not resolve this one. Its expressions go with it.
-    callback_id = NULL,
-    callback_timeout_at = NULL,
-    callback_rules = NULL
-
 -- fragment: claim_columns
 -- A started attempt's row as the executor reads it (claims return it, standby_collect
 -- selects it). Empty metadata and errors (most jobs' first attempt) come back as NULL:
@@ -29,166 +14,33 @@ j.priority, j.tags, NULLIF(j.metadata, '{}') AS metadata,
 NULLIF(j.errors, '[]') AS errors, j.progress, j.run_at, j.created_at,
 j.deadline_at
 
--- fragment: claim_queue_open
--- Whether the claimed queue is open (not paused), for job_claim_batch and job_claim_aged.
-WITH queue_open AS (
-    SELECT NOT EXISTS (
-        SELECT 1 FROM awa_fast.queue_meta m WHERE m.queue = %(queue)s AND m.paused
-    ) AS open
-),
-
--- fragment: claim_merge
--- The candidates of job_claim_batch and job_claim_aged (candidate_rows and candidate_packs,
--- each ranked: its priority, aged or not) merged in claim order, a pack counting as its
--- unclaimed jobs at its first one's place, and taken up to `limit`.
-candidates AS (
-    SELECT ctid, NULL::bigint AS pack, rank, run_at, id, 0 AS taken, 1 AS size
-    FROM candidate_rows
-    UNION ALL
-    SELECT NULL::tid, pack, rank, run_at, id, taken, size FROM candidate_packs
-),
-ahead AS (
-    SELECT *, sum(size) OVER (ORDER BY rank, run_at, id ROWS UNBOUNDED PRECEDING)
-              - size AS before
-    FROM candidates
-),
-chosen AS (
-    SELECT ctid, pack, taken, size, least(size, %(limit)s - before) AS k
-    FROM ahead WHERE before < %(limit)s
-),
-
--- fragment: claim_start_packs
--- The chosen packs' jobs started (job_claim_batch and job_claim_aged, each of which then
--- returns these and the claimed rows in its own claim order).
-started AS (
-    -- Each pack's taken jobs, started by awa_fast.start_packed (migration 0016), called
-    -- once a pack from the select list: a claim that takes no pack runs none of it.
-    SELECT (t.job).* FROM (
-        SELECT awa_fast.start_packed(c.pack, c.k::integer, %(host_id)s, %(deadline_s)s) AS job
-        FROM chosen c
-        WHERE c.pack IS NOT NULL
-    ) t
-)
-
 -- name: job_claim_rows
 -- job_claim_batch for a queue that holds no packs, as far as the runner has heard
 -- (awa_fast.runtime.packwatch): jobs_hot's available rows alone, in claim order. Its plan
--- has none of the pack scan, merge and window, so a one-job claim returns sooner
--- (benches/RESULTS.md, "Design measurements"). Rows are taken by ctid, for the reasons
--- job_claim_batch gives.
-WITH claimed AS (
-    UPDATE awa_fast.jobs_hot j
-    -- include: claim_set
-    WHERE j.ctid = ANY (ARRAY(
-        SELECT ctid FROM awa_fast.jobs_hot
-        WHERE state = 'available' AND queue = %(queue)s
-          AND NOT EXISTS (
-              SELECT 1 FROM awa_fast.queue_meta m WHERE m.queue = %(queue)s AND m.paused
-          )
-        ORDER BY priority, run_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ))
-    RETURNING
-    -- include: claim_columns
-)
-SELECT * FROM claimed ORDER BY priority, run_at, id;
+-- runs none of the pack scan (benches/RESULTS.md, "Design measurements").
+SELECT * FROM awa_fast.claim_jobs(%(queue)s, %(limit)s::integer, %(host_id)s::bigint,
+                                  %(deadline_s)s::float8, NULL, false);
 
 -- name: job_claim_batch
 -- Take up to `limit` available jobs of one queue in priority/run_at/id order, from
--- jobs_hot's available rows and from packs (migration 0016) alike: each source's first
--- candidates are locked (FOR UPDATE SKIP LOCKED, which re-checks a row under its lock: one
--- another claimer took since the scan's snapshot is skipped), merged in claim order, a pack
--- counting as its unclaimed jobs at its first one's place, and taken up to `limit`.
--- Candidate rows become running by an UPDATE; a pack's taken jobs are written as running
--- rows, and the pack advances past them (or is deleted once all are taken). Candidates not
--- taken stay locked until this statement's transaction ends, and available.
--- The taken rows reach the UPDATE as an array of their ctids (a TID scan). Joined as a
--- CTE, the generic plan hashes every available row, so claims slow as the queue grows;
--- matched by id, each row costs a descent of the primary key (benches/RESULTS.md,
--- "Design measurements").
--- A locked row cannot move before this statement ends, so its ctid names it exactly. A
--- row the lock found updated by a transaction newer than this statement's snapshot (and
--- still available) is invisible to the TID scan: it is left for the next claim, never
--- lost or taken twice. A pack is at least 64 jobs (job_insert_packed) and only the first
--- one in claim order can be partly taken, so `limit` / 64 + 2 packs cover a claim.
--- include: claim_queue_open
-candidate_rows AS (
-    SELECT ctid, priority AS rank, run_at, id FROM awa_fast.jobs_hot
-    WHERE state = 'available' AND queue = %(queue)s AND (SELECT open FROM queue_open)
-    ORDER BY priority, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-),
-candidate_packs AS (
-    SELECT id AS pack, priority AS rank, run_at, next_id AS id, taken, size - taken AS size
-    FROM awa_fast.job_packs
-    WHERE queue = %(queue)s AND (SELECT open FROM queue_open)
-    ORDER BY priority, run_at, next_id
-    LIMIT %(limit)s / 64 + 2
-    FOR UPDATE SKIP LOCKED
-),
--- include: claim_merge
-claimed AS (
-    UPDATE awa_fast.jobs_hot j
-    -- include: claim_set
-    WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM chosen WHERE pack IS NULL))
-    RETURNING
-    -- include: claim_columns
-),
--- include: claim_start_packs
-SELECT * FROM claimed
-UNION ALL
-SELECT * FROM started
-ORDER BY priority, run_at, id;
+-- jobs_hot's available rows and from packs (migration 0016) alike, by window claims
+-- (awa_fast.claim_jobs, migration 0027): a claim reads the queue's rows made available
+-- since the claims before it, never the index entries those claims left behind, merges
+-- them with packs in claim order, a pack counting as its unclaimed jobs at its first
+-- one's place, and takes up to `limit`. Rows become running by an UPDATE; a pack's taken
+-- jobs are written as running rows, and the pack advances past them (or is deleted once
+-- all are taken).
+SELECT * FROM awa_fast.claim_jobs(%(queue)s, %(limit)s::integer, %(host_id)s::bigint,
+                                  %(deadline_s)s::float8, NULL, true);
 
 -- name: job_claim_aged
 -- job_claim_batch with the Awa SDK's priority aging (priority_aging_interval_ms): a job
 -- that has waited `aging_s` since its run_at is claimed as if its priority were one higher,
 -- and one higher again after each further interval, up to 1, so older jobs of a lower
--- priority go ahead of newer ones of a higher. Within a priority, the oldest age most: the
--- first `limit` candidates of each priority, taken from the claim index in run_at order,
--- hold the first `limit` in aged order, which the merge then takes. The stored priority
--- does not change.
--- include: claim_queue_open
-candidate_rows AS (
-    SELECT c.ctid, c.run_at, c.id,
-           greatest(1, c.priority - floor(extract(epoch FROM now() - c.run_at) / %(aging_s)s))
-               AS rank
-    FROM generate_series(1, 4) AS p(priority), LATERAL (
-        SELECT ctid, priority, run_at, id FROM awa_fast.jobs_hot
-        WHERE state = 'available' AND queue = %(queue)s AND priority = p.priority
-          AND (SELECT open FROM queue_open)
-        ORDER BY run_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ) c
-),
-candidate_packs AS (
-    SELECT c.id AS pack, c.run_at, c.next_id AS id, c.taken, c.size - c.taken AS size,
-           greatest(1, c.priority - floor(extract(epoch FROM now() - c.run_at) / %(aging_s)s))
-               AS rank
-    FROM generate_series(1, 4) AS p(priority), LATERAL (
-        SELECT id, priority, run_at, next_id, taken, size FROM awa_fast.job_packs
-        WHERE queue = %(queue)s AND priority = p.priority AND (SELECT open FROM queue_open)
-        ORDER BY run_at, next_id
-        LIMIT %(limit)s / 64 + 2
-        FOR UPDATE SKIP LOCKED
-    ) c
-),
--- include: claim_merge
-claimed AS (
-    UPDATE awa_fast.jobs_hot j
-    -- include: claim_set
-    WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM chosen WHERE pack IS NULL))
-    RETURNING
-    -- include: claim_columns
-),
--- include: claim_start_packs
--- In aged order, as claimed: workers start held jobs in the order they are handed them.
-SELECT j.* FROM (SELECT * FROM claimed UNION ALL SELECT * FROM started) j
-ORDER BY greatest(1, j.priority - floor(extract(epoch FROM now() - j.run_at) / %(aging_s)s)),
-         j.run_at, j.id;
+-- priority go ahead of newer ones of a higher. The stored priority does not change. The
+-- jobs come back in aged order: workers start held jobs in the order they are handed them.
+SELECT * FROM awa_fast.claim_jobs(%(queue)s, %(limit)s::integer, %(host_id)s::bigint,
+                                  %(deadline_s)s::float8, %(aging_s)s::float8, true);
 
 -- name: standby_collect
 -- This host's standby claims (migration 0018), each with its queue and id: those still

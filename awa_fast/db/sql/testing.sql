@@ -1,34 +1,15 @@
 -- Named queries of awa_fast.testing, the Awa SDK's test helpers.
 --
--- AwaTestClient.work_one runs the first available job of one kind and queue, and claims
--- it with the runner's own job_claim_batch, which takes a queue's jobs of every kind in
--- claim order. So that the claim takes that job, a transaction on another connection
--- holds the queue's available jobs of other kinds ahead of it while the claim runs.
+-- AwaTestClient.work_one runs the first available job of one kind and queue, claimed by
+-- the runner's claim function (as job_claim_batch claims), told which kind to take: a
+-- claim takes a queue's jobs of every kind, and work_one leaves those of other kinds
+-- untouched.
 
--- name: testing_queue_lock
--- One work_one at a time holds jobs of a queue: the holds of two, for different kinds,
--- would each make the other's claim skip its job. (The two-key form: no awa-fast lock
--- of the one-key form can be taken for it.)
-SELECT pg_advisory_xact_lock(1635213684, hashtext(%(queue)s));
-
--- name: testing_job_hold
--- Hold the available jobs of other kinds ahead of the first available job of `kind` in
--- `queue`: FOR KEY SHARE, which the claim's FOR UPDATE SKIP LOCKED skips and admin updates
--- do not wait for. Jobs behind it need no hold (the claim takes one job). No row: the
--- queue has no available job of the kind.
-WITH target AS (
-    SELECT id, priority, run_at FROM awa_fast.jobs_hot
-    WHERE state = 'available' AND queue = %(queue)s AND kind = %(kind)s
-    ORDER BY priority, run_at, id
-    LIMIT 1
-),
-held AS (
-    SELECT j.id FROM awa_fast.jobs_hot j, target t
-    WHERE j.state = 'available' AND j.queue = %(queue)s AND j.kind <> %(kind)s
-      AND (j.priority, j.run_at, j.id) < (t.priority, t.run_at, t.id)
-    FOR KEY SHARE OF j SKIP LOCKED
-)
-SELECT t.id, (SELECT count(*) FROM held) AS held FROM target t;
+-- name: testing_job_claim
+-- The first available job of `kind` in `queue` in claim order, claimed (no row: none is
+-- available, or the queue is paused).
+SELECT * FROM awa_fast.claim_jobs(
+    %(queue)s, 1, %(host_id)s::bigint, %(deadline_s)s::float8, NULL, false, %(kind)s::text);
 
 -- name: testing_tables_clear
 -- AwaTestClient.clean: every row of awa-fast's tables (jobs wherever they live, the

@@ -7,8 +7,8 @@ import pytest
 
 import awa_fast
 from awa_fast.db.migrate import current_version, migrations
-from tests.helpers import fresh_database, migrated_to, run
 from awa_fast.db.queries import Q
+from tests.helpers import fresh_database, migrated_to, run
 
 
 def test_migrate_is_idempotent(server_url: str) -> None:

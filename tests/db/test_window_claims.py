@@ -172,6 +172,27 @@ def test_a_held_horizon_changes_nothing_claimed(dsn: str) -> None:
     assert sorted(claimed) == sorted(inserted)
 
 
+def test_a_job_another_transaction_holds_is_passed_over_then_claimed(dsn: str) -> None:
+    """A claim does not wait for a job another transaction holds locked: it takes the jobs
+    after it, and the held one is claimed once its holder lets go of it unchanged."""
+    params: dict[str, Any] = {"queue": QUEUE, "deadline_s": 60.0, "host_id": None}
+    with (
+        psycopg.connect(dsn) as holder,
+        psycopg.connect(dsn, autocommit=True) as conn,
+    ):
+        first, *rest = [r[0] for r in conn.execute(INSERT, {**params, "priorities": [2] * 4})]
+        holder.execute("SELECT 1 FROM awa_fast.jobs_hot WHERE id = %s FOR UPDATE", (first,))
+        rows = conn.execute(Q.job_claim_batch, {**params, "limit": 10}).fetchall()
+        assert sorted(row[0] for row in rows) == rest
+        later = [r[0] for r in conn.execute(INSERT, {**params, "priorities": [2] * 2})]
+        rows = conn.execute(Q.job_claim_batch, {**params, "limit": 10}).fetchall()
+        assert sorted(row[0] for row in rows) == later
+        holder.rollback()
+        rows = conn.execute(Q.job_claim_batch, {**params, "limit": 10}).fetchall()
+        assert [row[0] for row in rows] == [first]
+        assert conn.execute(Q.job_claim_batch, {**params, "limit": 10}).fetchall() == []
+
+
 def test_a_claim_reads_from_its_lanes_position_not_its_history(dsn: str) -> None:
     """Under a held horizon the entries of claimed jobs stay in the index: a pick from the
     front of the queue, as claims were, reads more of them the more jobs were claimed,

@@ -117,13 +117,15 @@ $$;
 -- 2. Per lane: its newest ledger row, this statement's snapshot (now_snap), and up to
 --    p_limit candidates in window order: the rest of the current window, then the new
 --    window from its hi to now_snap. No row locks.
--- 3. The candidates merged with packs, as before, and the chosen rows updated by ctid. A
---    row another transaction holds is waited for; if that transaction changed it, its
---    ctid no longer matches and it is skipped (its successor, if available, carries a
---    newer ready_xid). Packs are locked FOR UPDATE SKIP LOCKED as before.
+-- 3. The candidates merged with packs, as before, and the chosen rows locked FOR UPDATE
+--    SKIP LOCKED and updated by ctid. A row another transaction holds is passed over; one
+--    a committed transaction changed no longer matches its ctid and is skipped (its
+--    successor, if available, carries a newer ready_xid). Packs are locked as before.
 -- 4. The candidates still current and available (a TID read): the others were taken by
 --    step 3 or are gone. Each lane moves its position past its longest prefix (in window
---    order) of candidates taken or gone, never past one still available.
+--    order) of candidates taken or gone, never past one still available: a row passed
+--    over because another transaction holds it stops the position until it is released,
+--    though the claim takes the rows after it.
 -- With p_kind, the one candidate is the first available job of that kind in claim order
 -- (the test client's work_one claims so): no window is read and no position moves; to
 -- window claims the job is one made running by another statement, gone.
@@ -249,9 +251,15 @@ BEGIN
             callback_id = NULL,
             callback_timeout_at = NULL,
             callback_rules = NULL
-        -- ctid alone, so that the plan is a TID scan: a ctid names the version step 2
-        -- read available, and a version's state never changes
-        WHERE j.ctid = ANY (ARRAY(SELECT c.ctid FROM chosen c WHERE c.pack IS NULL))
+        -- ctid alone, so that the plans are TID scans: a ctid names the version step 2
+        -- read available, and a version's state never changes. A row another
+        -- transaction holds is passed over, never waited for: a long transaction that
+        -- locked one job must not stop the queue's claims, and a claim that waited on
+        -- rows while holding the queue's lock could deadlock with their holder.
+        WHERE j.ctid = ANY (ARRAY(
+            SELECT k.ctid FROM awa_fast.jobs_hot k
+            WHERE k.ctid = ANY (ARRAY(SELECT c.ctid FROM chosen c WHERE c.pack IS NULL))
+            FOR UPDATE SKIP LOCKED))
         RETURNING j.id, j.run_lease, j.kind, j.queue, j.args, j.attempt, j.max_attempts,
                   j.priority, j.tags, NULLIF(j.metadata, '{}'), NULLIF(j.errors, '[]'),
                   j.progress, j.run_at, j.created_at, j.deadline_at

@@ -118,8 +118,10 @@ def test_queue_stats_reads_the_counters_and_a_few_index_entries(
     conn: psycopg.Connection[Any],
 ) -> None:
     """With 100k finished jobs over a day and 500 waiting, queue_stats reads the counters,
-    and of the job tables only the claim indexes' first entry of each priority of a queue
-    with available jobs (its lag): nothing it reads grows with the jobs."""
+    and of the job tables only, for a queue with available jobs (its lag), each lane's next
+    row from its window (awa_fast.lane_head) and the first pack of each priority: nothing
+    it reads grows with the jobs. Every statement, those inside functions too, is caught by
+    auto_explain."""
     conn.execute(
         "INSERT INTO awa_fast.jobs_done (kind, queue, state, finalized_at)"
         " SELECT 'k', 'q' || (i % 5),"
@@ -133,15 +135,29 @@ def test_queue_stats_reads_the_counters_and_a_few_index_entries(
         " SELECT 'k', 'q1', 1 + i % 4 FROM generate_series(1, 500) AS i"
     )
     conn.execute("VACUUM ANALYZE awa_fast.jobs_done, awa_fast.jobs_hot")
-    row = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {Q.queue_stats}").fetchone()
-    assert row is not None
-    nodes = _nodes(row[0][0]["Plan"])
+    plans: list[dict[str, Any]] = []
+    conn.add_notice_handler(
+        lambda notice: plans.append(json.loads((notice.message_primary or "").split("\n", 1)[1]))
+    )
+    for setting in (
+        "auto_explain.log_min_duration = 0",
+        "auto_explain.log_nested_statements = on",
+        "auto_explain.log_analyze = on",
+        "auto_explain.log_format = json",
+        "auto_explain.log_level = notice",
+    ):
+        conn.execute(f"SET {setting}")
+    conn.execute("LOAD 'auto_explain'")
+    q1 = next(s for s in conn.execute(Q.queue_stats).fetchall() if s[0] == "q1")
+    assert q1[2] == 500 and q1[10] is not None  # available, lag
+    nodes = [n for plan in plans for n in _nodes(plan["Plan"])]
     jobs = [n for n in nodes if n.get("Relation Name") in JOB_TABLES]
     assert {(n["Relation Name"], n.get("Index Name")) for n in jobs} == {
-        ("jobs_hot", "jobs_hot_claim"),
+        ("jobs_hot", "jobs_hot_ready"),
         ("job_packs", "job_packs_claim"),
     }, jobs
-    assert sum(n["Actual Rows"] * n["Actual Loops"] for n in jobs) == 4  # q1's 4 priorities
+    # the lanes' first rows: one of jobs_hot for each of q1's four priorities
+    assert sum(n["Actual Rows"] * n["Actual Loops"] for n in jobs) == 4
 
 
 def test_async_client_runs_the_same_admin_calls(dsn: str, conn: psycopg.Connection[Any]) -> None:

@@ -96,6 +96,32 @@ LANGUAGE sql STABLE AS $$
     ORDER BY 1, 2 LIMIT k
 $$;
 
+-- The run_at of the row a claim of the lane would take first: the first of the rest of its
+-- window, else the first of the window a claim would open now. queue_stats' lag reads it:
+-- like a claim, it starts at the lane's position, so a held horizon does not slow it.
+CREATE FUNCTION awa_fast.lane_head(p_queue text, p_priority smallint) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT h.run_at
+    FROM (SELECT 1) AS one
+    LEFT JOIN LATERAL (
+        SELECT * FROM awa_fast.claim_windows w
+        WHERE w.queue = p_queue AND w.priority = p_priority
+        ORDER BY w.n DESC LIMIT 1
+    ) l ON true,
+    LATERAL (
+        (SELECT r.run_at, 0 AS w
+         FROM awa_fast.window_rows(p_queue, p_priority, COALESCE(l.lo, '1:1:'),
+                                   COALESCE(l.hi, '1:1:'), COALESCE(l.pos_xid, '0'),
+                                   COALESCE(l.pos_id, 0), 1) r)
+        UNION ALL
+        (SELECT r.run_at, 1
+         FROM awa_fast.window_rows(p_queue, p_priority, COALESCE(l.hi, '1:1:'),
+                                   pg_current_snapshot(), '0', 0, 1) r)
+    ) h
+    ORDER BY h.w
+    LIMIT 1
+$$;
+
 -- A job's rank in claim order: its priority, or with aging (p_aging_s) one higher for each
 -- p_aging_s it has waited since its run_at, up to 1.
 CREATE FUNCTION awa_fast.claim_rank(

@@ -248,10 +248,10 @@ RETURNING id;
 
 -- name: queue_stats
 -- Per queue: its counts by state (awa_fast.queue_counts, migration 0025), its completions
--- in the current minute and the 59 before it (awa_fast.queue_minutes), and how long its
--- oldest available job has been due: for a queue with available jobs, the first entry of
--- each priority in the claim indexes of jobs_hot and job_packs. Nothing here grows with
--- the jobs a queue holds or held. A queue shows once it has a count here other than its
+-- in the current minute and the 59 before it (awa_fast.queue_minutes), and how long the
+-- first job of each priority has been due: for a queue with available jobs, the row each
+-- lane's next claim would take first (awa_fast.lane_head, migration 0027) and the first
+-- pack in job_packs' claim index. Nothing here grows with the jobs a queue holds or held. A queue shows once it has a count here other than its
 -- completed jobs, completions in the last hour, or a pause on record.
 WITH counts AS (
     SELECT queue,
@@ -301,9 +301,7 @@ LEFT JOIN LATERAL (
     SELECT min(first.run_at) AS run_at
     FROM generate_series(1, 4) AS p(priority),
     LATERAL (
-        SELECT (SELECT h.run_at FROM awa_fast.jobs_hot h
-                WHERE h.state = 'available' AND h.queue = s.queue AND h.priority = p.priority
-                ORDER BY h.run_at LIMIT 1) AS run_at
+        SELECT awa_fast.lane_head(s.queue, p.priority::smallint) AS run_at
         WHERE s.available > 0
         UNION ALL
         SELECT (SELECT k.run_at FROM awa_fast.job_packs k

@@ -18,10 +18,11 @@ from awa_fast.maintenance.leader import Leader
 @dataclass(frozen=True, slots=True)
 class LedgerPrunerConfig:
     """Every ``interval``, prune the claim ledger, unless a transaction has held the xmin
-    horizon for ``held_for`` seconds."""
+    horizon for ``held_for`` seconds: far longer than any claim or commit, so that only a
+    real hold stops it, and short, so that a hold leaves a few seconds of pruned rows."""
 
     interval: float = 10.0
-    held_for: float = 60.0
+    held_for: float = 5.0
 
 
 class LedgerPruner:

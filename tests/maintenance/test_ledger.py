@@ -41,7 +41,7 @@ def test_each_lane_keeps_its_newest_window(dsn: str, conn: psycopg.Connection[An
 
 
 def test_nothing_is_pruned_while_a_horizon_is_held(dsn: str, conn: psycopg.Connection[Any]) -> None:
-    """Held for ``held_for`` (0 here, so that the test need not wait a minute): no prune
+    """Held for ``held_for`` (0 here, so that the test need not wait): no prune
     until that transaction ends."""
     for _ in range(2):
         insert_job(conn)

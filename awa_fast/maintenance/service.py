@@ -27,9 +27,9 @@ from awa_fast.maintenance.counts import Counts, CountsConfig
 from awa_fast.maintenance.cron import Cron, CronConfig
 from awa_fast.maintenance.descriptor_cleaner import DescriptorCleaner, DescriptorCleanerConfig
 from awa_fast.maintenance.leader import Deposed, Leader
-from awa_fast.maintenance.ledger import LedgerPruner, LedgerPrunerConfig
 from awa_fast.maintenance.promoter import Promoter, PromoterConfig
 from awa_fast.maintenance.rescuer import Rescuer, RescuerConfig
+from awa_fast.maintenance.rings import Rings, RingsConfig
 from awa_fast.maintenance.stats import MaintenanceStats
 from awa_fast.maintenance.vacuum import Vacuum, VacuumConfig
 from awa_fast.runtime.followups import FollowupRegistry
@@ -117,7 +117,7 @@ class Maintenance:
             leader=leader, stats=stats, config=configs.descriptor_cleaner
         )
         self.vacuum = Vacuum(stats=stats, config=configs.vacuum)
-        self.ledger = LedgerPruner(leader=leader, config=LedgerPrunerConfig())
+        self.rings = Rings(leader=leader, stats=stats, config=RingsConfig())
         self.cron = Cron(leader=leader, stats=stats, config=configs.cron)
         self.batch_ops = BatchOps(
             leader=leader, runner_instance=self.instance, config=configs.batch_ops
@@ -186,8 +186,8 @@ class Maintenance:
             await self.descriptor_cleaner.run_once(conn)
         if self._due("vacuum", self.vacuum.config.interval, now):
             await self.vacuum.run_once(conn)
-        if self._due("ledger", self.ledger.config.interval, now):
-            await self.ledger.run_once(conn)
+        if self._due("rings", self.rings.config.interval, now):
+            await self.rings.run_once(conn)
         if self._due("cron", self.cron.config.interval, now):
             await self.cron.run_once(conn)
         if self._due("counts", self.counts.config.interval, now):

@@ -16,3 +16,4 @@ class MaintenanceStats:
     vacuumed: int = 0
     periodic: int = 0
     counts_folded: int = 0  # count deltas folded into the rollup
+    rings_truncated: int = 0  # standby claims' and claim ledger's partitions truncated

@@ -168,7 +168,7 @@ def test_available_jobs_from_before_window_claims_are_claimed(server_url: str) -
             " FROM unnest(ARRAY['available', 'running']) AS s, generate_series(1, 4) AS p"
             " RETURNING id, state::text"
         ).fetchall()
-    assert awa_fast.migrate(url) == [27]
+    assert awa_fast.migrate(url)[0] == 27
     available = {id_ for id_, state in rows if state == "available"}
     params = {"queue": "q", "limit": 10, "deadline_s": 60.0, "host_id": None}
     with psycopg.connect(url, autocommit=True) as conn:
@@ -180,3 +180,37 @@ def test_available_jobs_from_before_window_claims_are_claimed(server_url: str) -
             "SELECT count(*) FROM awa_fast.jobs_hot WHERE state = 'running'"
         ).fetchone()
     assert running == (8,)
+
+
+def test_standby_claims_and_the_ledger_carry_over_into_their_rings(server_url: str) -> None:
+    """Version 28 moves both tables into partitions: every standby claim keeps its id and
+    its job, new ones are numbered after them, and each lane keeps its newest window."""
+    url = fresh_database(server_url, "awa_fast_migrate_rings")
+    migrated_to(url, 27)
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "INSERT INTO awa_fast.standby_claims (queue, host_id, deadline_s, job_id, run_lease)"
+            " VALUES ('q', 7, 60, NULL, NULL), ('q', 7, 60, 41, 1)"
+        )
+        conn.execute(
+            "INSERT INTO awa_fast.claim_windows"
+            " SELECT 'q', p, n, '1:1:', '5:5:', '4', n FROM generate_series(1, 2) AS p,"
+            " generate_series(1, 3) AS n"
+        )
+        claims = conn.execute("SELECT * FROM awa_fast.standby_claims ORDER BY id").fetchall()
+    assert awa_fast.migrate(url) == [28]
+    with psycopg.connect(url) as conn:
+        kept = conn.execute(
+            "SELECT id, queue, host_id, deadline_s, job_id, run_lease"
+            " FROM awa_fast.standby_claims ORDER BY id"
+        ).fetchall()
+        assert kept == claims
+        [(new,)] = conn.execute(
+            "INSERT INTO awa_fast.standby_claims (queue, host_id, deadline_s)"
+            " VALUES ('q', 7, 60) RETURNING id"
+        ).fetchall()
+        assert new > max(claim[0] for claim in claims)
+        lanes = conn.execute(
+            "SELECT priority, n, pos_id FROM awa_fast.claim_windows ORDER BY priority"
+        ).fetchall()
+        assert lanes == [(1, 3, 3), (2, 3, 3)]

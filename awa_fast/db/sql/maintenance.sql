@@ -188,24 +188,7 @@ SELECT count(*) AS deleted FROM deleted;
 SELECT relname, n_dead_tup FROM pg_stat_user_tables
 WHERE schemaname = 'awa_fast' AND relname IN ('jobs_hot', 'jobs_deferred');
 
--- name: claim_windows_prune
--- The claim ledger's rows (migration 0027) behind each lane's newest, which claims never
--- read again; how many were deleted. Skipped while a transaction of this database has
--- held an xid or snapshot for `held_s` or more: the horizon it holds would keep every
--- deleted row as a dead tuple, which vacuum could not remove while it lasts.
-WITH held AS (
-    SELECT 1 FROM pg_stat_activity
-    WHERE datname = current_database()
-      AND xact_start < now() - make_interval(secs => %(held_s)s)
-      AND (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL)
-),
-pruned AS (
-    DELETE FROM awa_fast.claim_windows w
-    WHERE NOT EXISTS (SELECT 1 FROM held)
-      AND EXISTS (
-          SELECT 1 FROM awa_fast.claim_windows v
-          WHERE v.queue = w.queue AND v.priority = w.priority AND v.n > w.n
-      )
-    RETURNING 1
-)
-SELECT count(*) AS pruned FROM pruned;
+-- name: ring_rotate
+-- One pass over the ring `ring` (standby or ledger, migration 0028): 'truncated',
+-- 'sealed', 'busy' (its lock held), or NULL (nothing to free).
+SELECT awa_fast.ring_rotate(%(ring)s) AS done;

@@ -1,0 +1,54 @@
+"""The rings' rotation: empties the standby claims' and the claim ledger's sealed partition
+by TRUNCATE (migration 0028).
+
+Each ring is a table in two partitions, written to the one its sequence names. A pass
+copies the sealed partition's rows still wanted (every standby claim; each ledger lane's
+newest row) into the one in use, truncates the sealed one and moves writers to it, in one
+fenced transaction (``awa_fast.ring_rotate``). A truncate frees what the rows churned
+through whatever the xmin horizon, where deleting them would leave dead tuples that no
+vacuum may remove while a transaction holds it. The sealed partition's lock is never
+waited for: a pass that does not get it at once leaves the ring to the next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from awa_fast.db.queries import Q
+from awa_fast.maintenance.leader import Leader
+from awa_fast.maintenance.stats import MaintenanceStats
+
+RINGS = ("standby", "ledger")
+
+
+@dataclass(frozen=True, slots=True)
+class RingsConfig:
+    """Every ``interval``, rotate each ring that has something to free: what a held horizon
+    leaves in a ring is at most about two intervals of its churn."""
+
+    interval: float = 1.0
+
+
+class Rings:
+    """Rotates under ``leader``'s term, counting the rotations in ``stats``."""
+
+    def __init__(self, *, leader: Leader, stats: MaintenanceStats, config: RingsConfig) -> None:
+        self.leader = leader
+        self.stats = stats
+        self.config = config
+
+    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, str | None]:
+        """One pass over each ring; returns what it did to each: 'truncated', 'sealed'
+        (writers moved, so that the next pass frees what they wrote), 'busy' (the lock
+        was held) or None (nothing to free)."""
+        done: dict[str, str | None] = {}
+        for ring in RINGS:
+            async with self.leader.fenced(conn):
+                cur = await conn.execute(Q.ring_rotate, {"ring": ring})
+                row = await cur.fetchone()
+            done[ring] = row[0] if row is not None else None
+        self.stats.rings_truncated += sum(outcome == "truncated" for outcome in done.values())
+        return done

@@ -1,0 +1,117 @@
+"""The rings' rotation against a real database (migration 0028): a pass truncates what the
+standby claims and the claim ledger churned through, keeps every row still wanted, waits
+for no lock, and frees what a held horizon would keep from vacuum."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from awa_fast.db.queries import Q
+from awa_fast.maintenance.rings import Rings, RingsConfig
+from awa_fast.maintenance.stats import MaintenanceStats
+from tests.db.test_standby import host, offer
+from tests.factories import insert_job
+from tests.helpers import run
+from tests.maintenance.support import leader, one_pass
+
+CLAIM = {"queue": "default", "limit": 1, "deadline_s": 60.0, "host_id": None}
+Conn = psycopg.Connection[Any]
+
+
+def _pass(dsn: str) -> dict[str, str | None]:
+    rings = Rings(leader=leader(dsn), stats=MaintenanceStats(), config=RingsConfig())
+    return run(one_pass(rings.leader, rings.run_once))
+
+
+def _ledger(conn: Conn) -> list[tuple[int, int, int]]:
+    """(priority, n, slot) of every ledger row."""
+    rows = conn.execute("SELECT priority, n, slot FROM awa_fast.claim_windows ORDER BY 1, 2, 3")
+    return [(p, n, s) for p, n, s in rows]
+
+
+def _claims(conn: Conn) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "SELECT id, queue, job_id, slot FROM awa_fast.standby_claims ORDER BY id"
+    ).fetchall()
+
+
+def _flushed(conn: Conn) -> None:
+    """Make this session's table statistics (its dead tuples) visible to others now."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+
+
+def test_the_ledger_keeps_each_lanes_newest_row(dsn: str, conn: Conn) -> None:
+    for priority in (1, 1, 1, 3, 3):
+        insert_job(conn, priority=priority)
+    for _ in range(5):
+        assert conn.execute(Q.job_claim_batch, CLAIM).fetchall()
+    assert _ledger(conn) == [(1, 1, 0), (1, 2, 0), (1, 3, 0), (3, 1, 0), (3, 2, 0)]
+    assert _pass(dsn)["ledger"] == "sealed"  # the rows behind are in the partition in use
+    insert_job(conn, priority=3)
+    assert conn.execute(Q.job_claim_batch, CLAIM).fetchall()  # appended to the other
+    assert _pass(dsn)["ledger"] == "truncated"
+    # Lane 1's newest copied over; lane 3's newest was already there.
+    assert _ledger(conn) == [(1, 3, 1), (3, 3, 1)]
+    assert _pass(dsn)["ledger"] is None  # nothing behind a newest row: left alone
+    job_id = insert_job(conn, priority=1)  # claims go on from the rows kept
+    [job] = conn.execute(Q.job_claim_batch, CLAIM).fetchall()
+    assert job[0] == job_id
+    assert _ledger(conn) == [(1, 3, 1), (1, 4, 0), (3, 3, 1)]  # writers moved to 0
+
+
+def test_a_held_horizon_does_not_keep_the_ledger_from_being_freed(dsn: str, conn: Conn) -> None:
+    for _ in range(3):
+        insert_job(conn)
+        assert conn.execute(Q.job_claim_batch, CLAIM).fetchall()
+    with psycopg.connect(dsn) as held:
+        held.execute("SELECT pg_current_xact_id()")
+        assert _pass(dsn)["ledger"] == "sealed"
+        insert_job(conn)
+        assert conn.execute(Q.job_claim_batch, CLAIM).fetchall()
+        assert _pass(dsn)["ledger"] == "truncated"
+        assert _ledger(conn) == [(2, 4, 1)]
+
+
+def test_a_rotation_waits_for_no_lock(dsn: str, conn: Conn) -> None:
+    """A claim in progress holds the sealed partition: the pass leaves it for the next."""
+    for _ in range(2):
+        insert_job(conn)
+        assert conn.execute(Q.job_claim_batch, CLAIM).fetchall()
+    assert _pass(dsn)["ledger"] == "sealed"
+    with psycopg.connect(dsn) as reading:
+        reading.execute("SELECT * FROM awa_fast.claim_windows")  # its lock held until the end
+        assert _pass(dsn)["ledger"] == "busy"
+    assert _pass(dsn)["ledger"] == "truncated"
+
+
+def test_standby_claims_are_kept_and_their_churn_truncated(dsn: str, conn: Conn) -> None:
+    """A spent claim not yet collected and a waiting one both survive the rotation, with
+    their ids; the collected one's dead versions go with the truncate."""
+    conn.autocommit = True
+    me = host(conn)
+    offer(conn, me, "default")
+    job_id = insert_job(conn)  # starts on the claim: a dead version
+    offer(conn, me, "default")
+    [(spent, *_), (waiting, *_)] = _claims(conn)
+    _flushed(conn)
+    assert _pass(dsn)["standby"] == "sealed"  # the dead version is in the partition in use
+    assert _pass(dsn)["standby"] == "truncated"
+    assert _claims(conn) == [(spent, "default", job_id, 1), (waiting, "default", None, 1)]
+    conn.execute(Q.standby_forget, {"ids": [spent]})  # collected: a dead version in 1
+    offer(conn, me, "other")  # written to the partition in use, 0
+    _flushed(conn)
+    assert _pass(dsn)["standby"] == "truncated"
+    assert _claims(conn) == [(waiting, "default", None, 0), (waiting + 1, "other", None, 0)]
+    stats = conn.execute(
+        "SELECT relname, pg_stat_get_dead_tuples(relid) FROM pg_stat_user_tables"
+        " WHERE relname LIKE 'standby_claims_%' ORDER BY 1"
+    ).fetchall()
+    assert stats == [("standby_claims_0", 0), ("standby_claims_1", 0)]
+    # Claims go on from the rows kept: the waiting one takes the next job.
+    second = insert_job(conn)
+    assert second != job_id
+    assert conn.execute(
+        "SELECT job_id FROM awa_fast.standby_claims WHERE id = %s", (waiting,)
+    ).fetchone() == (second,)

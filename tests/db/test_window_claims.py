@@ -243,3 +243,62 @@ def _blocks_read(conn: psycopg.Connection[Any], query: str, params: dict[str, An
         after = conn.execute(counted).fetchone()
     assert before is not None and after is not None
     return int(after[0]) - int(before[0])
+
+
+def _burn_xids(conn: psycopg.Connection[Any], n: int) -> None:
+    """Let ``n`` transactions take an id, as a busy cluster's other work does."""
+    for _ in range(n):
+        conn.execute("SELECT pg_current_xact_id()")
+        conn.commit()
+
+
+def test_a_lane_whose_jobs_left_it_otherwise_moves_past_them(dsn: str) -> None:
+    """Jobs started without a claim (on standby claims, as most are at low rates) leave
+    entries behind the lane's position that a held horizon keeps; a claim that finds the
+    lane empty moves it to its own snapshot once the lane lags by 1,000 transactions, so
+    the claims after it read as much after 20,000 such jobs as after 2,000. Counted in
+    blocks, not timed: 28 blocks each time (94, then 723, without the move)."""
+    start_all = (
+        "UPDATE awa_fast.jobs_hot SET state = 'running', run_lease = run_lease + 1"
+        " WHERE queue = %(queue)s AND state = 'available'"
+    )
+    with (
+        psycopg.connect(dsn) as horizon,
+        connect_hot(Database(dsn)) as conn,
+        psycopg.connect(dsn) as burner,
+    ):
+        horizon.execute("SELECT pg_current_xact_id()")
+        claims = []
+        for rounds in (20, 180):
+            for _ in range(rounds):
+                conn.execute(INSERT, {"queue": QUEUE, "priorities": [2] * 100})
+                conn.execute(start_all, CLAIM)
+            _burn_xids(burner, 1000)
+            assert conn.execute(Q.job_claim_batch, {**CLAIM, "limit": 10}).fetchall() == []
+            conn.execute(INSERT, {"queue": QUEUE, "priorities": [2]})
+            claims.append(_blocks_read(conn, Q.job_claim_batch, {**CLAIM, "limit": 1}))
+        horizon.commit()
+    assert claims[1] - claims[0] < 10, claims
+
+
+def test_a_lane_moved_past_its_end_still_claims_what_commits_late(dsn: str) -> None:
+    """A job inserted by a transaction still in progress when a claim moves its lane to
+    the claim's snapshot is claimed once that transaction commits."""
+    params: dict[str, Any] = {"queue": QUEUE, "deadline_s": 60.0, "host_id": None, "limit": 10}
+    with (
+        psycopg.connect(dsn) as late,
+        psycopg.connect(dsn, autocommit=True) as conn,
+        psycopg.connect(dsn) as burner,
+    ):
+        [(job,)] = late.execute(INSERT, {"queue": QUEUE, "priorities": [2]}).fetchall()
+        _burn_xids(burner, 1000)
+        assert conn.execute(Q.job_claim_batch, params).fetchall() == []
+        moved = conn.execute(
+            "SELECT lo::text = hi::text AND pos_id = 0 FROM awa_fast.claim_windows"
+            " WHERE queue = %(queue)s AND priority = 2 ORDER BY n DESC LIMIT 1",
+            params,
+        ).fetchone()
+        assert moved == (True,)
+        late.commit()
+        assert [row[0] for row in conn.execute(Q.job_claim_batch, params)] == [job]
+        assert conn.execute(Q.job_claim_batch, params).fetchall() == []

@@ -49,13 +49,19 @@ SELECT * FROM awa_fast.claim_jobs(%(queue)s, %(limit)s::integer, %(host_id)s::bi
 -- rescued before this read). Rows and claims are read in one snapshot: a claim naming a
 -- job is committed with that job's start. A read only: the runner starts the jobs, then
 -- deletes the spent claims (standby_forget), so that nothing it waits for writes, whatever
--- this read prunes of jobs_hot.
+-- this read prunes of jobs_hot. Each job is looked up by its id (a lateral read, LIMIT 1
+-- so that the planner cannot make it a join): as a join, the plan read jobs_hot's primary
+-- key whole, every dead entry with it, and while a transaction held the horizon a collect
+-- went from 0.1 to 2.8 ms in 40 s at 500 jobs/s.
 SELECT m.queue AS standby_queue, m.job_id IS NULL AS waiting, m.id AS claim,
 -- include: claim_columns
 FROM awa_fast.standby_claims m
-LEFT JOIN awa_fast.jobs_hot j
-    ON j.id = m.job_id AND j.run_lease = m.run_lease AND j.state = 'running'
-   AND j.host_id = %(host_id)s
+LEFT JOIN LATERAL (
+    SELECT * FROM awa_fast.jobs_hot r
+    WHERE r.id = m.job_id AND r.run_lease = m.run_lease AND r.state = 'running'
+      AND r.host_id = %(host_id)s
+    LIMIT 1
+) j ON true
 WHERE m.host_id = %(host_id)s
 ORDER BY j.priority, j.run_at, j.id;
 

@@ -20,8 +20,9 @@ CLAIM = {"queue": "default", "limit": 1, "deadline_s": 60.0, "host_id": None}
 Conn = psycopg.Connection[Any]
 
 
-def _pass(dsn: str) -> dict[str, str | None]:
-    rings = Rings(leader=leader(dsn), stats=MaintenanceStats(), config=RingsConfig())
+def _pass(dsn: str, *, least: int = 1) -> dict[str, str | None]:
+    config = RingsConfig(least=least)  # a single row to free is enough unless told
+    rings = Rings(leader=leader(dsn), stats=MaintenanceStats(), config=config)
     return run(one_pass(rings.leader, rings.run_once))
 
 
@@ -54,6 +55,7 @@ def test_the_ledger_keeps_each_lanes_newest_row(dsn: str, conn: Conn) -> None:
     for _ in range(5):
         assert conn.execute(Q.job_claim_batch, CLAIM).fetchall()
     assert _ledger(conn, 1, 3) == [(1, 1, 0), (1, 2, 0), (1, 3, 0), (3, 1, 0), (3, 2, 0)]
+    assert _pass(dsn, least=4)["ledger"] is None  # 3 rows behind: too few to be worth it
     assert _pass(dsn)["ledger"] == "sealed"  # the rows behind are in the partition in use
     insert_job(conn, priority=3)
     assert conn.execute(Q.job_claim_batch, CLAIM).fetchall()  # appended to the other

@@ -302,40 +302,47 @@ BEGIN
 END;
 $$;
 
--- Whether partition `p_slot` of ring `p_ring` holds anything a rotation would free: for
--- the standby claims, dead versions (the statistics' count, which lags by a second or
--- so); for the ledger, a row behind its lane's newest.
-CREATE FUNCTION awa_fast.ring_freeable(p_ring text, p_slot smallint) RETURNS boolean
+-- Whether partition `p_slot` of ring `p_ring` holds `p_least` or more of what a rotation
+-- would free: for the standby claims, dead versions (the statistics' count, which lags by
+-- a second or so); for the ledger, rows behind their lane's newest.
+CREATE FUNCTION awa_fast.ring_freeable(p_ring text, p_slot smallint, p_least bigint)
+RETURNS boolean
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_freeable boolean;
 BEGIN
     IF p_ring = 'standby' THEN
         RETURN pg_stat_get_dead_tuples(
-            format('awa_fast.standby_claims_%s', p_slot)::regclass) > 0;
+            format('awa_fast.standby_claims_%s', p_slot)::regclass) >= p_least;
     END IF;
-    SELECT EXISTS (
+    SELECT count(*) >= p_least FROM (
         SELECT 1 FROM awa_fast.claim_windows s
         WHERE s.slot = p_slot AND EXISTS (
             SELECT 1 FROM awa_fast.claim_windows c
-            WHERE c.queue = s.queue AND c.priority = s.priority AND c.n > s.n))
+            WHERE c.queue = s.queue AND c.priority = s.priority AND c.n > s.n)
+        LIMIT p_least) behind
     INTO v_freeable;
     RETURN v_freeable;
 END;
 $$;
 
--- One pass over ring `p_ring` (`standby` or `ledger`):
--- * 'truncated': the sealed partition held something to free. Its rows still wanted were
+-- One pass over ring `p_ring` (`standby` or `ledger`), freeing `p_least` rows or more:
+-- * 'truncated': the sealed partition held enough to free. Its rows still wanted were
 --   copied to the partition in use (every standby claim: a waiting one is an offer still
 --   open, a spent one a start its host has not collected; each lane's newest ledger row,
 --   unless the partition in use has a newer one), it was truncated, and writers moved to
 --   it, sealing the one they used;
--- * 'sealed': nothing to free there, but the partition in use had something: writers
---   moved to the sealed one, so that the next pass frees it;
+-- * 'sealed': not enough to free there, but enough in the partition in use: writers moved
+--   to the sealed one, so that the next pass frees it;
 -- * 'busy': the sealed partition's lock was held: the next pass tries again;
--- * NULL: nothing to free. An idle ring is left alone rather than copied back and forth.
+-- * NULL: not enough to free. An idle ring is left alone rather than copied back and
+--   forth, and a rotation, which holds the sealed partition's lock while it commits, costs
+--   the ring's readers that wait a few milliseconds each time.
+-- It commits without waiting for its flush (synchronous_commit off): a rotation lost in a
+-- crash is one that did not happen, its copies and its TRUNCATE alike, and the lock is
+-- let go without waiting for the disk.
 -- SECURITY DEFINER: TRUNCATE is the owner's, not the application role's to grant.
-CREATE FUNCTION awa_fast.ring_rotate(p_ring text) RETURNS text
+CREATE FUNCTION awa_fast.ring_rotate(p_ring text, p_least bigint) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_current smallint;
@@ -351,13 +358,14 @@ BEGIN
         ELSE
             RAISE EXCEPTION 'no ring named %', p_ring;
     END CASE;
-    IF NOT awa_fast.ring_freeable(p_ring, (1 - v_current)::smallint) THEN
-        IF awa_fast.ring_freeable(p_ring, v_current) THEN
+    IF NOT awa_fast.ring_freeable(p_ring, (1 - v_current)::smallint, p_least) THEN
+        IF awa_fast.ring_freeable(p_ring, v_current, p_least) THEN
             PERFORM setval(format('awa_fast.%s_slot', p_ring), 1 - v_current);
             RETURN 'sealed';
         END IF;
         RETURN NULL;
     END IF;
+    PERFORM set_config('synchronous_commit', 'off', true);
     BEGIN
         EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_sealed);
     EXCEPTION WHEN lock_not_available THEN

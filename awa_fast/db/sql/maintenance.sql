@@ -189,6 +189,6 @@ SELECT relname, n_dead_tup FROM pg_stat_user_tables
 WHERE schemaname = 'awa_fast' AND relname IN ('jobs_hot', 'jobs_deferred');
 
 -- name: ring_rotate
--- One pass over the ring `ring` (standby or ledger, migration 0028): 'truncated',
--- 'sealed', 'busy' (its lock held), or NULL (nothing to free).
-SELECT awa_fast.ring_rotate(%(ring)s) AS done;
+-- One pass over the ring `ring` (standby or ledger, migration 0028), freeing `least`
+-- rows or more: 'truncated', 'sealed', 'busy' (its lock held), or NULL (too few to free).
+SELECT awa_fast.ring_rotate(%(ring)s, %(least)s) AS done;

@@ -189,6 +189,28 @@ def test_generic_plans_reach_rows_by_key(
     assert '"JIT"' not in plan, plan
 
 
+def _scans(node: dict[str, Any], relation: str) -> Iterator[dict[str, Any]]:
+    """The plan nodes under ``node`` that read ``relation``."""
+    if node.get("Relation Name") == relation:
+        yield node
+    for child in node.get("Plans", ()):
+        yield from _scans(child, relation)
+
+
+@pytest.mark.parametrize("table", ["analyzed", "no-stats", "empty", "emptied"])
+def test_a_standby_collect_looks_up_each_job_by_its_id(
+    conn: psycopg.Connection[Any], table: str
+) -> None:
+    """As a join, its plan once read jobs_hot's primary key whole into a Materialize, every
+    dead entry with it: a collect went from 0.1 to 2.8 ms over a held horizon."""
+    _queue(conn, table=table)
+    [plan] = json.loads(_generic_plan(conn, Q.standby_collect, {"host_id": 1}))
+    scans = list(_scans(plan["Plan"], "jobs_hot"))
+    assert scans, plan
+    for scan in scans:
+        assert scan["Index Name"] == "jobs_hot_pkey" and "id = " in scan["Index Cond"], scan
+
+
 def test_the_planner_settings_missing_from_a_session_are_named(dsn: str) -> None:
     """What a runner behind a pooler checks at its start: a plain session lacks the hot
     settings (enable_seqscan is on by default everywhere), a hot connection has them all."""

@@ -1,13 +1,13 @@
 """The rings' rotation: empties the standby claims' and the claim ledger's sealed partition
 by TRUNCATE (migration 0028).
 
-Each ring is a table in two partitions, written to the one its sequence names. A pass
-copies the sealed partition's rows still wanted (every standby claim; each ledger lane's
-newest row) into the one in use, truncates the sealed one and moves writers to it, in one
-fenced transaction (``awa_fast.ring_rotate``). A truncate frees what the rows churned
-through whatever the xmin horizon, where deleting them would leave dead tuples that no
-vacuum may remove while a transaction holds it. The sealed partition's lock is never
-waited for: a pass that does not get it at once leaves the ring to the next.
+Each ring is a table in two partitions, written to the one its sequence names. A pass that
+finds enough to free copies the sealed partition's rows still wanted (every standby claim;
+each ledger lane's newest row) into the one in use, truncates the sealed one and moves
+writers to it, in one fenced transaction (``awa_fast.ring_rotate``). A truncate frees what
+the rows churned through whatever the xmin horizon, where deleting them would leave dead
+tuples that no vacuum may remove while a transaction holds it. The sealed partition's lock
+is never waited for: a pass that does not get it at once leaves the ring to the next.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class RingsConfig:
 
 
 class Rings:
-    """Rotates under ``leader``'s term, counting the rotations in ``stats``."""
+    """Rotates under ``leader``'s term, counting the partitions truncated in ``stats``."""
 
     def __init__(self, *, leader: Leader, stats: MaintenanceStats, config: RingsConfig) -> None:
         self.leader = leader
@@ -46,7 +46,7 @@ class Rings:
     async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, str | None]:
         """One pass over each ring; returns what it did to each: 'truncated', 'sealed'
         (writers moved, so that the next pass frees what they wrote), 'busy' (the lock
-        was held) or None (nothing to free)."""
+        was held) or None (too few rows to free)."""
         done: dict[str, str | None] = {}
         for ring in RINGS:
             async with self.leader.fenced(conn):

@@ -302,3 +302,18 @@ def test_a_lane_moved_past_its_end_still_claims_what_commits_late(dsn: str) -> N
         late.commit()
         assert [row[0] for row in conn.execute(Q.job_claim_batch, params)] == [job]
         assert conn.execute(Q.job_claim_batch, params).fetchall() == []
+
+
+def test_only_a_claim_that_took_nothing_commits_without_waiting_for_its_flush(dsn: str) -> None:
+    """An empty claim's ledger rows may be lost in a crash; a claim that took a job is
+    durable, as every claim was."""
+    params: dict[str, Any] = {"queue": QUEUE, "deadline_s": 60.0, "host_id": None, "limit": 10}
+    with psycopg.connect(dsn) as conn:
+        conn.execute(INSERT, {"queue": QUEUE, "priorities": [2]})
+        conn.commit()
+        assert len(conn.execute(Q.job_claim_batch, params).fetchall()) == 1
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        conn.commit()
+        assert conn.execute(Q.job_claim_batch, params).fetchall() == []
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+        conn.commit()

@@ -111,6 +111,18 @@ def test_killing_the_leader_host_hands_its_jobs_to_the_other(serve: Any, dsn: st
     leader = _leader(servers)
     assert leader is not None
     other = next(s for s in servers if s is not leader)
+    # Each host's standby claim waits, so the insert starts a job on each whatever claims
+    # next: the test needs jobs on both.
+    wait_until(
+        lambda: (
+            _query(
+                dsn,
+                "SELECT count(DISTINCT host_id) FROM awa_fast.standby_claims WHERE job_id IS NULL",
+            )
+            == [(2,)]
+        ),
+        what="a standby claim of each host",
+    )
     with awa_fast.Client(dsn) as client:
         ids = client.insert_many([Step("sleep", seconds=3) for _ in range(20)])
     wait_until(lambda: len(_query(dsn, "SELECT 1 FROM calls WHERE note = 'started'")) == 20)

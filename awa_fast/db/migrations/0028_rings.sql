@@ -6,17 +6,17 @@
 -- dead tuples a job started so); the ledger gains a row a claim and the leader deleted
 -- the rows behind each lane's newest (one a claim). While a transaction anywhere held the
 -- xmin horizon, vacuum could remove none of them, and every insert into jobs_hot probed
--- standby_claims_waiting through the entry of every claim taken since the hold began:
--- at 500 jobs/s, pickup p50 went from 0.28 to 1.27 ms over a 60 s hold. The ledger's
--- prune stood down while it saw a hold, but a role without pg_read_all_stats does not see
--- other roles' transactions.
+-- standby_claims_waiting through the entry of every claim taken since the hold began
+-- (0.33-0.74 dead tuples a job at 500 jobs/s). The ledger's prune stood down while it saw
+-- a hold, but a role without pg_read_all_stats does not see other roles' transactions.
 --
 -- Each table is now LIST-partitioned by `slot`, 0 or 1, its rows appended to the
 -- partition a sequence names, as count_deltas (migration 0025) are. The leader rotates a
--- ring each pass (awa_fast.maintenance.rings): it takes the sealed partition's lock
--- without waiting, copies the rows still wanted into the partition in use, TRUNCATEs the
--- sealed one and points writers at it, sealing the one in use. What a hold leaves is at
--- most two passes of churn, and rows are never deleted just to be rid of them.
+-- ring once it has enough to free (awa_fast.maintenance.rings): it takes the sealed
+-- partition's lock without waiting, copies the rows still wanted into the partition in
+-- use, TRUNCATEs the sealed one and points writers at it, sealing the one in use. What a
+-- hold leaves is about two rotations' worth, and rows are never deleted just to be rid
+-- of them.
 --
 -- The lock is never waited for: any transaction that has read a ring (every inserting
 -- transaction's trigger reads standby_claims whole) holds a lock on both partitions until
@@ -310,6 +310,20 @@ BEGIN
 END;
 $$;
 
+-- Partition `p_slot` of ring `p_ring`; and the slot its writers append to now, by the
+-- ring's sequence (awa_fast.standby_slot or awa_fast.ledger_slot).
+CREATE FUNCTION awa_fast.ring_partition(p_ring text, p_slot smallint) RETURNS regclass
+LANGUAGE sql STABLE AS $$
+    SELECT format('awa_fast.%s_%s',
+                  CASE p_ring WHEN 'standby' THEN 'standby_claims'
+                              WHEN 'ledger' THEN 'claim_windows' END,
+                  p_slot)::regclass
+$$;
+CREATE FUNCTION awa_fast.ring_slot(p_ring text) RETURNS smallint
+LANGUAGE sql STABLE AS $$
+    SELECT pg_sequence_last_value(format('awa_fast.%s_slot', p_ring)::regclass)::smallint
+$$;
+
 -- Whether partition `p_slot` of ring `p_ring` holds `p_least` or more of what a rotation
 -- would free: for the standby claims, dead versions (the statistics' count, which lags by
 -- a second or so); for the ledger, rows behind their lane's newest.
@@ -320,8 +334,7 @@ DECLARE
     v_freeable boolean;
 BEGIN
     IF p_ring = 'standby' THEN
-        RETURN pg_stat_get_dead_tuples(
-            format('awa_fast.standby_claims_%s', p_slot)::regclass) >= p_least;
+        RETURN pg_stat_get_dead_tuples(awa_fast.ring_partition(p_ring, p_slot)) >= p_least;
     END IF;
     SELECT count(*) >= p_least FROM (
         SELECT 1 FROM awa_fast.claim_windows s
@@ -356,16 +369,11 @@ DECLARE
     v_current smallint;
     v_sealed regclass;
 BEGIN
-    CASE p_ring
-        WHEN 'standby' THEN
-            v_current := awa_fast.standby_slot();
-            v_sealed := format('awa_fast.standby_claims_%s', 1 - v_current);
-        WHEN 'ledger' THEN
-            v_current := awa_fast.ledger_slot();
-            v_sealed := format('awa_fast.claim_windows_%s', 1 - v_current);
-        ELSE
-            RAISE EXCEPTION 'no ring named %', p_ring;
-    END CASE;
+    IF p_ring NOT IN ('standby', 'ledger') THEN
+        RAISE EXCEPTION 'no ring named %', p_ring;
+    END IF;
+    v_current := awa_fast.ring_slot(p_ring);
+    v_sealed := awa_fast.ring_partition(p_ring, (1 - v_current)::smallint);
     IF NOT awa_fast.ring_freeable(p_ring, (1 - v_current)::smallint, p_least) THEN
         IF awa_fast.ring_freeable(p_ring, v_current, p_least) THEN
             PERFORM setval(format('awa_fast.%s_slot', p_ring), 1 - v_current);

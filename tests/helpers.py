@@ -104,6 +104,12 @@ GROUP BY 1
 """
 
 
+def plan_name(name: str) -> str:
+    """A relation or index named in a plan, jobs_hot's partitions (migration 0029) read as
+    the table: jobs_hot_0 as jobs_hot, jobs_hot_ready_1 as jobs_hot_ready."""
+    return re.sub(r"^(jobs_hot(?:_[a-z]+)?)_\d$", r"\1", name)
+
+
 def counts(conn: psycopg.Connection[Any], query: str) -> dict[tuple[str, str], int]:
     return {(queue, state): n for queue, state, n in conn.execute(query).fetchall()}
 

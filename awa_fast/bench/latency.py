@@ -230,8 +230,8 @@ async def _sample(url: str, runner: Runner, samples: list[list[float]], *, inter
                 "SELECT extract(epoch FROM clock_timestamp()),"
                 " (SELECT count(*) FROM awa_fast.jobs_hot WHERE state = 'available')"
                 " + (SELECT COALESCE(sum(size - taken), 0) FROM awa_fast.job_packs), "
-                "(SELECT n_dead_tup FROM pg_stat_user_tables "
-                " WHERE schemaname = 'awa_fast' AND relname = 'jobs_hot')"
+                "(SELECT sum(n_dead_tup) FROM pg_stat_user_tables"
+                " WHERE relid IN (SELECT relid FROM pg_partition_tree('awa_fast.jobs_hot')))"
             )
             row = await cur.fetchone()
             assert row is not None

@@ -14,7 +14,7 @@ import pytest
 import awa_fast
 from awa_fast.db.queries import Q
 from tests.factories import JOB_TABLES, finish_jobs, insert_job
-from tests.helpers import await_until, job, run
+from tests.helpers import await_until, job, plan_name, run
 
 FAST = {"heartbeat_interval": 0.1, "rescue_interval": 0.1, "promote_interval": 0.05}
 
@@ -151,8 +151,8 @@ def test_queue_stats_reads_the_counters_and_a_few_index_entries(
     q1 = next(s for s in conn.execute(Q.queue_stats).fetchall() if s[0] == "q1")
     assert q1[2] == 500 and q1[10] is not None  # available, lag
     nodes = [n for plan in plans for n in _nodes(plan["Plan"])]
-    jobs = [n for n in nodes if n.get("Relation Name") in JOB_TABLES]
-    assert {(n["Relation Name"], n.get("Index Name")) for n in jobs} == {
+    jobs = [n for n in nodes if plan_name(n.get("Relation Name", "")) in JOB_TABLES]
+    assert {(plan_name(n["Relation Name"]), plan_name(n.get("Index Name", ""))) for n in jobs} == {
         ("jobs_hot", "jobs_hot_ready"),
         ("job_packs", "job_packs_claim"),
     }, jobs

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import threading
 
 import psycopg
@@ -8,7 +9,7 @@ import pytest
 import awa_fast
 from awa_fast.db.migrate import current_version, migrations
 from awa_fast.db.queries import Q
-from tests.helpers import fresh_database, migrated_to, run
+from tests.helpers import assert_counts_exact, fresh_database, migrated_to, run
 
 
 def test_migrate_is_idempotent(server_url: str) -> None:
@@ -198,7 +199,7 @@ def test_standby_claims_and_the_ledger_carry_over_into_their_rings(server_url: s
             " generate_series(1, 3) AS n"
         )
         claims = conn.execute("SELECT * FROM awa_fast.standby_claims ORDER BY id").fetchall()
-    assert awa_fast.migrate(url) == [28]
+    assert awa_fast.migrate(url)[0] == 28
     with psycopg.connect(url) as conn:
         kept = conn.execute(
             "SELECT id, queue, host_id, deadline_s, job_id, run_lease"
@@ -214,3 +215,34 @@ def test_standby_claims_and_the_ledger_carry_over_into_their_rings(server_url: s
             "SELECT priority, n, pos_id FROM awa_fast.claim_windows ORDER BY priority"
         ).fetchall()
         assert lanes == [(1, 3, 3), (2, 3, 3)]
+
+
+def test_jobs_queued_and_running_carry_over_into_the_hot_ring(server_url: str) -> None:
+    """Version 29 moves jobs_hot into partitions: each job keeps its row (its lease, its
+    place in its lane's window), is counted once, and is claimed or finished as before."""
+    url = fresh_database(server_url, "awa_fast_migrate_hot_ring")
+    migrated_to(url, 28)
+    columns = "id, kind, queue, state::text, attempt, run_lease, ready_xid, host_id"
+    claim = {"queue": "q", "limit": 1, "deadline_s": 60.0, "host_id": None}
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO awa_fast.jobs_hot (kind, queue) SELECT 'k', 'q' FROM generate_series(1, 3)"
+        )
+        [(running, lease, *_)] = conn.execute(Q.job_claim_batch, claim).fetchall()
+        before = conn.execute(f"SELECT {columns} FROM awa_fast.jobs_hot ORDER BY id").fetchall()
+    assert awa_fast.migrate(url)[0] == 29
+    with psycopg.connect(url, autocommit=True) as conn:
+        after = conn.execute(f"SELECT {columns} FROM awa_fast.jobs_hot ORDER BY id").fetchall()
+        assert after == before
+        assert_counts_exact(conn)
+        claimed = [conn.execute(Q.job_claim_batch, claim).fetchall() for _ in range(3)]
+        assert [[row[0] for row in rows] for rows in claimed] == [
+            [before[1][0]],
+            [before[2][0]],
+            [],
+        ]
+        done = conn.execute(
+            Q.job_complete_many, {"ids": [running], "leases": json.dumps({str(running): lease})}
+        ).fetchall()
+        assert len(done) == 1
+        assert_counts_exact(conn)

@@ -24,7 +24,7 @@ from awa_fast.db.connections import (
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.rescuer import RESCUES
 from tests.factories import insert_job, record_emptied_statistics
-from tests.helpers import lock_waiters, run
+from tests.helpers import lock_waiters, plan_name, run
 
 _PARAM = re.compile(r"%\((\w+)\)s")
 
@@ -191,7 +191,7 @@ def test_generic_plans_reach_rows_by_key(
 
 def _scans(node: dict[str, Any], relation: str) -> Iterator[dict[str, Any]]:
     """The plan nodes under ``node`` that read ``relation``."""
-    if node.get("Relation Name") == relation:
+    if plan_name(node.get("Relation Name", "")) == relation:
         yield node
     for child in node.get("Plans", ()):
         yield from _scans(child, relation)
@@ -208,7 +208,8 @@ def test_a_standby_collect_looks_up_each_job_by_its_id(
     scans = list(_scans(plan["Plan"], "jobs_hot"))
     assert scans, plan
     for scan in scans:
-        assert scan["Index Name"] == "jobs_hot_pkey" and "id = " in scan["Index Cond"], scan
+        assert plan_name(scan["Index Name"]) == "jobs_hot_pkey", scan
+        assert "id = " in scan["Index Cond"], scan
 
 
 def test_the_planner_settings_missing_from_a_session_are_named(dsn: str) -> None:
@@ -315,7 +316,7 @@ def test_callback_sweep_scans_only_its_partial_index(
     for cost in ("parallel_setup_cost", "parallel_tuple_cost", "min_parallel_index_scan_size"):
         conn.execute(f"SET {cost} = 0")  # parallel workers as cheap as they get
     plan = _generic_plan(conn, Q.job_select_callback_expired, {"limit": 1000})
-    assert '"Index Name": "jobs_hot_waiting"' in plan, plan
+    assert re.search('"Index Name": "jobs_hot_waiting_[01]"', plan), plan
     assert not re.search('"Node Type": "(Seq Scan|Bitmap|Gather)|"Parallel Aware": true', plan)
 
 

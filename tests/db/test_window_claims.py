@@ -231,11 +231,12 @@ def _insert_and_claim(conn: psycopg.Connection[Any], n: int) -> None:
 def _blocks_read(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]) -> int:
     """Blocks of jobs_hot and its indexes that ``query`` reads, in a transaction of its own
     that is rolled back after (so that the claimed job stays for the pick)."""
-    counted = (
-        "SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid))::bigint FROM pg_class c"
-        " WHERE c.oid = 'awa_fast.jobs_hot'::regclass"
+    counted = (  # its partitions and theirs (migration 0029)
+        "WITH parts AS (SELECT relid FROM pg_partition_tree('awa_fast.jobs_hot') WHERE isleaf)"
+        " SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid))::bigint FROM pg_class c"
+        " WHERE c.oid IN (SELECT relid FROM parts)"
         "    OR c.oid IN (SELECT indexrelid FROM pg_index"
-        "                 WHERE indrelid = 'awa_fast.jobs_hot'::regclass)"
+        "                 WHERE indrelid IN (SELECT relid FROM parts))"
     )
     with conn.transaction(force_rollback=True):
         before = conn.execute(counted).fetchone()

@@ -1,9 +1,11 @@
-"""The rings' rotation against a real database (migration 0028): a pass truncates what the
-standby claims and the claim ledger churned through, keeps every row still wanted, waits
-for no lock, and frees what a held horizon would keep from vacuum."""
+"""The rings' rotation against a real database (migrations 0028 and 0029): a pass
+truncates what the standby claims, the claim ledger and jobs_hot churned through, keeps
+every row still wanted, waits for no lock, and frees what a held horizon would keep from
+vacuum."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import psycopg
@@ -13,7 +15,7 @@ from awa_fast.maintenance.rings import Rings, RingsConfig
 from awa_fast.maintenance.stats import MaintenanceStats
 from tests.db.test_standby import host, offer
 from tests.factories import insert_job
-from tests.helpers import run
+from tests.helpers import assert_counts_exact, run
 from tests.maintenance.support import leader, one_pass
 
 CLAIM = {"queue": "default", "limit": 1, "deadline_s": 60.0, "host_id": None}
@@ -21,7 +23,7 @@ Conn = psycopg.Connection[Any]
 
 
 def _pass(dsn: str, *, least: int = 1) -> dict[str, str | None]:
-    config = RingsConfig(least=least)  # a single row to free is enough unless told
+    config = RingsConfig(least=least, jobs_least=least)  # a single row is enough unless told
     rings = Rings(leader=leader(dsn), stats=MaintenanceStats(), config=config)
     return run(one_pass(rings.leader, rings.run_once))
 
@@ -123,3 +125,117 @@ def test_standby_claims_are_kept_and_their_churn_truncated(dsn: str, conn: Conn)
     assert conn.execute(
         "SELECT job_id FROM awa_fast.standby_claims WHERE id = %s", (waiting,)
     ).fetchone() == (second,)
+
+
+def _hot(conn: Conn) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "SELECT id, state::text, run_lease, slot FROM awa_fast.jobs_hot ORDER BY id"
+    ).fetchall()
+
+
+def _hot_dead(conn: Conn) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT relname, pg_stat_get_dead_tuples(relid) FROM pg_stat_user_tables"
+        " WHERE relname LIKE 'jobs_hot_%' ORDER BY 1"
+    ).fetchall()
+    return dict(rows)
+
+
+def _run_through(conn: Conn, n: int) -> None:
+    """Insert ``n`` jobs, claim and complete them: two dead versions each in jobs_hot."""
+    for _ in range(n):
+        insert_job(conn)
+    claimed = conn.execute(Q.job_claim_batch, {**CLAIM, "limit": n}).fetchall()
+    leases = {str(row[0]): row[1] for row in claimed}
+    done = conn.execute(
+        Q.job_complete_many, {"ids": [int(i) for i in leases], "leases": json.dumps(leases)}
+    ).fetchall()
+    assert len(done) == n
+
+
+def test_jobs_hot_moves_its_live_jobs_and_truncates_the_rest(dsn: str, conn: Conn) -> None:
+    """Waiting, running and finished jobs in the sealed partition: the live ones move with
+    their leases, the finished one's dead versions go with the truncate, the counts hold,
+    and claims and guarded completions go on against the moved rows."""
+    conn.autocommit = True
+    waiting = insert_job(conn)
+    running = insert_job(conn)
+    finished = insert_job(conn)
+    claimed = conn.execute(Q.job_claim_batch, {**CLAIM, "limit": 2}).fetchall()
+    assert [row[0] for row in claimed] == [waiting, running]
+    leases = {str(finished): 1}
+    conn.execute(Q.job_claim_batch, CLAIM)  # takes `finished`
+    conn.execute(Q.job_complete_many, {"ids": [finished], "leases": json.dumps(leases)})
+    conn.execute(  # `waiting` given back: available again, at lease 1
+        Q.job_transition_many,
+        {
+            "ids": [waiting],
+            "leases": json.dumps({str(waiting): 1}),
+            "outcomes": json.dumps({waiting: {"state": "available", "dead": False, "delay": 0}}),
+        },
+    )
+    _flushed(conn)
+    assert _pass(dsn)["hot"] == "sealed"  # the dead versions are in the partition in use
+    assert _pass(dsn)["hot"] == "truncated"
+    assert _hot(conn) == [(waiting, "available", 1, 1), (running, "running", 1, 1)]
+    assert _hot_dead(conn) == {"jobs_hot_0": 0, "jobs_hot_1": 0}
+    assert_counts_exact(conn)
+    # The running attempt's guarded completion finds its moved row; a stale lease does not.
+    stale = conn.execute(
+        Q.job_complete_many, {"ids": [running], "leases": json.dumps({str(running): 0})}
+    ).fetchall()
+    assert stale == []
+    done = conn.execute(
+        Q.job_complete_many, {"ids": [running], "leases": json.dumps({str(running): 1})}
+    ).fetchall()
+    assert len(done) == 1
+    # The moved available job is claimed once more, from its new version.
+    [again] = conn.execute(Q.job_claim_batch, CLAIM).fetchall()
+    assert (again[0], again[1]) == (waiting, 2)
+    assert conn.execute(Q.job_claim_batch, CLAIM).fetchall() == []
+    assert_counts_exact(conn)
+
+
+def test_a_held_horizon_leaves_jobs_hot_a_rotation_of_dead_versions(dsn: str, conn: Conn) -> None:
+    """While a transaction holds the horizon, each round's dead versions are freed by the
+    rotation after the next: what is left is one round's, however many rounds ran."""
+    conn.autocommit = True
+    per_round, rounds = 50, 8
+    with psycopg.connect(dsn) as held:
+        held.execute("SELECT pg_current_xact_id()")
+        for _ in range(rounds):
+            _run_through(conn, per_round)
+            _flushed(conn)
+            assert _pass(dsn)["hot"] in {"sealed", "truncated"}
+        left = sum(_hot_dead(conn).values())
+    assert left <= 2 * per_round < 2 * per_round * rounds
+    assert _hot(conn) == []
+
+
+def test_a_backlog_is_left_to_drain_before_its_partition_turns(dsn: str, conn: Conn) -> None:
+    """A sealed partition that still holds more than 1,000 jobs is not moved: the pass
+    seals the partition in use instead, and moves the rest once it has drained enough."""
+    conn.autocommit = True
+    conn.execute(
+        "INSERT INTO awa_fast.jobs_hot (kind, queue) SELECT 'noop', 'backlog'"
+        " FROM generate_series(1, 1100)"
+    )
+    _run_through(conn, 5)
+    _flushed(conn)
+    assert _pass(dsn)["hot"] == "sealed"
+    _run_through(conn, 5)  # into partition 1
+    _flushed(conn)
+    assert _pass(dsn)["hot"] == "sealed"  # partition 0 holds the backlog: writers back to 0
+    backlog = conn.execute(
+        "SELECT count(*) FROM awa_fast.jobs_hot WHERE queue = 'backlog' AND slot = 0"
+    ).fetchone()
+    assert backlog == (1100,)
+    conn.execute("DELETE FROM awa_fast.jobs_hot WHERE queue = 'backlog' AND id % 2 = 0")
+    _flushed(conn)
+    assert _pass(dsn)["hot"] == "truncated"  # partition 1, its 5 jobs done; writers to 1
+    assert _pass(dsn)["hot"] == "truncated"  # partition 0, its 550 left moved to 1
+    slots = conn.execute(
+        "SELECT slot, count(*) FROM awa_fast.jobs_hot WHERE queue = 'backlog' GROUP BY 1"
+    ).fetchall()
+    assert slots == [(1, 550)]
+    assert_counts_exact(conn)

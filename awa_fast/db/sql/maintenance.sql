@@ -184,11 +184,14 @@ SELECT count(*) AS deleted FROM deleted;
 -- name: job_tables_dead_tuples
 -- Dead tuples of the job tables: the claim scan walks every dead entry of the claim index
 -- until a vacuum removes it, so the leader vacuums these tables itself once they pass a
--- threshold instead of waiting for autovacuum's minute-long naptime.
+-- threshold instead of waiting for autovacuum's minute-long naptime. jobs_hot by its
+-- partitions (migration 0029), each vacuumed alone.
 SELECT relname, n_dead_tup FROM pg_stat_user_tables
-WHERE schemaname = 'awa_fast' AND relname IN ('jobs_hot', 'jobs_deferred');
+WHERE schemaname = 'awa_fast'
+  AND (relname = 'jobs_deferred'
+       OR relid IN (SELECT relid FROM pg_partition_tree('awa_fast.jobs_hot') WHERE isleaf));
 
 -- name: ring_rotate
--- One pass over the ring `ring` (standby or ledger, migration 0028), freeing `least`
--- rows or more: 'truncated', 'sealed', 'busy' (its lock held), or NULL (too few to free).
+-- One pass over the ring `ring` (standby, ledger: migration 0028; hot: 0029), freeing
+-- `least` rows or more: 'truncated', 'sealed', 'busy' (its lock held), or NULL (too few to free).
 SELECT awa_fast.ring_rotate(%(ring)s, %(least)s) AS done;

@@ -105,9 +105,10 @@ GROUP BY 1
 
 
 def plan_name(name: str) -> str:
-    """A relation or index named in a plan, jobs_hot's partitions (migration 0029) read as
-    the table: jobs_hot_0 as jobs_hot, jobs_hot_ready_1 as jobs_hot_ready."""
-    return re.sub(r"^(jobs_hot(?:_[a-z]+)?)_\d$", r"\1", name)
+    """A relation or index named in a plan, the partitions of jobs_hot and jobs_done
+    (migrations 0029-0030) read as the table: jobs_hot_0 as jobs_hot, jobs_done_pkey_5 as
+    jobs_done_pkey."""
+    return re.sub(r"^(jobs_(?:hot|done)(?:_[a-z]+)?)_\d$", r"\1", name)
 
 
 def counts(conn: psycopg.Connection[Any], query: str) -> dict[tuple[str, str], int]:

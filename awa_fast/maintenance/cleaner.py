@@ -1,4 +1,11 @@
-"""The cleaner: deletes finished jobs past their retention, per queue where configured."""
+"""The cleaner: frees finished jobs past their retention, per queue where configured.
+
+Completed jobs go by partition: jobs_done is a ring of eight (migration 0030), turned once
+a period (the completed retention over six), and a sealed partition whose newest job is
+past retention is emptied by TRUNCATE, the jobs it still keeps moved out first
+(``awa_fast.done_free``). Failed and cancelled jobs, kept longer and far fewer, and the
+jobs of queues with a retention of their own, are deleted once past it, as before.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +14,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.leader import Leader
 from awa_fast.maintenance.stats import MaintenanceStats
 
+# Periods in a completed retention: the ring's eight partitions hold six periods of jobs
+# still kept, the one in use and one emptied for the next turn.
+DONE_PERIODS = 6
+
 
 @dataclass(frozen=True, slots=True)
 class CleanerConfig:
-    """Every ``interval``, delete completed jobs finished ``completed_retention`` ago and
-    failed or cancelled ones ``failed_retention`` ago (``queue_retention`` overrides both
-    per queue), ``batch`` a transaction."""
+    """Every ``interval``, free completed jobs finished ``completed_retention`` ago (by
+    partition: a job goes within a sixth of it after) and failed or cancelled ones
+    ``failed_retention`` ago (``queue_retention`` overrides both per queue), deleting
+    ``batch`` a transaction."""
 
     interval: float = 60.0
     batch: int = 1000
@@ -35,12 +48,12 @@ class Cleaner:
         self.config = config
 
     async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> int:
-        """Delete what is past retention, queue by queue; returns how many jobs went. Each
-        batch counts the failed ones it deletes per queue as it deletes them (retry_failed's
-        ``pruned_failed_count``)."""
+        """Free what is past retention; returns how many jobs went. Failed jobs freed are
+        counted per queue as they go (retry_failed's ``pruned_failed_count``)."""
         overrides = dict(self.config.queue_retention)
-        default = (self.config.completed_retention, self.config.failed_retention)
-        total = 0
+        total = await self._free_partitions(conn, overrides)
+        # completed jobs of queues without a retention of their own: the ring's
+        default = (None, self.config.failed_retention)
         for queue, (completed_s, failed_s) in [*overrides.items(), (None, default)]:
             params = {
                 "completed_s": completed_s,
@@ -52,6 +65,21 @@ class Cleaner:
             total += await self._delete(conn, params)
         self.stats.deleted += total
         return total
+
+    async def _free_partitions(
+        self, conn: psycopg.AsyncConnection[Any], overrides: dict[str, tuple[float, float]]
+    ) -> int:
+        """Turn the ring of finished jobs when due and free its partitions past retention."""
+        params = {
+            "completed_s": self.config.completed_retention,
+            "failed_s": self.config.failed_retention,
+            "queues": Jsonb(overrides),
+            "period_s": self.config.completed_retention / DONE_PERIODS,
+        }
+        async with self.leader.fenced(conn):
+            cur = await conn.execute(Q.done_free, params)
+            row = await cur.fetchone()
+        return int(row[0]) if row is not None else 0
 
     async def _delete(self, conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> int:
         """Delete in batches until one comes back short."""

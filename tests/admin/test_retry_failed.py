@@ -106,7 +106,8 @@ def test_retention_counts_the_failed_jobs_it_deletes_per_queue(
         old = client.insert({}, kind="k", queue="q1").id
         finish_jobs(conn, state, [old], finalized_at=LONG_AGO)
     recent = _failed(client, conn, "q1", "k")
-    assert _clean(dsn, cleanup_batch=1, queue_retention={"q2": (3600.0, 3600.0)}) == 5
+    # the completed one waits for its partition (migration 0030): q1 has no retention of its own
+    assert _clean(dsn, cleanup_batch=1, queue_retention={"q2": (3600.0, 3600.0)}) == 4
 
     result = client.retry_failed(queue="q1")
     assert ([j.id for j in result.jobs], result.matched) == ([recent], 1)

@@ -156,8 +156,9 @@ def test_the_counts_are_exact_after_a_mixed_run(dsn: str, conn: psycopg.Connecti
                 ),
                 what="the batch operation",
             )
-            conn.execute(  # past retention: deleted by the cleaner below
-                "UPDATE awa_fast.jobs_done SET finalized_at = now() - interval '4 days'"
+            conn.execute(  # past retention, in a sealed partition: freed by the cleaner below
+                "UPDATE awa_fast.jobs_done SET finalized_at = now() - interval '4 days',"
+                " slot = (awa_fast.done_slot() + 4) % 8"
                 " WHERE id IN (SELECT id FROM awa_fast.jobs_done WHERE queue = 'mixed'"
                 " ORDER BY id LIMIT 100)"
             )

@@ -246,3 +246,38 @@ def test_jobs_queued_and_running_carry_over_into_the_hot_ring(server_url: str) -
         ).fetchall()
         assert len(done) == 1
         assert_counts_exact(conn)
+
+
+def test_finished_jobs_carry_over_into_the_done_ring(server_url: str) -> None:
+    """Version 30 moves jobs_done into eight partitions: each finished job keeps its row in
+    partition 0, is counted once, by partition too, and goes when that partition is freed."""
+    url = fresh_database(server_url, "awa_fast_migrate_done_ring")
+    migrated_to(url, 29)
+    columns = "id, kind, queue, state::text, finalized_at, run_lease"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO awa_fast.jobs_done (kind, queue, state, finalized_at)"
+            " SELECT 'k', 'q', s::awa_fast.job_state, now() - interval '2 days'"
+            " FROM unnest(ARRAY['completed', 'completed', 'failed', 'cancelled']) AS s"
+        )
+        before = conn.execute(f"SELECT {columns} FROM awa_fast.jobs_done ORDER BY id").fetchall()
+    assert awa_fast.migrate(url)[0] == 30
+    with psycopg.connect(url, autocommit=True) as conn:
+        after = conn.execute(
+            f"SELECT {columns}, slot FROM awa_fast.jobs_done ORDER BY id"
+        ).fetchall()
+        assert after == [(*row, 0) for row in before]
+        assert_counts_exact(conn)
+        parts = conn.execute(
+            "SELECT state, part, sum(n) FROM (SELECT state, part, n FROM awa_fast.count_rollup"
+            " UNION ALL SELECT state, part, n FROM awa_fast.count_deltas) c"
+            " GROUP BY 1, 2 HAVING sum(n) <> 0 ORDER BY 1"
+        ).fetchall()
+        assert parts == [("cancelled", 0, 1), ("completed", 0, 2), ("failed", 0, 1)]
+        conn.execute("UPDATE awa_fast.done_turns SET turned_at = now() - interval '1 day'")
+        [(freed,)] = conn.execute(
+            "SELECT awa_fast.done_free(interval '1 day', interval '1 day', '{}', interval '1 hour')"
+        ).fetchall()
+        assert freed == 4
+        assert conn.execute("SELECT count(*) FROM awa_fast.jobs_done").fetchone() == (0,)
+        assert_counts_exact(conn)

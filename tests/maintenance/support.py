@@ -118,7 +118,7 @@ def work_for_every_pass(dsn: str, conn: psycopg.Connection[Any]) -> datetime:
     insert_job(conn, state="scheduled")
     stale = insert_job(conn, state="running", attempt=1, run_lease=1)
     lost = insert_job(conn, state="running", attempt=1, run_lease=1)
-    old = insert_job(conn, state="completed")
+    old = insert_job(conn, state="failed")  # deleted; a completed one goes with its partition
     conn.execute(
         "WITH gone AS (INSERT INTO awa_fast.hosts (name, heartbeat_at)"
         " VALUES ('gone', now() - interval '1 hour') RETURNING id)"

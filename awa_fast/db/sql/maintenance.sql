@@ -156,7 +156,8 @@ LIMIT %(limit)s;
 
 -- name: job_delete_expired
 -- Retention: finished jobs past their retention, in bounded batches, for one queue (`queue`)
--- or for every queue without its own retention (`queue` NULL, `excluded` the others).
+-- or for every queue without its own retention (`queue` NULL, `excluded` the others; its
+-- completed jobs, `completed_s` NULL, are left to done_free).
 -- The failed ones deleted are added to their queue's count in pruned_failed_counts in the
 -- same statement (retry_failed reports it: migration 0014). Returns how many it deleted.
 WITH doomed AS (
@@ -180,6 +181,15 @@ counted AS (
     ON CONFLICT (queue) DO UPDATE SET pruned = c.pruned + EXCLUDED.pruned
 )
 SELECT count(*) AS deleted FROM deleted;
+
+-- name: done_free
+-- Retention by partition (migration 0030): turn the ring of finished jobs once a period,
+-- and TRUNCATE each sealed partition whose newest job is past the completed retention,
+-- moving out the jobs still kept (`queues`: a queue's own pair of seconds). Returns how
+-- many jobs it freed.
+SELECT awa_fast.done_free(make_interval(secs => %(completed_s)s),
+                          make_interval(secs => %(failed_s)s), %(queues)s,
+                          make_interval(secs => %(period_s)s)) AS freed;
 
 -- name: job_tables_dead_tuples
 -- Dead tuples of the job tables: the claim scan walks every dead entry of the claim index

@@ -67,28 +67,31 @@ CREATE INDEX jobs_hot_parent ON awa_fast.jobs_hot (parent_id) WHERE parent_id IS
 CREATE INDEX jobs_hot_ready ON awa_fast.jobs_hot (queue, priority, ready_xid, id)
     WHERE state = 'available';
 -- Each partition's index named for the table's and the slot, as jobs_hot_ready_0 for
--- jobs_hot_ready, so that a plan names the index it reads.
-DO $$
+-- jobs_hot_ready, so that a plan names the index it reads. For the partitioned job tables
+-- (jobs_done too: migration 0030), whose partitions are named <table>_<slot>.
+CREATE FUNCTION awa_fast.name_partition_indexes(p_table regclass) RETURNS void
+LANGUAGE plpgsql AS $$
 DECLARE
     i record;
 BEGIN
     FOR i IN
         SELECT c.relname AS name, p.relname AS parent,
-               substr(t.relname, length('jobs_hot_') + 1) AS slot
-        FROM pg_inherits h
+               substr(t.relname, length(b.relname) + 2) AS slot
+        FROM pg_class b
+        JOIN pg_index px ON px.indrelid = b.oid
+        JOIN pg_class p ON p.oid = px.indexrelid
+        JOIN pg_inherits h ON h.inhparent = p.oid
         JOIN pg_class c ON c.oid = h.inhrelid
-        JOIN pg_class p ON p.oid = h.inhparent
         JOIN pg_index x ON x.indexrelid = c.oid
         JOIN pg_class t ON t.oid = x.indrelid
-        WHERE p.relname IN ('jobs_hot_pkey', 'jobs_hot_callback', 'jobs_hot_waiting',
-                            'jobs_hot_parent', 'jobs_hot_ready')
-          AND p.relnamespace = 'awa_fast'::regnamespace
+        WHERE b.oid = p_table
     LOOP
         EXECUTE format('ALTER INDEX awa_fast.%I RENAME TO %I', i.name,
                        i.parent || '_' || i.slot);
     END LOOP;
 END;
 $$;
+SELECT awa_fast.name_partition_indexes('awa_fast.jobs_hot');
 
 CREATE TRIGGER jobs_hot_notify AFTER INSERT ON awa_fast.jobs_hot
     REFERENCING NEW TABLE AS inserted

@@ -68,27 +68,7 @@ CREATE INDEX jobs_done_failed ON awa_fast.jobs_done (state, queue)
     WHERE state IN ('failed', 'cancelled');
 CREATE INDEX jobs_done_parent ON awa_fast.jobs_done (parent_id) WHERE parent_id IS NOT NULL;
 -- Each partition's index named as jobs_hot's are (migration 0029): jobs_done_pkey_3.
-DO $$
-DECLARE
-    i record;
-BEGIN
-    FOR i IN
-        SELECT c.relname AS name, p.relname AS parent,
-               substr(t.relname, length('jobs_done_') + 1) AS slot
-        FROM pg_inherits h
-        JOIN pg_class c ON c.oid = h.inhrelid
-        JOIN pg_class p ON p.oid = h.inhparent
-        JOIN pg_index x ON x.indexrelid = c.oid
-        JOIN pg_class t ON t.oid = x.indrelid
-        WHERE p.relname IN ('jobs_done_pkey', 'jobs_done_finalized', 'jobs_done_failed',
-                            'jobs_done_parent')
-          AND p.relnamespace = 'awa_fast'::regnamespace
-    LOOP
-        EXECUTE format('ALTER INDEX awa_fast.%I RENAME TO %I', i.name,
-                       i.parent || '_' || i.slot);
-    END LOOP;
-END;
-$$;
+SELECT awa_fast.name_partition_indexes('awa_fast.jobs_done');
 
 CREATE TRIGGER jobs_done_count_insert AFTER INSERT ON awa_fast.jobs_done
     REFERENCING NEW TABLE AS new_rows

@@ -382,8 +382,29 @@ LANGUAGE sql STABLE AS $$
     SELECT format('awa_fast.%s_%s',
                   CASE p_ring WHEN 'standby' THEN 'standby_claims'
                               WHEN 'ledger' THEN 'claim_windows'
-                              WHEN 'hot' THEN 'jobs_hot' END,
+                              WHEN 'hot' THEN 'jobs_hot'
+                              WHEN 'done' THEN 'jobs_done' END,
                   p_slot)::regclass
+$$;
+
+-- A ring partition's lock, for its rotation: never waited for, but looked for again, 25
+-- times a millisecond apart. Every statement on jobs_hot and every inserting transaction
+-- that starts a job on a standby claim holds it a millisecond or two at a time, and a look
+-- once a second found it free too seldom. Whether it was taken; held until the caller's
+-- transaction ends.
+CREATE FUNCTION awa_fast.ring_lock(p_partition regclass) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    FOR v_try IN 1..25 LOOP
+        BEGIN
+            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', p_partition);
+            RETURN true;
+        EXCEPTION WHEN lock_not_available THEN
+            PERFORM pg_sleep(0.001);
+        END;
+    END LOOP;
+    RETURN false;
+END;
 $$;
 
 -- For jobs_hot, as for the standby claims, what a rotation frees is dead versions, by the
@@ -420,7 +441,6 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_current smallint;
     v_sealed regclass;
-    v_try integer;
 BEGIN
     IF p_ring NOT IN ('standby', 'ledger', 'hot') THEN
         RAISE EXCEPTION 'no ring named %', p_ring;
@@ -436,20 +456,9 @@ BEGIN
         RETURN NULL;
     END IF;
     PERFORM set_config('synchronous_commit', 'off', true);
-    -- Never waited for, but looked for again: every statement on jobs_hot and every
-    -- inserting transaction that starts a job on a standby claim holds it, a millisecond
-    -- or two at a time, and a look once a second found it free too seldom.
-    FOR v_try IN 1..25 LOOP
-        BEGIN
-            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_sealed);
-            EXIT;
-        EXCEPTION WHEN lock_not_available THEN
-            IF v_try = 25 THEN
-                RETURN 'busy';
-            END IF;
-            PERFORM pg_sleep(0.001);
-        END;
-    END LOOP;
+    IF NOT awa_fast.ring_lock(v_sealed) THEN
+        RETURN 'busy';
+    END IF;
     IF p_ring = 'standby' THEN
         EXECUTE format(
             'INSERT INTO awa_fast.standby_claims'

@@ -263,7 +263,6 @@ DECLARE
     v_slot smallint;
     v_empty boolean;
     v_newest timestamptz;
-    v_locked boolean;
     v_gone bigint;
     v_freed bigint := 0;
 BEGIN
@@ -271,7 +270,8 @@ BEGIN
        <= now() - p_period THEN
         FOR k IN 1..7 LOOP
             v_slot := (v_current + k) % 8;
-            EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM awa_fast.jobs_done_%s)', v_slot)
+            EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM %s)',
+                           awa_fast.ring_partition('done', v_slot))
                 INTO v_empty;
             IF v_empty THEN
                 PERFORM setval('awa_fast.done_slot', v_slot);
@@ -283,21 +283,11 @@ BEGIN
     END IF;
     FOR k IN 1..7 LOOP
         v_slot := (v_current + k) % 8;
-        EXECUTE format('SELECT max(finalized_at) FROM awa_fast.jobs_done_%s', v_slot)
+        EXECUTE format('SELECT max(finalized_at) FROM %s',
+                       awa_fast.ring_partition('done', v_slot))
             INTO v_newest;
         CONTINUE WHEN v_newest IS NULL OR v_newest >= now() - p_completed;
-        v_locked := false;
-        FOR v_try IN 1..25 LOOP
-            BEGIN
-                EXECUTE format('LOCK TABLE awa_fast.jobs_done_%s IN ACCESS EXCLUSIVE MODE NOWAIT',
-                               v_slot);
-                v_locked := true;
-                EXIT;
-            EXCEPTION WHEN lock_not_available THEN
-                PERFORM pg_sleep(0.001);
-            END;
-        END LOOP;
-        CONTINUE WHEN NOT v_locked;
+        CONTINUE WHEN NOT awa_fast.ring_lock(awa_fast.ring_partition('done', v_slot));
         -- the slots as constants, so that the plan reads the sealed partition alone
         EXECUTE format(
             'UPDATE awa_fast.jobs_done j SET slot = %s WHERE j.slot = %s'
@@ -341,7 +331,7 @@ BEGIN
             ON CONFLICT (queue) DO UPDATE SET pruned = c.pruned + EXCLUDED.pruned
         )
         SELECT COALESCE(sum(n), 0) INTO v_gone FROM totals;
-        EXECUTE format('TRUNCATE awa_fast.jobs_done_%s', v_slot);
+        EXECUTE format('TRUNCATE %s', awa_fast.ring_partition('done', v_slot));
         v_freed := v_freed + v_gone;
     END LOOP;
     RETURN v_freed;

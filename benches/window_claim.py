@@ -230,9 +230,11 @@ def produce(
 def consume(
     url: str, design: Design, tally: Tally, *, batch: int, t0: float, done: Callable[[], bool]
 ) -> None:
-    """Claim and complete until ``done()`` and a claim comes back empty."""
+    """Claim and complete until a claim that began after ``done()`` comes back empty: one
+    that began before could miss the producers' last commits."""
     with psycopg.connect(url) as conn:
         while True:
+            finished = done()
             began = time.monotonic()
             rows = conn.execute(design.claim, {"limit": batch}).fetchall()
             conn.commit()
@@ -244,7 +246,7 @@ def consume(
                 tally.claimed += ids
                 tally.pickups += [(ended - t0, float(row[1])) for row in rows]
                 tally.claims.append((ended - t0, (ended - began) * 1000))
-            elif done():
+            elif finished:
                 return
             else:
                 time.sleep(0.001)

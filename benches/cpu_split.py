@@ -21,6 +21,7 @@ processes to be counted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import threading
 import time
@@ -52,18 +53,21 @@ class Processes:
         self._cmdlines: dict[int, str] = {}
 
     def snapshot(self) -> CpuSnapshot:
-        me, seen = os.getpid(), {}
+        me, stats = os.getpid(), {}
         for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) in self._skipped:
-                continue
-            pid = int(entry)
+            if entry.isdigit() and int(entry) not in self._skipped:
+                with contextlib.suppress(OSError):  # ended meanwhile
+                    stats[int(entry)] = process_stat(int(entry))
+        # Workers are the children of this process's child, the fork server.
+        ours = {me} | {pid for pid, stat in stats.items() if stat.parent == me}
+        seen = {}
+        for pid, stat in stats.items():
             try:
-                stat = process_stat(pid)
                 if pid not in self._cmdlines:
-                    if not (pid == me or stat.parent == me or stat.name == "postgres"):
+                    if not (pid in ours or stat.parent in ours or stat.name == "postgres"):
                         self._skipped.add(pid)
                         continue
-                    with open(f"/proc/{entry}/cmdline") as cmd:
+                    with open(f"/proc/{pid}/cmdline") as cmd:
                         self._cmdlines[pid] = cmd.read().replace("\0", " ").strip()
             except OSError:  # ended meanwhile
                 continue
@@ -89,12 +93,16 @@ def backend_labels(conn: psycopg.Connection[Any], database: str | None = None) -
     return labels
 
 
-def part_of(pid: int, parent: int, cmdline: str, labels: Mapping[int, str]) -> str | None:
-    """Which part ``pid`` is, or None for a process that has nothing to do with the run."""
-    me = os.getpid()
-    if pid == me:
+def part_of(
+    pid: int, parent: int, cmdline: str, labels: Mapping[int, str], *, children: set[int]
+) -> str | None:
+    """Which part ``pid`` is, or None for a process that has nothing to do with the run.
+    ``children`` are this process's; the fork server is one, and its children the workers."""
+    if pid == os.getpid():
         return "supervisor"
-    if parent == me:
+    if parent in children:
+        return "worker processes"
+    if pid in children:  # a producer, or the fork server (its CPU counted with its workers')
         return "producer process" if "awa_fast.bench" in cmdline else "worker processes"
     if pid in labels:
         return labels[pid]
@@ -106,8 +114,9 @@ def part_of(pid: int, parent: int, cmdline: str, labels: Mapping[int, str]) -> s
 def split(before: CpuSnapshot, after: CpuSnapshot, labels: Mapping[int, str]) -> dict[str, float]:
     """CPU seconds per part between two snapshots."""
     parts: dict[str, float] = defaultdict(float)
+    children = {pid for pid, (_, parent, _) in after.items() if parent == os.getpid()}
     for pid, (seconds, parent, cmdline) in after.items():
-        part = part_of(pid, parent, cmdline, labels)
+        part = part_of(pid, parent, cmdline, labels, children=children)
         if part is not None:
             parts[part] += seconds - before.get(pid, (0.0, 0, ""))[0]
     return dict(parts)

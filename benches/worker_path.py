@@ -1,7 +1,7 @@
 """A worker process's Python cost per job, without a database: us/row to run delivered rows
 of a no-op async handler (one task per row, the outcome pushed to the ring, the slot freed),
 delivered in batches of each ``--batches`` size, with Python's default collector settings
-and with the ones a forked worker uses (``pool._become_worker``). Prints one markdown row per
+and with the ones a forked worker uses (``collector.settle``). Prints one markdown row per
 batch size: the median of ``--runs`` runs, the two settings measured alternately.
 
     PYTHONPATH=. python benches/worker_path.py

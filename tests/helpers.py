@@ -266,6 +266,13 @@ async def leading(maintenance: Maintenance) -> AsyncIterator[Maintenance]:
         await maintenance.leader.close()
 
 
+def supervisor_of(worker_pid: int) -> int | None:
+    """The supervisor of a worker process: the parent of its parent, the fork server
+    (awa_fast.runtime.forkserver); None once either is gone."""
+    server = parent_pid(worker_pid)
+    return None if server is None else parent_pid(server)
+
+
 def parent_pid(pid: int) -> int | None:
     """The parent of process ``pid``, from /proc; None once it is gone."""
     try:

@@ -100,6 +100,11 @@ class Workers(Protocol):
         ...
 
     @property
+    def down(self) -> tuple[str, ...]:
+        """What of the workers' own machinery has ended for good (for the health check)."""
+        ...
+
+    @property
     def exits(self) -> Mapping[str, int]:
         """Worker processes ended, by cause (awa_fast.runtime.pool.EXIT_CAUSES): none
         when handlers run in-process."""

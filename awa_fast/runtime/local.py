@@ -76,6 +76,11 @@ class LocalWorkers:
         """This process runs the handlers."""
         return 1
 
+    @property
+    def down(self) -> tuple[str, ...]:
+        """Nothing of its own: its handlers run on the runner's loop."""
+        return ()
+
     def deliver(self, worker: int, jobs: list[Delivered]) -> None:
         for delivered in jobs:
             self._start(self.starts.admit(delivered))

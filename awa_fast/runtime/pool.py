@@ -1,8 +1,8 @@
 """Forked worker processes, from the supervisor's side: fork, deliver, reap, replace.
 
-The supervisor forks its workers before it opens a connection, starts a thread or creates
-an event loop; replacements are forked later from the running supervisor, with the
-hygiene in :func:`awa_fast.runtime.worker_process.become_worker`. Each worker gets its
+Workers are forked by the fork server (awa_fast.runtime.forkserver), itself forked before
+the supervisor opens a connection or starts a thread, so that no fork, a replacement's
+included, copies a lock another thread holds. Each worker gets its
 jobs over a pipe (awa_fast.runtime.worker_process); outcomes come back through the shared
 outcome ring, and capacity and cancel flags live in the shared in-flight table. The
 supervisor, not the worker, sends heartbeats and reads a worker's memory, so a long sync
@@ -26,14 +26,8 @@ import msgspec
 from awa_fast.db import transitions as tr
 from awa_fast.runtime.claimed import Delivered
 from awa_fast.runtime.context import WorkerContext
-from awa_fast.runtime.worker_process import (
-    FRAME,
-    RECYCLED_EXIT,
-    WorkerProcess,
-    become_worker,
-    close_sibling_pipes,
-    file_id,
-)
+from awa_fast.runtime.forkserver import ForkServer, ForkServerLost
+from awa_fast.runtime.worker_process import FRAME, RECYCLED_EXIT, WorkerProcess
 from awa_fast.worker import UNKNOWN_KIND
 
 log = logging.getLogger("awa_fast.pool")
@@ -44,6 +38,8 @@ log = logging.getLogger("awa_fast.pool")
 EXIT_CAUSES = ("evicted", "recycled", "retired", "crashed")
 _PIPE_BYTES = 1 << 20
 _F_SETPIPE_SZ = 1031
+# How a worker ends when the fork server, its parent, does (PR_SET_PDEATHSIG).
+_KILLED_WITH_SERVER = signal.SIGKILL.value
 # A worker that crashes within this many seconds of its start, before it was handed a job,
 # is respawned after a delay doubling from RESPAWN_DELAY up to RESPAWN_DELAY_MAX, so one
 # that cannot start (a descriptor limit, a broken import) is not forked in a tight loop;
@@ -108,10 +104,8 @@ class _JobPipe(asyncio.Protocol):
 class Proc:
     pid: int
     write_fd: int  # owned by ``transport`` once connected
-    pipe_id: tuple[int, int]  # (st_dev, st_ino): this pipe, not what later reuses write_fd
     transport: asyncio.WriteTransport | None = None
     pipe: _JobPipe | None = None
-    pidfd: int | None = None  # readable once the process exits: how the loop sees a death
     ended: bool = False  # reaped; a connect still under way must let go of the pipe
     started: float = field(default_factory=time.monotonic)
     recycling: bool = False  # asked to retire for its memory
@@ -134,38 +128,34 @@ class ForkedWorkers:
         self._quick_deaths = [0] * count  # crashes in a row before any job, per worker
         self._stop_requested: asyncio.Event | None = None
         self._memory_watch: asyncio.Task[None] | None = None
+        self._server = ForkServer(self._run_worker)
+        self._server_watched = False  # its socket is on the loop
 
     # -- forking --------------------------------------------------------------------------
 
     def prefork(self) -> None:
+        """Fork the fork server (once), then through it the workers not running."""
+        if not self._server.pid:
+            self._server.start()
         for worker in range(self.count):
             if self.procs[worker] is None:
                 self._fork(worker)
 
+    def _run_worker(self, worker: int, read_fd: int) -> int:
+        """A new worker process's life, in that process."""
+        return WorkerProcess(self.context, worker, read_fd).run()
+
     def _fork(self, worker: int) -> None:
         read_fd, write_fd = os.pipe()
         _grow_pipe(write_fd)
-        siblings = [(p.write_fd, p.pipe_id) for p in self.procs if p is not None]
-        parent = os.getpid()
         try:
-            pid = os.fork()
+            pid = self._server.fork(worker, read_fd)
         except OSError:
-            os.close(read_fd)
             os.close(write_fd)
             raise
-        if pid == 0:
-            code = 1
-            try:
-                os.close(write_fd)
-                close_sibling_pipes(siblings)
-                become_worker(parent)
-                code = WorkerProcess(self.context, worker, read_fd).run()
-            except BaseException:
-                log.exception("worker process %d failed", os.getpid())
-            finally:
-                os._exit(code)
-        os.close(read_fd)
-        self.procs[worker] = Proc(pid, write_fd, file_id(write_fd))
+        finally:
+            os.close(read_fd)
+        self.procs[worker] = Proc(pid, write_fd)
 
     async def start(self) -> None:
         self._changed = asyncio.Event()
@@ -174,19 +164,19 @@ class ForkedWorkers:
         for proc in self.procs:
             if proc is not None:
                 await self._connect(proc)
+        asyncio.get_running_loop().add_reader(self._server.fileno(), self._reap)
+        self._server_watched = True
         self._reap()  # a worker that died before it was watched
         limit = self.context.config.max_worker_memory_mb
         if limit:
             self._memory_watch = asyncio.get_running_loop().create_task(self._watch_memory(limit))
 
     async def _connect(self, proc: Proc) -> None:
-        """Watch the process (a pidfd on the loop) and open its job pipe."""
-        if proc.ended:  # reaped before it was watched
+        """Open the process's job pipe."""
+        if proc.ended:  # reaped before it was connected
             os.close(proc.write_fd)
             return
         loop = asyncio.get_running_loop()
-        proc.pidfd = os.pidfd_open(proc.pid)
-        loop.add_reader(proc.pidfd, self._reap)
         file = os.fdopen(proc.write_fd, "wb", buffering=0, closefd=True)
         proc.transport, proc.pipe = await loop.connect_write_pipe(_JobPipe, file)
         if proc.ended:
@@ -206,6 +196,11 @@ class ForkedWorkers:
             and p.pid not in self._evicted
             and w not in flagged
         ]
+
+    @property
+    def down(self) -> tuple[str, ...]:
+        """ "fork server" once it has ended: this host can run no job until restarted."""
+        return ("fork server",) if self._server.lost else ()
 
     def alive(self) -> int:
         """Worker processes forked and not yet reaped."""
@@ -235,44 +230,45 @@ class ForkedWorkers:
     # -- deaths ---------------------------------------------------------------------------
 
     def _reap(self) -> None:
-        """Collect every exited worker (called when its pidfd turns readable): its
+        """Collect every exited worker (called when the fork server reports an exit): its
         unfinished attempts are lost (retried or failed by the committer, after anything it
         already put in the ring), and unless the pool is stopping, a replacement is forked:
-        at once, or after a backoff for a worker that crashed at its start."""
+        at once, or after a backoff for a worker that crashed at its start. Once the fork
+        server has ended, every worker has died with it and none is replaced."""
+        exits = self._server.exits()
         for worker, proc in enumerate(self.procs):
             if proc is None:
                 continue
-            try:
-                pid, status = os.waitpid(proc.pid, os.WNOHANG)
-            except ChildProcessError:
-                pid, status = proc.pid, 0
-            if pid == 0:
-                continue
-            code = os.waitstatus_to_exitcode(status)
-            why = self._evicted.pop(pid, None)
-            cause = exit_cause(code, evicted=why is not None)
-            self.exits[cause] += 1
-            quick = (
-                cause == "crashed"
-                and not proc.worked
-                and time.monotonic() - proc.started < STARTUP_SECONDS
-            )
-            self._quick_deaths[worker] = self._quick_deaths[worker] + 1 if quick else 0
-            ended = f"worker process {pid} was recycled: {why}" if why else describe_exit(pid, code)
-            self.procs[worker] = None
-            _close_handles(proc)
-            self._lose_attempts(worker, ended)
-            if code not in (0, RECYCLED_EXIT):
-                log.error(
-                    "%s; its unfinished jobs will be retried",
-                    ended,
-                    extra={"worker_pid": pid, "exit_code": code, "cause": cause},
-                )
-            if not self._stopping:
-                self._replace(worker, proc)
+            status = exits.pop(proc.pid, _KILLED_WITH_SERVER if self._server.lost else None)
+            if status is not None:
+                self._ended(worker, proc, os.waitstatus_to_exitcode(status))
+        if self._server.lost and self._server_watched:
+            asyncio.get_running_loop().remove_reader(self._server.fileno())
+            self._server_watched = False
         if self._changed is not None:
             self._changed.set()
         self.context.wake()
+
+    def _ended(self, worker: int, proc: Proc, code: int) -> None:
+        why = self._evicted.pop(proc.pid, None)
+        cause = exit_cause(code, evicted=why is not None)
+        self.exits[cause] += 1
+        young = time.monotonic() - proc.started < STARTUP_SECONDS
+        quick = cause == "crashed" and not proc.worked and young
+        self._quick_deaths[worker] = self._quick_deaths[worker] + 1 if quick else 0
+        pid = proc.pid
+        ended = f"worker process {pid} was recycled: {why}" if why else describe_exit(pid, code)
+        self.procs[worker] = None
+        _close_handles(proc)
+        self._lose_attempts(worker, ended)
+        if code not in (0, RECYCLED_EXIT):
+            log.error(
+                "%s; its unfinished jobs will be retried",
+                ended,
+                extra={"worker_pid": pid, "exit_code": code, "cause": cause},
+            )
+        if not self._stopping and not self._server.lost:
+            self._replace(worker, proc)
 
     def _lose_attempts(self, worker: int, reason: str) -> None:
         """The attempts of a dead worker: those whose handler started are lost (retried,
@@ -305,9 +301,9 @@ class ForkedWorkers:
 
     async def _respawn(self, worker: int, ended: Proc, delay: float) -> None:
         """Fork and connect the replacement once the loop has let go of the ended worker's
-        pipe (forked at once, the new pipe or pidfd could take a descriptor number the loop
-        still tracked for the old transport, and watching it failed), and ``delay`` has
-        passed or the pool is stopping. A fork that fails counts as a crash at start."""
+        pipe (forked at once, the new pipe could take a descriptor number the loop still
+        tracked for the old transport), and ``delay`` has passed or the pool is stopping. A
+        fork that fails counts as a crash at start."""
         if ended.pipe is not None:
             await ended.pipe.closed
         if delay:
@@ -318,6 +314,9 @@ class ForkedWorkers:
             return
         try:
             self._fork(worker)
+        except ForkServerLost:
+            self._reap()  # its workers died with it
+            return
         except OSError as exc:
             log.error("could not fork worker %d: %s", worker, exc, extra={"worker": worker})
             self._quick_deaths[worker] += 1
@@ -332,6 +331,8 @@ class ForkedWorkers:
             extra={"worker": worker, "worker_pid": proc.pid},
         )
         await self._connect(proc)
+        if self._server.pending:  # another worker's exit, read while this fork was answered
+            self._reap()
 
     def evict(self, job_id: int, run_lease: int, *, reason: str) -> None:
         """Kill the worker process running this attempt: the only way to stop a handler
@@ -402,6 +403,13 @@ class ForkedWorkers:
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(proc.pid, signal.SIGKILL)
                 await self._wait_all_exited(10.0)
+        self._stop_server()
+
+    def _stop_server(self) -> None:
+        if self._server_watched:
+            asyncio.get_running_loop().remove_reader(self._server.fileno())
+            self._server_watched = False
+        self._server.stop()
 
     async def _wait_all_exited(self, timeout: float) -> bool:
         assert self._changed is not None
@@ -421,17 +429,13 @@ class ForkedWorkers:
 
 
 def _close_handles(proc: Proc) -> None:
-    """Stop watching an exited worker and close its pipe. The pipe's transport may have
-    closed itself already (asyncio notices the reader's end closing, in the same loop
-    iteration as the pidfd or before it): aborting one whose ``connection_lost`` has run
-    raises on the standard loop, so only a transport not yet lost is aborted, closing or
+    """Close an exited worker's pipe. The pipe's transport may have closed itself already
+    (asyncio notices the reader's end closing, in the same loop iteration as the exit
+    report or before it): aborting one whose ``connection_lost`` has run raises on the
+    standard loop, so only a transport not yet lost is aborted, closing or
     not (a uvloop pipe left closing with unsent data never finishes by itself, and its
     replacement waits for it). A pipe not connected yet is closed by its ``_connect``,
     which sees ``ended``."""
     proc.ended = True
-    if proc.pidfd is not None:
-        asyncio.get_running_loop().remove_reader(proc.pidfd)
-        os.close(proc.pidfd)
-        proc.pidfd = None
     if proc.transport is not None and proc.pipe is not None and not proc.pipe.closed.done():
         proc.transport.abort()

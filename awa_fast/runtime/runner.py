@@ -253,9 +253,9 @@ class Runner:
         return running, prefetched
 
     def _loops_down(self) -> tuple[str, ...]:
-        """The supervised loops down now, and the committer if its thread has ended
-        before the stop."""
-        down = set(self.supervisor.down)
+        """The supervised loops down now, the committer if its thread has ended before the
+        stop, and the workers' fork server once it has ended."""
+        down = set(self.supervisor.down) | set(self.workers.down)
         thread = self._commit_thread
         if thread is not None and not thread.is_alive() and not self._stopping:
             down.add("committer")

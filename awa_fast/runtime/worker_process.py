@@ -1,7 +1,8 @@
 """A forked worker process, from the inside: run delivered jobs, report outcomes, retire.
 
-A worker is forked by the supervisor (awa_fast.runtime.pool), made safe to run a loop of
-its own (:func:`become_worker`), and fed delivered jobs over its pipe as length-prefixed
+A worker is forked by the fork server (awa_fast.runtime.forkserver) at the supervisor's
+request (awa_fast.runtime.pool), made safe to run a loop of its own (:func:`prepare_child`),
+and fed delivered jobs over its pipe as length-prefixed
 msgpack frames. Async handlers run concurrently up to the worker's share of the queue's
 concurrency; sync handlers run inline, one at a time, so a CPU-bound handler gets its
 core without contending for the GIL with a thread pool.
@@ -19,7 +20,6 @@ import signal
 import struct
 import sys
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -41,29 +41,11 @@ RETIRE_RECHECK_INTERVAL = 0.05
 _PR_SET_PDEATHSIG = 1
 
 
-def file_id(fd: int) -> tuple[int, int]:
-    stat = os.fstat(fd)
-    return stat.st_dev, stat.st_ino
-
-
-def close_sibling_pipes(siblings: Sequence[tuple[int, tuple[int, int]]]) -> None:
-    """In a new worker, close the write ends of the other workers' job pipes, given as
-    (descriptor, file id). A sibling whose worker has ended may have had its pipe closed
-    already and its descriptor number handed to another file since (this worker's own job
-    pipe, say, which closed here would leave the worker deaf, and its loop's epoll
-    descriptor free to take the number and then be asked to watch itself): only a
-    descriptor that still is that sibling's pipe is closed."""
-    for fd, pipe_id in siblings:
-        with contextlib.suppress(OSError):
-            if file_id(fd) == pipe_id:
-                os.close(fd)
-
-
-def become_worker(parent: int) -> None:
-    """Make a freshly forked child safe to run its own loop: forget the parent's loop,
-    signal handling and import locks, die with the parent, and never let the collector
-    finalize the parent's objects (its connections) from here, nor collect as often as a
-    short script would."""
+def prepare_child(parent: int) -> None:
+    """Make a freshly forked child (the fork server, or a worker) safe to run on its own:
+    forget the parent's loop, signal handling and import locks, die with the parent, and
+    never let the collector finalize the parent's objects (its connections) from here, nor
+    collect as often as a short script would."""
     _forget_import_locks()
     asyncio.events._set_running_loop(None)
     with contextlib.suppress(ValueError):
@@ -85,8 +67,8 @@ def _forget_import_locks() -> None:
     """Drop the import locks, and the half-imported modules, of threads that did not
     survive the fork.
 
-    Replacement workers are forked from the running supervisor, whose other threads (the
-    committer, hook dispatch running user code) may be importing a module at that moment.
+    The fork server is forked from the supervisor before the runtime starts a thread, but
+    the application's own threads, started at its import, may be importing a module then.
     CPython 3.11 resets only its global import lock in the child: the module's own lock
     stays held by a thread that no longer exists, and the first import of that module
     here would wait for it forever, with the job this worker was given. Imports of this

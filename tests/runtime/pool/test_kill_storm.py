@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 import awa_fast
-from tests.helpers import parent_pid, states, wait_until
+from tests.helpers import states, supervisor_of, wait_until
 from tests.runtime.pool.app import Step
 
 JOBS = 30_000  # the first backlog; topped up so that no step finds the queue drained
@@ -36,7 +36,7 @@ def _busy_worker(dsn: str, supervisor: int) -> int:
 
     def latest() -> int | None:
         for (pid,) in _query(dsn, "SELECT pid FROM calls ORDER BY at DESC LIMIT 8"):
-            if parent_pid(pid) == supervisor:
+            if supervisor_of(pid) == supervisor:
                 return int(pid)
         return None
 

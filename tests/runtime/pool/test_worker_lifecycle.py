@@ -15,7 +15,16 @@ import psycopg
 
 import awa_fast
 from awa_fast.runtime.pool import ForkedWorkers
-from tests.helpers import await_until, free_port, job, run, scrape, wait_until, worker_exits
+from tests.helpers import (
+    await_until,
+    free_port,
+    job,
+    parent_pid,
+    run,
+    scrape,
+    wait_until,
+    worker_exits,
+)
 from tests.runtime.pool.endings_app import End, Hog
 
 # Long enough that respawning with no delay would crash hundreds of workers in it.
@@ -44,6 +53,36 @@ def test_a_worker_that_cannot_start_is_respawned_with_a_growing_delay(serve: Any
         assert f"replacing it in {delay}" in log
     server.signal(signal.SIGTERM)  # the supervisor still drains as asked
     assert server.wait(30) == 0
+
+
+def test_a_host_whose_fork_server_is_killed_says_so_and_forks_no_worker(
+    dsn: str, caplog: Any
+) -> None:
+    """Its workers die with it (they are its children); with no process left to fork
+    from safely, the host reports itself down rather than serve on a half-measure."""
+
+    async def main() -> None:
+        async with awa_fast.AsyncClient(dsn) as client:
+            client.task(kind="idle", queue="q")(lambda job: None)
+            runner = await client.start({"q": 2}, processes=2)
+            workers = runner.workers
+            assert isinstance(workers, ForkedWorkers)
+            servers = {parent_pid(pid) for pid in workers.pids}
+            [server] = servers
+            assert server is not None and server != os.getpid()
+            os.kill(server, signal.SIGKILL)
+            check = client.health_check
+            await await_until(
+                lambda: workers.alive() == 0, what="both workers reaped", explain=workers.exits
+            )
+            assert "fork server" in (await check()).loops_down
+            assert not (await check()).healthy
+            assert workers.exits["crashed"] == 2
+
+    with caplog.at_level(logging.INFO, logger="awa_fast.pool"):
+        run(main())
+    assert "the fork server (process" in caplog.text
+    assert "replaced by process" not in caplog.text
 
 
 def _pid(dsn: str, job_id: int, note: str) -> int:
@@ -80,24 +119,26 @@ def test_a_replacement_that_cannot_be_forked_is_forked_again_later(
     dsn: str, monkeypatch: Any, caplog: Any
 ) -> None:
     """The first two forks of the killed worker's replacement fail (as at a process or
-    descriptor limit); the third, after its delay, succeeds."""
+    descriptor limit); the third, after its delay, succeeds. The forks are the fork
+    server's: it counts on from the copy of ``forks`` it was forked with (its own fork,
+    then the first worker's)."""
     real_fork = os.fork
     forks: list[str] = []
 
     def fork() -> int:
         forks.append("tried")
-        if len(forks) <= 2:
+        if len(forks) in (3, 4):
             raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
         return real_fork()
 
     async def main() -> None:
         async with awa_fast.AsyncClient(dsn) as client:
             client.task(kind="idle", queue="q")(lambda job: None)  # start() needs a handler
+            monkeypatch.setattr(os, "fork", fork)
             runner = await client.start({"q": 1}, processes=1)
             assert isinstance(runner.workers, ForkedWorkers)
             workers = runner.workers
             [first] = workers.pids
-            monkeypatch.setattr(os, "fork", fork)
             os.kill(first, signal.SIGKILL)
             await await_until(
                 lambda: workers.pids not in ([], [first]), timeout=60, what="a replacement"
@@ -106,6 +147,5 @@ def test_a_replacement_that_cannot_be_forked_is_forked_again_later(
 
     with caplog.at_level(logging.WARNING, logger="awa_fast.pool"):
         run(main())
-    assert len(forks) == 3
     assert caplog.text.count("could not fork worker 0: [Errno 11]") == 2
     assert "replacing it in 2.0s" in caplog.text  # each failed fork waited longer

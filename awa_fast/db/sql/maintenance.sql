@@ -201,6 +201,24 @@ WHERE schemaname = 'awa_fast'
   AND (relname = 'jobs_deferred'
        OR relid IN (SELECT relid FROM pg_partition_tree('awa_fast.jobs_hot') WHERE isleaf));
 
+-- name: oldest_xmin
+-- The oldest transaction id this database's dead tuples wait for, as text (NULL when only
+-- this session holds one): each session's snapshot or transaction, a replication slot's or a
+-- standby's (its walsender's) xmin, a prepared transaction. While it is the same, a second
+-- VACUUM of a table removes nothing the first could not.
+SELECT x::text AS oldest FROM (
+    SELECT coalesce(backend_xmin, backend_xid) AS x FROM pg_stat_activity
+    WHERE pid <> pg_backend_pid() AND (datname = current_database() OR datid IS NULL)
+    UNION ALL
+    SELECT xmin FROM pg_replication_slots
+    WHERE database = current_database() OR database IS NULL
+    UNION ALL
+    SELECT transaction FROM pg_prepared_xacts WHERE database = current_database()
+) held
+WHERE x IS NOT NULL
+ORDER BY age(x) DESC
+LIMIT 1;
+
 -- name: ring_rotate
 -- One pass over the ring `ring` (standby, ledger: migration 0028; hot: 0029), freeing
 -- `least` rows or more: 'truncated', 'sealed', 'busy' (its lock held), or NULL (too few to free).

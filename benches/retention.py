@@ -75,7 +75,6 @@ def measure(url: str, step: str, config: CleanerConfig) -> dict[str, float]:
                     "failed_s": 3 * DAY,
                     "limit": config.batch,
                     "queue": "deleted",
-                    "excluded": [],
                 }
                 return await cleaner._delete(conn, params)
         finally:

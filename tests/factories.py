@@ -75,15 +75,16 @@ def finish_jobs(
     **columns: object,
 ) -> None:
     """Finish jobs straight in storage, as a transition would: out of jobs_hot into
-    jobs_done in ``state`` with ``columns`` set (every job of jobs_hot when ``ids`` is
-    None)."""
+    jobs_done's partition in use, in ``state`` with ``columns`` set (every job of jobs_hot
+    when ``ids`` is None)."""
     conn.execute(
         "WITH moved AS (DELETE FROM awa_fast.jobs_hot"
         "  WHERE %(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]) RETURNING *)"
         " INSERT INTO awa_fast.jobs_done"
         " SELECT r.* FROM moved, jsonb_populate_record(NULL::awa_fast.jobs_done, to_jsonb(moved)"
         "  || jsonb_build_object('state', %(state)s::text, 'finalized_at', now(),"
-        "                        'heartbeat_at', NULL, 'deadline_at', NULL)"
+        "                        'heartbeat_at', NULL, 'deadline_at', NULL,"
+        "                        'slot', awa_fast.done_slot())"
         "  || %(columns)s::jsonb) r",
         {
             "ids": None if ids is None else list(ids),

@@ -1,10 +1,13 @@
 """The cleaner: frees finished jobs past their retention, per queue where configured.
 
-Completed jobs go by partition: jobs_done is a ring of eight (migration 0030), turned once
-a period (the completed retention over six), and a sealed partition whose newest job is
-past retention is emptied by TRUNCATE, the jobs it still keeps moved out first
-(``awa_fast.done_free``). Failed and cancelled jobs, kept longer and far fewer, and the
-jobs of queues with a retention of their own, are deleted once past it, as before.
+Finished jobs go by partition: jobs_done is a ring of eight (migration 0030), turned once a
+period (the completed retention over six), and a sealed partition whose newest job is past
+the completed retention is emptied by TRUNCATE, the jobs it still keeps (failed and
+cancelled ones, kept longer, and those of queues kept longer) moved out first
+(``awa_fast.done_free``). So a job goes between its retention and its retention plus the
+completed retention and a period, and no finished row is deleted one by one, but for the
+queues with a retention of their own: those may ask for less than the ring can keep to,
+and their jobs are deleted once past it.
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ DONE_PERIODS = 6
 
 @dataclass(frozen=True, slots=True)
 class CleanerConfig:
-    """Every ``interval``, free completed jobs finished ``completed_retention`` ago (by
-    partition: a job goes within a sixth of it after) and failed or cancelled ones
-    ``failed_retention`` ago (``queue_retention`` overrides both per queue), deleting
-    ``batch`` a transaction."""
+    """Every ``interval``, free completed jobs finished ``completed_retention`` ago and
+    failed or cancelled ones ``failed_retention`` ago, by partition (each goes at most the
+    completed retention and a sixth of it later); ``queue_retention`` overrides both per
+    queue, deleting ``batch`` rows a transaction."""
 
     interval: float = 60.0
     batch: int = 1000
@@ -52,15 +55,12 @@ class Cleaner:
         counted per queue as they go (retry_failed's ``pruned_failed_count``)."""
         overrides = dict(self.config.queue_retention)
         total = await self._free_partitions(conn, overrides)
-        # completed jobs of queues without a retention of their own: the ring's
-        default = (None, self.config.failed_retention)
-        for queue, (completed_s, failed_s) in [*overrides.items(), (None, default)]:
+        for queue, (completed_s, failed_s) in overrides.items():
             params = {
                 "completed_s": completed_s,
                 "failed_s": failed_s,
                 "limit": self.config.batch,
                 "queue": queue,
-                "excluded": list(overrides),
             }
             total += await self._delete(conn, params)
         self.stats.deleted += total

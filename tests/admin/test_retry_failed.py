@@ -30,6 +30,16 @@ def _failed(client: awa_fast.Client, conn: Any, queue: str, kind: str, **columns
     return job_id
 
 
+def _sealed(conn: Any) -> dict[str, object]:
+    """Columns that put a finished job in a sealed partition of jobs_done, one retention
+    frees whole at its next pass once the job is past retention (migration 0030)."""
+    [(slot,)] = conn.execute("SELECT (awa_fast.done_slot() + 1) % 8").fetchall()
+    return {"slot": slot}
+
+
+OWN_RETENTION = {"q": (3600.0, 3600.0)}  # queue q's jobs go by DELETE, a row at a time
+
+
 def _maintenance(dsn: str, **config: Any) -> Maintenance:
     """The leader's maintenance steps, with ``config``'s settings (retention among them)."""
     client = awa_fast.Client(dsn)
@@ -97,17 +107,18 @@ def test_a_failed_job_whose_unique_key_a_live_job_holds_is_matched_not_retried(
 def test_retention_counts_the_failed_jobs_it_deletes_per_queue(
     client: awa_fast.Client, conn: Any, dsn: str
 ) -> None:
-    """The count grows with each retention step that deletes failed jobs of the queue, in
-    the default scope and in a queue's own; completed and cancelled ones are not counted,
+    """The count grows with each retention step that frees failed jobs of the queue, by
+    partition and by a queue's own retention; completed and cancelled ones are not counted,
     and neither are failed ones not yet past retention."""
-    for queue in ("q1", "q1", "q2"):
-        _failed(client, conn, queue, "k", finalized_at=LONG_AGO)
+    for queue in ("q1", "q1"):
+        _failed(client, conn, queue, "k", finalized_at=LONG_AGO, **_sealed(conn))
+    _failed(client, conn, "q2", "k", finalized_at=LONG_AGO)  # in the partition in use
     for state in ("completed", "cancelled"):
         old = client.insert({}, kind="k", queue="q1").id
-        finish_jobs(conn, state, [old], finalized_at=LONG_AGO)
+        finish_jobs(conn, state, [old], finalized_at=LONG_AGO, **_sealed(conn))
     recent = _failed(client, conn, "q1", "k")
-    # the completed one waits for its partition (migration 0030): q1 has no retention of its own
-    assert _clean(dsn, cleanup_batch=1, queue_retention={"q2": (3600.0, 3600.0)}) == 4
+    # four by the sealed partition's TRUNCATE, q2's by its own retention's DELETE
+    assert _clean(dsn, cleanup_batch=1, queue_retention={"q2": (3600.0, 3600.0)}) == 5
 
     result = client.retry_failed(queue="q1")
     assert ([j.id for j in result.jobs], result.matched) == ([recent], 1)
@@ -117,7 +128,7 @@ def test_retention_counts_the_failed_jobs_it_deletes_per_queue(
     assert client.retry_failed(kind="k").pruned_failed_count is None
     assert client.retry_failed(queue="q1", kind="k").pruned_failed_count is None
 
-    _failed(client, conn, "q1", "k", finalized_at=LONG_AGO)
+    _failed(client, conn, "q1", "k", finalized_at=LONG_AGO, **_sealed(conn))
     assert _clean(dsn) == 1
     assert client.retry_failed(queue="q1").pruned_failed_count == 3
 
@@ -176,7 +187,7 @@ def test_a_failed_job_retention_deletes_while_a_retry_waits_is_matched_not_retri
 
     async def clean_and_race() -> list[object]:
         async with (
-            leading(_maintenance(dsn)) as maintenance,
+            leading(_maintenance(dsn, queue_retention=OWN_RETENTION)) as maintenance,
             await psycopg.AsyncConnection.connect(dsn) as holder,
         ):
             await holder.execute("SELECT 1")  # the transaction the delete waits in
@@ -194,15 +205,20 @@ def test_a_failed_job_retention_deletes_while_a_retry_waits_is_matched_not_retri
         client.get_job(pruned)
 
 
+@pytest.mark.parametrize("by", ["partition", "own retention"])
 def test_retention_skips_a_failed_job_a_retry_has_locked(
-    client: awa_fast.Client, conn: Any, dsn: str
+    client: awa_fast.Client, conn: Any, dsn: str, by: str
 ) -> None:
-    """Retention does not wait on a retry's locks: it skips the job, which the retry then
-    requeues, and counts nothing."""
-    retried = _failed(client, conn, "q", "k", finalized_at=LONG_AGO)
+    """Retention does not wait on a retry's locks: it skips the job (a partition whose
+    lock it cannot take at once waits for the next pass), which the retry then requeues,
+    and counts nothing."""
+    where = _sealed(conn) if by == "partition" else {}
+    retried = _failed(client, conn, "q", "k", finalized_at=LONG_AGO, **where)
+    own = OWN_RETENTION if by == "own retention" else {}
     op = admin.retry_failed(queue="q")
     with psycopg.connect(dsn) as holder:
         holder.execute(op.sql, op.params)
-        assert _clean(dsn) == 0
+        assert _clean(dsn, queue_retention=own) == 0
     assert job(dsn, retried)["state"] == "available"
     assert client.retry_failed(queue="q").pruned_failed_count == 0
+    assert _clean(dsn, queue_retention=own) == 0  # nothing left past retention

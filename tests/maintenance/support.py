@@ -118,7 +118,7 @@ def work_for_every_pass(dsn: str, conn: psycopg.Connection[Any]) -> datetime:
     insert_job(conn, state="scheduled")
     stale = insert_job(conn, state="running", attempt=1, run_lease=1)
     lost = insert_job(conn, state="running", attempt=1, run_lease=1)
-    old = insert_job(conn, state="failed")  # deleted; a completed one goes with its partition
+    old = insert_job(conn, state="completed")  # its partition sealed and past retention
     conn.execute(
         "WITH gone AS (INSERT INTO awa_fast.hosts (name, heartbeat_at)"
         " VALUES ('gone', now() - interval '1 hour') RETURNING id)"
@@ -126,7 +126,8 @@ def work_for_every_pass(dsn: str, conn: psycopg.Connection[Any]) -> datetime:
         (lost,),
     )
     set_columns(conn, stale, "heartbeat_at = now() - interval '1 hour'")
-    set_columns(conn, old, "finalized_at = now() - interval '30 days'")
+    sealed = "slot = mod(awa_fast.done_slot() + 1, 8)"
+    set_columns(conn, old, f"finalized_at = now() - interval '30 days', {sealed}")
     conn.execute(Q.cron_register, periodic_job("minutely", "* * * * *", Step, Step("x")).params())
     with awa_fast.Client(dsn) as client:
         client.move_queue("elsewhere", filter={"queue": "default"})

@@ -74,7 +74,7 @@ def test_a_partition_with_a_job_within_retention_is_kept_whole(
 ) -> None:
     """Its newest job decides: a partition is freed once all its completed jobs are past
     retention, not before, so a job is kept for its retention and at most a period more.
-    A failed job past its own retention goes by itself meanwhile."""
+    A failed job past its own retention waits for its partition too: no row is deleted."""
     old_done = insert_job(conn, state="completed")
     new_done = insert_job(conn, state="completed")
     old_failed = insert_job(conn, state="failed")
@@ -82,9 +82,31 @@ def test_a_partition_with_a_job_within_retention_is_kept_whole(
     set_columns(conn, new_done, "finalized_at = now()")
     set_columns(conn, old_failed, "finalized_at = now() - interval '4 days'")
     _period_over(conn)
-    assert _clean(dsn, batch=1) == 1
+    assert _clean(dsn, batch=1) == 0
     rows = conn.execute("SELECT id FROM awa_fast.jobs ORDER BY id").fetchall()
-    assert rows == [(old_done,), (new_done,)]
+    assert rows == [(old_done,), (new_done,), (old_failed,)]
+    assert_counts_exact(conn)
+
+
+def test_a_failed_job_goes_with_the_first_partition_freed_after_its_retention(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """Moved along while its 72 hours last, then truncated with its partition."""
+    failed = insert_job(conn, state="failed")
+    set_columns(conn, failed, "finalized_at = now() - interval '2 days'")
+    first = _period_over(conn)
+    assert _clean(dsn) == 0
+    moved_to = _slot(conn, failed)
+    assert moved_to is not None and moved_to != first
+    set_columns(conn, failed, "finalized_at = now() - interval '4 days'")
+    assert _clean(dsn) == 0  # the partition in use is not freed
+    assert _period_over(conn) == moved_to
+    assert _clean(dsn) == 1
+    assert conn.execute("SELECT id FROM awa_fast.jobs").fetchall() == []
+    pruned = conn.execute(
+        "SELECT pruned FROM awa_fast.pruned_failed_counts WHERE queue = 'default'"
+    ).fetchone()
+    assert pruned == (1,)
     assert_counts_exact(conn)
 
 

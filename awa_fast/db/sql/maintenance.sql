@@ -155,19 +155,17 @@ ORDER BY callback_timeout_at
 LIMIT %(limit)s;
 
 -- name: job_delete_expired
--- Retention: finished jobs past their retention, in bounded batches, for one queue (`queue`)
--- or for every queue without its own retention (`queue` NULL, `excluded` the others; its
--- completed jobs, `completed_s` NULL, are left to done_free).
--- The failed ones deleted are added to their queue's count in pruned_failed_counts in the
--- same statement (retry_failed reports it: migration 0014). Returns how many it deleted.
+-- Retention of a queue with its own (`queue`): its finished jobs past it, in bounded
+-- batches (the rest go by partition: done_free). The failed ones deleted are added to the
+-- queue's count in pruned_failed_counts in the same statement (retry_failed reports it:
+-- migration 0014). Returns how many it deleted.
 WITH doomed AS (
     SELECT id FROM awa_fast.jobs_done
     WHERE ((state = 'completed'
             AND finalized_at < now() - make_interval(secs => %(completed_s)s))
         OR (state IN ('failed', 'cancelled')
             AND finalized_at < now() - make_interval(secs => %(failed_s)s)))
-      AND (CASE WHEN %(queue)s::text IS NULL THEN queue <> ALL(%(excluded)s::text[])
-                ELSE queue = %(queue)s END)
+      AND queue = %(queue)s
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),

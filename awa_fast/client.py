@@ -224,7 +224,7 @@ class _AsyncOnly(_Handlers):
     ) -> Runner:
         """Start handlers for ``queues`` from this event loop: in this process, or in
         ``processes`` forked worker processes. Returns the running runner. ``config`` takes
-        :class:`RunnerConfig`'s fields or the Awa SDK's option names
+        :class:`~awa_fast.runtime.config.RunnerConfig`'s fields or the Awa SDK's option names
         (:mod:`awa_fast.runtime.options`), ``global_max_workers`` with queue dicts of
         ``min_workers`` and ``weight`` for its weighted mode (:mod:`awa_fast.runtime.shares`)."""
         if self._runner is not None:

@@ -4,7 +4,7 @@ kind is for, who owns it and where its runbook is, without reading the worker so
 
 A descriptor is validated when it is declared, so bad input fails at the call that gave it.
 Each host that runs handlers upserts its descriptors when it starts, on the connection that
-registers the host (:meth:`awa_fast.runtime.runner.Runner._register_new_host`). As in the
+registers the host (:meth:`awa_fast.runtime.runner.Runner._register`). As in the
 Awa SDK, a queue descriptor must name a queue the host runs (:func:`check_queues`); a kind
 descriptor may name any kind, since producers and other deployments use kinds this host
 does not handle.

@@ -204,7 +204,7 @@ class Job(Generic[T]):
         """Write the progress and metadata updates recorded so far to the job now, not
         only with the outcome: for a long job whose progress others watch, or whose
         successor, should this attempt be lost, should find it. Raises
-        :class:`LeaseLost` if this attempt no longer owns the job."""
+        :class:`~awa_fast.errors.LeaseLost` if this attempt no longer owns the job."""
         await self._writer.save_progress(
             self.id, self.run_lease, self.progress, self._metadata_updates
         )
@@ -246,7 +246,7 @@ class Job(Generic[T]):
 
         The id is written onto the job before it is returned, so the external system may
         answer at once, even before this handler returns: the callback then decides the
-        job and the handler's own result is dropped. Raises :class:`LeaseLost` if this
+        job and the handler's own result is dropped. Raises :class:`~awa_fast.errors.LeaseLost` if this
         attempt no longer owns the job (cancelled, rescued or resolved meanwhile).
 
         ``filter``, ``on_complete``, ``on_fail`` and ``transform`` are the Awa SDK's CEL
@@ -274,7 +274,7 @@ class Job(Generic[T]):
         Meanwhile the job is in ``waiting_external``; the callback's timeout bounds the
         wait and the attempt's deadline does not run (on return, :attr:`deadline` is
         later by the time waited). Then register another callback and
-        wait again, or return an outcome as usual. Raises :class:`LeaseLost` (saying what
+        wait again, or return an outcome as usual. Raises :class:`~awa_fast.errors.LeaseLost` (saying what
         became of the job) if the job is decided without this handler instead: completed,
         failed or retried by the callback, timed out, or cancelled; the handler's outcome
         is then dropped. Cut short (shutdown), the job stays parked on the callback as if

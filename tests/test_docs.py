@@ -1,9 +1,14 @@
 """The docs are tested: every Python example in README.md and docs/*.md runs, in order,
-against a real database; every relative link points to a file of the repository; and the
-docs speak of the project alone."""
+against a real database; every relative link points to a file of the repository; the
+docs speak of the project alone; and every cross-reference in the package's docstrings
+(:meth:, :func:, :class:) names something that exists."""
 
 from __future__ import annotations
 
+import builtins
+import importlib
+import inspect
+import pkgutil
 import re
 import sys
 import types
@@ -240,3 +245,75 @@ def test_the_pgbouncer_entry_sets_what_the_hot_connections_set() -> None:
     text = (ROOT / "docs" / "pgbouncer.md").read_text()
     [entry] = [line for line in text.splitlines() if "connect_query=" in line]
     assert dict(re.findall(r"SET (\w+) = (\w+)", entry)) == PLANNER_SETTINGS
+
+
+# A Sphinx cross-reference in a docstring or comment: :meth:`Claimer.reserve`, say.
+ROLE = re.compile(r":(?:meth|func|class|mod|attr|exc|data):`~?([^`]+)`")
+MODULES = sorted(  # the Python ones: the Rust extension's stub is checked by stubtest
+    info.name
+    for info in pkgutil.walk_packages([str(ROOT / "awa_fast")], "awa_fast.")
+    if not info.name.endswith(("__main__", "._core"))
+)
+
+
+def _member(owner: object, path: list[str]) -> bool:
+    """``owner`` has the attribute path: as a class attribute, a field, or an instance
+    attribute its class's code assigns (``self.name``)."""
+    for part in path:
+        if isinstance(owner, type) and part not in dir(owner):
+            return part in getattr(owner, "__annotations__", {}) or _assigns(owner, part)
+        try:
+            owner = getattr(owner, part)
+        except AttributeError:
+            return False
+    return True
+
+
+def _assigns(cls: type, name: str) -> bool:
+    """The class's own code sets ``self.name``."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):  # defined in C, or made by a factory
+        return False
+    return re.search(rf"self\.{name}\b", source) is not None
+
+
+def _absolute(target: str) -> bool:
+    parts = target.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            module = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        return _member(module, parts[i:])
+    return False
+
+
+def _resolves(module: types.ModuleType, target: str) -> bool:
+    """As Sphinx would look it up from ``module``: a dotted path from the package, a name
+    of the module (its own or imported) or of builtins, or a member of one of its classes."""
+    target = target.removesuffix("()")
+    if target.startswith("."):  # relative to the module's package
+        target = f"{module.__package__}{target}"
+    if target.startswith("awa_fast."):
+        return _absolute(target)
+    first, *rest = target.split(".")
+    namespace = {**vars(builtins), **vars(module)}
+    if first in namespace and _member(namespace[first], rest):
+        return True
+    classes = [value for value in vars(module).values() if isinstance(value, type)]
+    return any(_member(cls, target.split(".")) for cls in classes) or _absolute(target)
+
+
+@pytest.mark.parametrize("module_name", MODULES)
+def test_docstring_references_resolve(module_name: str) -> None:
+    """A reference to a method that was renamed or moved fails here, not in a reader's
+    search."""
+    module = importlib.import_module(module_name)
+    source = inspect.getsource(module)
+    stale = [
+        f"line {source.count(chr(10), 0, m.start()) + 1}: {m.group(0)}"
+        for m in ROLE.finditer(source)
+        if not _resolves(module, m.group(1))
+    ]
+    assert stale == []

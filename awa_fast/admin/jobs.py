@@ -22,7 +22,7 @@ def _jobs(rows: Rows) -> list[JobRow]:
 
 def get_job(job_id: int) -> Op[JobRow]:
     """The job, waiting, running or finished; :class:`JobNotFound` when there is none (a
-    dead-lettered job is :func:`get_dlq_job`'s)."""
+    dead-lettered job is :func:`~awa_fast.admin.dlq.get_dlq_job`'s)."""
 
     def found(rows: Rows) -> JobRow:
         if not rows:
@@ -142,7 +142,7 @@ def discard_failed(kind: str) -> Op[int]:
 def delete_jobs(job_ids: Sequence[int]) -> Op[list[int]]:
     """Delete the jobs of ``job_ids`` that are not running (cancel a running one instead,
     so that its handler hears of it), wherever they wait or lie finished; the ids deleted,
-    ascending. A dead-lettered job is :func:`purge_dlq_job`'s."""
+    ascending. A dead-lettered job is :func:`~awa_fast.admin.dlq.purge_dlq_job`'s."""
     params = {"ids": [validation.int_in("id", i, 1, validation.MAX_JOB_ID) for i in job_ids]}
     return Op(
         Q.job_delete_many,

@@ -1,6 +1,6 @@
 """The descriptor cleaner: deletes the queue and kind descriptors no host has refreshed
 within their retention, that is what code no longer running declared. Live hosts refresh
-theirs (:meth:`awa_fast.runtime.runner.Runner._refresh_descriptors`)."""
+theirs (:meth:`awa_fast.runtime.heartbeat.Heartbeat.refresh_descriptors`)."""
 
 from __future__ import annotations
 

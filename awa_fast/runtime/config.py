@@ -27,8 +27,8 @@ class RunnerConfig:
     # Each claim waits for its commit's fsync, a few milliseconds in which its connection
     # does nothing: up to `claimers` claims run at once, each on its own connection, so
     # one flushes while the next is planned, executed and dispatched (only when there is
-    # news to claim; see Runner._claim_loop). The batch bounds each claim; a claim waits
-    # until half a batch (at most half the queue's capacity) is free (Runner._reserve).
+    # news to claim; see Claimer.loop). The batch bounds each claim; a claim waits
+    # until half a batch (at most half the queue's capacity) is free (Claimer.reserve).
     claim_batch: int = 500
     claimers: int = 2
     # Jobs each worker holds per queue beyond those it runs, claimed ahead so that a worker

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 
 import awa_fast
 from tests.helpers import states, supervisor_of, wait_until
@@ -100,6 +101,7 @@ def _after_progress(dsn: str, jobs: int, *, backlog: Backlog) -> None:
     )
 
 
+@pytest.mark.slow
 def test_kill_storm_and_a_long_stop_lose_and_repeat_nothing(serve: Any, dsn: str) -> None:
     backlog = Backlog(dsn)
     # The rescuer's backstops out of reach: only the ring and the lost reports finish jobs.

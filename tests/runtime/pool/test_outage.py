@@ -36,6 +36,7 @@ def _completed(url: str) -> int:
         return -1
 
 
+@pytest.mark.slow
 def test_an_outage_runs_no_attempt_twice_and_loses_nothing(
     own_cluster: LocalCluster, tmp_path: Path
 ) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 import awa_fast
 from awa_fast.localpg import LocalCluster
@@ -144,6 +145,7 @@ def test_killing_the_leader_host_hands_its_jobs_to_the_other(serve: Any, dsn: st
             assert (final["attempt"], final["errors"]) == (1, [])
 
 
+@pytest.mark.slow
 def test_postgres_restart_mid_run_loses_and_repeats_nothing(
     own_cluster: LocalCluster, tmp_path: Path
 ) -> None:

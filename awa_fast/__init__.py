@@ -12,7 +12,8 @@ from awa_fast.batch import (
     BatchOperationPreview,
     BatchOperationState,
 )
-from awa_fast.client import AsyncClient, Client, RawClient
+from awa_fast.client import AsyncClient
+from awa_fast.client_sync import Client
 from awa_fast.codec import kind_of as derive_kind
 from awa_fast.db.migrate import (
     current_migration_version,
@@ -43,13 +44,16 @@ from awa_fast.errors import (
 )
 from awa_fast.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_fast.partitioned import PartitionedQueue
-from awa_fast.producer import insert, insert_async, insert_many, insert_many_async
+from awa_fast.producer import insert_async, insert_many_async
+from awa_fast.producer_sync import insert, insert_many
+from awa_fast.raw_client import RawClient
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.followups import OutcomeContext
 from awa_fast.runtime.health import HealthCheck, QueueHealth
 from awa_fast.runtime.hooks import Event, EventType
 from awa_fast.telemetry import init_telemetry, shutdown_telemetry
-from awa_fast.transaction import SyncTransaction, Transaction
+from awa_fast.transaction import Transaction
+from awa_fast.transaction_sync import SyncTransaction
 from awa_fast.types import InsertRequest, JobRow, JobState, UniqueOpts
 from awa_fast.worker import CallbackToken, Job, Worker
 

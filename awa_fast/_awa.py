@@ -14,9 +14,9 @@ from awa_fast.callback_contract import SIGNATURE_HEADER as CALLBACK_SIGNATURE_HE
 from awa_fast.callback_contract import build_callback_url
 from awa_fast.callback_contract import sign as sign_callback
 from awa_fast.callback_contract import verify as verify_callback
-from awa_fast.client import RawClient
-from awa_fast.client import RawClient as Client
 from awa_fast.codec import kind_of as derive_kind
+from awa_fast.raw_client import RawClient
+from awa_fast.raw_client import RawClient as Client
 
 __all__ = [
     "CALLBACK_DEFAULT_HEARTBEAT_TIMEOUT_SECS",

@@ -40,10 +40,11 @@ import orjson
 import psycopg
 from psycopg.rows import dict_row
 
-from awa_fast import producer
+from awa_fast import producer, producer_sync
 from awa_fast.db.queries import Q
-from awa_fast.producer import InsertSteps, PreparedJob, Rows, drive, drive_async, insert_steps
+from awa_fast.producer import InsertSteps, PreparedJob, Rows, drive_async, insert_steps
 from awa_fast.producer import _transaction as transaction
+from awa_fast.producer_sync import drive
 from awa_fast.types import InsertOptions, JobRow, check_insert_options
 
 # Columns holding JSON that is always an object or an array: a driver that hands jsonb back
@@ -182,7 +183,7 @@ def _scheduled(steps: InsertSteps) -> InsertSteps:
 
 def _psycopg_insert(conn: psycopg.Connection[Any], job: PreparedJob) -> JobRow:
     if job.options.run_at is None:
-        return producer.insert_prepared(conn, job)
+        return producer_sync.insert_prepared(conn, job)
     with transaction(conn, one_statement=False), conn.cursor(row_factory=dict_row) as cur:
 
         def execute(sql: str, params: dict[str, Any]) -> Rows:

@@ -23,7 +23,7 @@ import psycopg
 from psycopg import conninfo
 
 from awa_fast import __version__, bench, logs, sdk_commands
-from awa_fast.client import Client
+from awa_fast.client_sync import Client
 from awa_fast.db.connections import Database
 from awa_fast.db.migrate import (
     SCHEMA,

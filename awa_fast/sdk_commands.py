@@ -18,7 +18,7 @@ from datetime import datetime
 from operator import attrgetter, itemgetter
 from typing import Any
 
-from awa_fast.client import Client
+from awa_fast.client_sync import Client
 
 # group -> command -> its arguments: (flag or positional name, argparse options).
 Arguments = tuple[tuple[str, dict[str, Any]], ...]

@@ -41,7 +41,8 @@ import psycopg
 import pytest
 
 from awa_fast._core import OutcomeRing
-from awa_fast.client import AsyncClient, Client
+from awa_fast.client import AsyncClient
+from awa_fast.client_sync import Client
 from awa_fast.db.connections import connect_hot
 from awa_fast.db.migrate import migrate
 from awa_fast.db.queries import Q

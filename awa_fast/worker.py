@@ -246,8 +246,9 @@ class Job(Generic[T]):
 
         The id is written onto the job before it is returned, so the external system may
         answer at once, even before this handler returns: the callback then decides the
-        job and the handler's own result is dropped. Raises :class:`~awa_fast.errors.LeaseLost` if this
-        attempt no longer owns the job (cancelled, rescued or resolved meanwhile).
+        job and the handler's own result is dropped. Raises
+        :class:`~awa_fast.errors.LeaseLost` if this attempt no longer owns the job
+        (cancelled, rescued or resolved meanwhile).
 
         ``filter``, ``on_complete``, ``on_fail`` and ``transform`` are the Awa SDK's CEL
         expressions over ``payload``, for ``client.resolve_callback`` to decide the job by
@@ -273,11 +274,11 @@ class Job(Generic[T]):
 
         Meanwhile the job is in ``waiting_external``; the callback's timeout bounds the
         wait and the attempt's deadline does not run (on return, :attr:`deadline` is
-        later by the time waited). Then register another callback and
-        wait again, or return an outcome as usual. Raises :class:`~awa_fast.errors.LeaseLost` (saying what
-        became of the job) if the job is decided without this handler instead: completed,
-        failed or retried by the callback, timed out, or cancelled; the handler's outcome
-        is then dropped. Cut short (shutdown), the job stays parked on the callback as if
+        later by the time waited). Then register another callback and wait again, or return
+        an outcome as usual. Raises :class:`~awa_fast.errors.LeaseLost` (saying what became
+        of the job) if the job is decided without this handler instead: completed, failed or
+        retried by the callback, timed out, or cancelled; the handler's outcome is then
+        dropped. Cut short (shutdown), the job stays parked on the callback as if
         the handler had returned ``WaitForCallback(token)``."""
         callback_id = token.id if isinstance(token, CallbackToken) else token
         if self.callback is None or self.callback.id != callback_id:

@@ -40,7 +40,7 @@ from psycopg.rows import dict_row
 import awa_fast
 from awa_fast.bench.measure import fresh_database
 from awa_fast.localpg import free_port
-from awa_fast.producer import insert_many
+from awa_fast.producer_sync import insert_many
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "many_hosts"

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import psycopg
 import uvloop
 
-from awa_fast import producer
+from awa_fast import producer_sync
 from awa_fast.bench.measure import fresh_database
 from awa_fast.db.queries import Q
 
@@ -62,7 +62,7 @@ def probe_claims(url: str, statement: str, jobs: int) -> None:
     def produce() -> None:
         for n in range(jobs):
             time.sleep(GAP)  # the producer's pace, not a wait for anything
-            producer.insert(prod, Probe(n))
+            producer_sync.insert(prod, Probe(n))
             committed[n] = time.perf_counter()
 
     thread = threading.Thread(target=produce)

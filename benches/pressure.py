@@ -63,7 +63,7 @@ from awa_fast.bench.measure import (
 )
 from awa_fast.bench.run import run_as_served
 from awa_fast.client import AsyncClient
-from awa_fast.producer import insert, insert_many
+from awa_fast.producer_sync import insert, insert_many
 from awa_fast.runtime.runner import Runner
 from awa_fast.worker import Job
 

@@ -38,7 +38,8 @@ from awa_fast import admin
 from awa_fast.bench.handlers import Noop
 from awa_fast.bench.measure import fresh_database, insert_items, percentiles, wait_done
 from awa_fast.bench.run import run_as_served
-from awa_fast.client import AsyncClient, Client
+from awa_fast.client import AsyncClient
+from awa_fast.client_sync import Client
 from awa_fast.db.dsn import database_of
 from awa_fast.worker import Job
 from benches.cpu_split import Processes, backend_labels, split

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from awa_fast import producer
+from awa_fast import producer, producer_sync
 from awa_fast.db.connections import IdMap
 from awa_fast.types import InsertRequest
 
@@ -65,7 +65,7 @@ def insert_followup(conn: psycopg.Connection[Any], parent: int, **options: Any) 
     """A job of kind "child" inserted as a transition of ``parent`` inserts a follow-up
     (its parent_id set); ``options`` as InsertRequest's."""
     job = producer.prepare(InsertRequest({"of": parent}, **{"kind": "child", **options}))
-    return producer.insert_prepared(conn, job, parent_id=parent).id
+    return producer_sync.insert_prepared(conn, job, parent_id=parent).id
 
 
 def finish_jobs(

@@ -1,6 +1,6 @@
 """The synchronous client, transaction and insert functions are generated from their asyncio
-source by tools/async_to_sync.py: the committed code is what the tool writes, and the tool
-notices and repairs an edit to it."""
+source by tools/async_to_sync.py, each module's into its ``_sync`` twin: the committed code
+is what the tool writes, and the tool notices and repairs an edit to it."""
 
 from __future__ import annotations
 
@@ -27,16 +27,17 @@ def test_the_committed_sync_code_is_what_the_generator_writes() -> None:
 
 
 def test_an_edit_to_generated_code_is_found_and_undone(tmp_path: Path) -> None:
-    module = tmp_path / "producer.py"
-    shutil.copy(ROOT / "awa_fast" / "producer.py", module)
+    """On a copy of the tree: the edited twin is named, then written anew."""
+    shutil.copytree(ROOT / "awa_fast", tmp_path / "awa_fast", ignore=shutil.ignore_patterns("*.so"))
+    module = tmp_path / "awa_fast" / "producer_sync.py"
     committed = module.read_text()
     source, _, generated = committed.rpartition("copy.write(chunk)")
     module.write_text(f"{source}copy.write(chunk.strip()){generated}")
 
-    stale = generator("--check", str(module))
+    stale = generator("--check", "--root", str(tmp_path))
     assert stale.returncode == 1
-    assert str(module) in stale.stdout
-    assert generator(str(module)).returncode == 0
+    assert stale.stdout.split()[-1] == "awa_fast/producer_sync.py"
+    assert generator("--root", str(tmp_path)).returncode == 0
     assert module.read_text() == committed
 
 

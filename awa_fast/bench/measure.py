@@ -24,7 +24,7 @@ import psycopg
 
 from awa_fast.db.dsn import with_database
 from awa_fast.db.migrate import migrate
-from awa_fast.producer import insert_many
+from awa_fast.producer_sync import insert_many
 from awa_fast.runtime.runner import Runner
 
 RESULT_KEYS = (

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from awa_fast.bench.handlers import Noop, Stamp
-from awa_fast.producer import insert, insert_many
+from awa_fast.producer_sync import insert, insert_many
 
 
 async def in_producer(name: str, *args: float | str) -> Any:

@@ -31,10 +31,11 @@ class RingsConfig:
     standby claims and the ledger, ``jobs_least`` dead versions for jobs_hot. A rotation
     makes the ring's readers wait for its commit, while what a held horizon leaves in a
     ring between rotations makes them walk it: at 500 jobs/s under a hold, 250 kept pickup
-    p50 and p99 within 1.5x of a clean run's, 2,000 did not (benches/RESULTS.md). Nothing
-    walks jobs_hot's dead versions (claims start at their lane's position, the rest look
-    jobs up by id), and each of its rotations, a TRUNCATE whose commit always waits for its
-    flush, holds every statement on jobs_hot for a few milliseconds: it turns less often."""
+    p50 and p99 within 1.5x of a clean run's (benches/RESULTS.md, "Design measurements").
+    Nothing walks jobs_hot's dead versions (claims start at their lane's position, the rest
+    look jobs up by id), and each of its rotations, a TRUNCATE whose commit always waits
+    for its flush, holds every statement on jobs_hot for a few milliseconds: it turns less
+    often."""
 
     interval: float = 1.0
     least: int = 250

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from awa_fast import producer
+from awa_fast import producer, producer_sync
 from awa_fast.codec import Decoder, trigger_of
 from awa_fast.db.transitions import Outcome
 from awa_fast.errors import ConfigError
@@ -75,5 +75,5 @@ def insert_followups(
         for request in requests:
             if request is not None:
                 job = producer.prepare(producer.request_of(request, {}))
-                inserted.append(producer.insert_prepared(conn, job, parent_id=row.id).id)
+                inserted.append(producer_sync.insert_prepared(conn, job, parent_id=row.id).id)
     return inserted

@@ -34,9 +34,10 @@ def create_app(
 ) -> Starlette:
     """The dashboard. ``database`` is a URL (the app opens a small pool, closed when it
     shuts down) or an application's own ``AsyncClient``, which stays the application's to
-    close. ``auth`` is :class:`~awa_fast.ui.security.BasicAuth`, :class:`~awa_fast.ui.security.TokenAuth` or None (the application in
-    front of it decides who gets in, and ``actor`` may name them in the log). ``secret``
-    signs the CSRF tokens: give each process of one deployment the same."""
+    close. ``auth`` is :class:`~awa_fast.ui.security.BasicAuth`,
+    :class:`~awa_fast.ui.security.TokenAuth` or None (the application in front of it decides
+    who gets in, and ``actor`` may name them in the log). ``secret`` signs the CSRF tokens:
+    give each process of one deployment the same."""
     owned = isinstance(database, str)
     client = (
         AsyncClient(database, max_connections=POOL_SIZE) if isinstance(database, str) else database

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 import awa_fast
-from awa_fast import RetryAfter, TerminalError, WaitForCallback, producer
+from awa_fast import RetryAfter, TerminalError, WaitForCallback, producer_sync
 from awa_fast.db.transitions import Backoff
 from awa_fast.types import InsertRequest
 from tests.factories import JOB_TABLES, insert_job
@@ -193,7 +193,7 @@ def _some_of_everything(conn: psycopg.Connection[Any]) -> None:
     for state in ("available", "running", "waiting_external", "scheduled", "retryable"):
         for queue in ("a", "b"):
             insert_job(conn, queue=queue, state=state)
-    producer.insert_many(conn, [Step("ok") for _ in range(100)], queue="a")  # a pack
+    producer_sync.insert_many(conn, [Step("ok") for _ in range(100)], queue="a")  # a pack
     for state, ago in (("completed", 0), ("completed", 3), ("failed", 90), ("cancelled", 0)):
         for queue in ("a", "b"):
             conn.execute(

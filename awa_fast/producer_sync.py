@@ -1,0 +1,109 @@
+"""The synchronous twin of :mod:`awa_fast.producer`, generated from its asyncio code by
+tools/async_to_sync.py: do not edit."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable
+from typing import Any, Unpack
+
+import psycopg
+from psycopg.rows import dict_row
+
+from awa_fast.errors import UniqueConflict
+from awa_fast.producer import (
+    _NOW_AND_IDS,
+    InsertSteps,
+    PreparedJob,
+    Rows,
+    _copy_chunks,
+    _copy_lines,
+    _one_copy,
+    _place,
+    _transaction,
+    _uniform_ids,
+    _uniform_params,
+    _uniform_statement,
+    insert_steps,
+    prepare,
+    prepare_many,
+    request_of,
+)
+from awa_fast.types import (
+    InsertOptions,
+    JobRow,
+)
+
+
+def insert(conn: psycopg.Connection[Any], args: object, **options: Unpack[InsertOptions]) -> JobRow:
+    """Insert one job on ``conn``, inside the caller's transaction if one is open: the job
+    is visible when that transaction commits and gone if it rolls back."""
+    return insert_prepared(conn, prepare(request_of(args, options)))
+
+
+def insert_prepared(
+    conn: psycopg.Connection[Any], job: PreparedJob, *, parent_id: int | None = None
+) -> JobRow:
+    """Insert ``job``, validated already (:func:`prepare`), as :func:`insert` does;
+    ``parent_id`` as for :func:`insert_steps`."""
+    with (
+        _transaction(conn, one_statement=job.unique_key is None),
+        conn.cursor(row_factory=dict_row) as cur,
+    ):
+
+        def execute(sql: str, params: dict[str, Any]) -> Rows:
+            cur.execute(sql, params)
+            return cur.fetchall()
+
+        return drive(insert_steps(job, parent_id=parent_id), execute)
+
+
+def drive(steps: InsertSteps, execute: Callable[[str, dict[str, Any]], Rows]) -> JobRow:
+    """Run ``steps`` with ``execute`` (a statement and its parameters -> its rows)."""
+    step = next(steps)
+    while True:
+        try:
+            step = steps.send(execute(*step))
+        except StopIteration as done:
+            row: JobRow = done.value
+            return row
+
+
+def insert_many(
+    conn: psycopg.Connection[Any], items: Iterable[object], **options: Unpack[InsertOptions]
+) -> list[int]:
+    """Insert many jobs in one transaction; returns their ids in order.
+
+    A uniform batch (see :func:`_uniform_params`) is one INSERT; any other goes over COPY.
+    Ids come back in item order. Unique jobs go through the claim path one by one; a unique
+    job whose key is held by a live job is skipped (its id is absent from the result).
+    """
+    items = list(items)
+    uniform = _uniform_params(items, options)
+    if uniform is not None:
+        with _transaction(conn, one_statement=True):
+            cur = conn.execute(_uniform_statement(items), uniform)
+            return _uniform_ids(cur.fetchall())
+    jobs = prepare_many(items, options)
+    plain = [j for j in jobs if j.unique_key is None]
+    placed: list[int | None] = [None] * len(jobs)
+    # Ids come from a sequence, outside any transaction's reach: with one COPY to send,
+    # that COPY alone decides whether the batch is written.
+    with _transaction(conn, one_statement=_one_copy(jobs)):
+        if plain:
+            cur = conn.execute(_NOW_AND_IDS, (len(plain),))
+            row = cur.fetchone()
+            assert row is not None
+            now, ids = row
+            with conn.cursor() as copy_cur:
+                for sql, lines in _copy_lines(plain, ids, now).items():
+                    with copy_cur.copy(sql) as copy:
+                        for chunk in _copy_chunks(lines):
+                            copy.write(chunk)
+            _place(placed, jobs, ids)
+        for index, job in enumerate(jobs):
+            if job.unique_key is not None:
+                with contextlib.suppress(UniqueConflict):
+                    inserted = insert_prepared(conn, job)
+                    placed[index] = inserted.id
+    return [job_id for job_id in placed if job_id is not None]

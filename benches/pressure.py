@@ -667,7 +667,7 @@ def shape_of(args: argparse.Namespace) -> Shape:
 
 def main(args: argparse.Namespace) -> int:
     """Run the shape on a fresh database, write the JSON file and print the summary."""
-    from awa_fast.cli import database_url
+    from awa_fast.cli.urls import database_url
 
     shape = shape_of(args)
     load_before = [round(x, 2) for x in os.getloadavg()]

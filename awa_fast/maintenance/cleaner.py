@@ -6,8 +6,8 @@ the completed retention is emptied by TRUNCATE, the jobs it still keeps (failed 
 cancelled ones, kept longer, and those of queues kept longer) moved out first
 (``awa_fast.done_free``). So a job goes between its retention and its retention plus the
 completed retention and a period, and no finished row is deleted one by one, but for the
-queues with a retention of their own: those may ask for less than the ring can keep to,
-and their jobs are deleted once past it.
+queues with a retention shorter than the default: the ring cannot free their jobs as soon
+as they ask, so they are deleted once past it.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Cleaner:
         counted per queue as they go (retry_failed's ``pruned_failed_count``)."""
         overrides = dict(self.config.queue_retention)
         total = await self._free_partitions(conn, overrides)
-        for queue, (completed_s, failed_s) in overrides.items():
+        for queue, (completed_s, failed_s) in self._shorter(overrides).items():
             params = {
                 "completed_s": completed_s,
                 "failed_s": failed_s,
@@ -65,6 +65,17 @@ class Cleaner:
             total += await self._delete(conn, params)
         self.stats.deleted += total
         return total
+
+    def _shorter(self, overrides: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        """The queues that keep a state's jobs for less than the ring does: theirs go row
+        by row. A queue kept longer needs nothing more: its jobs move along until their
+        retention ends, then go with a partition."""
+        keep = (self.config.completed_retention, self.config.failed_retention)
+        return {
+            queue: pair
+            for queue, pair in overrides.items()
+            if pair[0] < keep[0] or pair[1] < keep[1]
+        }
 
     async def _free_partitions(
         self, conn: psycopg.AsyncConnection[Any], overrides: dict[str, tuple[float, float]]

@@ -67,7 +67,7 @@ def app_for(database_url: str, *, host: str, auth: Auth | None, read_only: bool)
 def command(
     opts: argparse.Namespace, *, database_url: Callable[[], str], environ: Mapping[str, str]
 ) -> int:
-    """``awa-fast ui`` with its parsed options (cli.py); ``database_url`` is asked for once
+    """``awa-fast ui`` with its parsed options (awa_fast.cli); ``database_url`` is asked for once
     the options are known to be served, so that no local Postgres starts for nothing."""
     auth = auth_from(
         token_file=opts.token_file, basic_auth_file=opts.basic_auth_file, environ=environ

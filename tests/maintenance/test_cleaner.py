@@ -110,6 +110,16 @@ def test_a_failed_job_goes_with_the_first_partition_freed_after_its_retention(
     assert_counts_exact(conn)
 
 
+def test_a_queue_kept_longer_goes_by_partition_not_row_by_row(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """Past its own retention, in the partition in use, its job waits for the partition."""
+    audit = insert_job(conn, state="completed", queue="audit")
+    set_columns(conn, audit, "finalized_at = now() - interval '4 days'")
+    assert _clean(dsn, queue_retention={"audit": (3 * 86400.0, 3 * 86400.0)}) == 0
+    assert conn.execute("SELECT id FROM awa_fast.jobs").fetchall() == [(audit,)]
+
+
 def test_retention_is_configurable_per_queue(dsn: str, conn: psycopg.Connection[Any]) -> None:
     short = insert_job(conn, state="completed", queue="short")
     default = insert_job(conn, state="completed", queue="other")

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
-from awa_fast.cli import grant_sql
+from awa_fast.cli.schema import grant_sql
 from awa_fast.maintenance.counts import Counts, CountsConfig
 from awa_fast.maintenance.leader import Deposed
 from awa_fast.maintenance.stats import MaintenanceStats

@@ -10,7 +10,7 @@ import pytest
 from psycopg import conninfo
 
 import awa_fast
-from awa_fast.cli import grant_sql
+from awa_fast.cli.schema import grant_sql
 from awa_fast.db.connections import Database, connect_hot, connect_hot_async
 from tests.helpers import await_until, run, wait_until
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -19,186 +18,19 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import psycopg
-from psycopg import conninfo
 
 from awa_fast import __version__, bench, logs, sdk_commands
+from awa_fast.cli import values
+from awa_fast.cli.schema import cmd_grants, cmd_migrate
+from awa_fast.cli.urls import URL_FILE_HELP, URL_HELP, database_url, ensure_migrated, given_url
 from awa_fast.client_sync import Client
 from awa_fast.db.connections import Database
-from awa_fast.db.migrate import (
-    SCHEMA,
-    current_migration_version,
-    current_version,
-    migrate,
-    migrations_range,
-)
-from awa_fast.errors import AwaError, ConfigError, JobNotFound
-from awa_fast.localpg import (
-    LocalCluster,
-    local_cluster,
-    local_database_url,
-    start_local_database,
-)
-from awa_fast.runtime.config import DEFAULT_CONCURRENCY, RunnerConfig
-from awa_fast.runtime.ratelimit import check_rate_limit
+from awa_fast.errors import AwaError, JobNotFound
+from awa_fast.localpg import LocalCluster, local_cluster, local_database_url
+from awa_fast.runtime.config import DEFAULT_CONCURRENCY
 from awa_fast.runtime.serve import serve
 
 _SCENARIOS = ("drain", "cpu", "io", "latency", "sustained", "retry", "scheduled", "promote")
-URL_HELP = (
-    "Postgres URL (default: $AWA_FAST_DATABASE_URL, $DATABASE_URL, else a local cluster)."
-    " Other users of this machine can read a command line in ps: pass a URL with a password"
-    " in AWA_FAST_DATABASE_URL or --database-url-file instead"
-)
-URL_FILE_HELP = "read the Postgres URL from this file (out of sight of ps)"
-
-
-def database_url(flag: str | None) -> str:
-    """The URL given, else a local Postgres started (or reused) and migrated for the user."""
-    url = flag or os.environ.get("AWA_FAST_DATABASE_URL") or os.environ.get("DATABASE_URL")
-    return url or _local_url()
-
-
-def _local_url() -> str:
-    """The zero-config cluster's database, migrated; saying so when this command started
-    the server, which outlives it."""
-    cluster = local_cluster()
-    starting = not cluster.running()
-    url = start_local_database(cluster)
-    if starting:
-        print(
-            f"awa-fast: no database URL given; started a local Postgres at {url} (data in"
-            f" {cluster.root}). It keeps running after this command; `awa-fast local stop`"
-            " stops it",
-            file=sys.stderr,
-        )
-    else:
-        print(f"awa-fast: no database URL given; using local Postgres at {url}", file=sys.stderr)
-    migrate(url)
-    return url
-
-
-def ensure_migrated(url: str) -> None:
-    """Apply the pending migrations, if any. A database already up to date is only read:
-    an application's role, which may not create anything there, runs every other command."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        if current_version(conn) >= current_migration_version():
-            return
-    migrate(url)
-
-
-def read_url_file(path: str) -> str:
-    """The database URL a ``--database-url-file`` holds (its first line)."""
-    try:
-        url = Path(path).read_text().strip().partition("\n")[0]
-    except OSError as exc:
-        raise SystemExit(f"awa-fast: cannot read --database-url-file {path}: {exc}") from None
-    if not url:
-        raise SystemExit(f"awa-fast: --database-url-file {path} is empty")
-    return url
-
-
-def warn_if_password(url: str) -> None:
-    """Say so when a URL given on the command line holds a password, which ps shows."""
-    try:
-        password = conninfo.conninfo_to_dict(url).get("password")
-    except psycopg.ProgrammingError:
-        return  # not a URL at all: connecting says what is wrong with it
-    if password:
-        print(
-            "awa-fast: warning: the --database-url given holds a password, which other users"
-            " of this machine can read in ps; pass it in AWA_FAST_DATABASE_URL or"
-            " --database-url-file instead",
-            file=sys.stderr,
-        )
-
-
-def given_url(*, url: str | None, url_file: str | None) -> str | None:
-    """The URL ``--database-url`` or ``--database-url-file`` gives, if either does,
-    warning about a password given in plain sight."""
-    if url_file:
-        return read_url_file(url_file)
-    if url:
-        warn_if_password(url)
-    return url
-
-
-def _cmd_migrate(opts: argparse.Namespace) -> int:
-    """Apply the pending migrations; or, with ``--sql`` or a range (the Awa SDK's
-    ``migrate`` options), print their SQL for a migration tool of one's own."""
-    ranged = (opts.only, opts.first, opts.last) != (None, None, None)
-    if not (opts.sql or opts.pending or ranged):
-        applied = migrate(database_url(opts.database_url))
-        # The Awa SDK's line on stdout, for the scripts that look for it; what it did below.
-        print("Migrations applied successfully.")
-        detail = f"applied migrations {applied}" if applied else "schema is up to date"
-        print(f"awa-fast: {detail}", file=sys.stderr)
-        return 0
-    first, last = _migration_range(opts)
-    chosen = migrations_range(first, last)
-    if not chosen:
-        print(f"awa-fast migrate: no migrations in range ({first}, {last}]", file=sys.stderr)
-    for migration in chosen:
-        print(f"-- Migration V{migration.version}: {migration.name}\n{migration.sql}")
-    return 0
-
-
-def _migration_range(opts: argparse.Namespace) -> tuple[int, int]:
-    """The versions ``(after, up to]`` that ``migrate``'s options select."""
-    latest = current_migration_version()
-    if opts.only is not None:
-        if opts.pending or opts.first is not None or opts.last is not None:
-            raise SystemExit("awa-fast migrate: --version takes no --from, --to or --pending")
-        if not 1 <= opts.only <= latest:
-            raise SystemExit(
-                f"awa-fast migrate: version {opts.only} is out of range: valid versions 1..{latest}"
-            )
-        return opts.only - 1, opts.only
-    if opts.pending:
-        if opts.first is not None:
-            raise SystemExit("awa-fast migrate: --pending starts where the database is, not --from")
-        url = (
-            opts.database_url
-            or os.environ.get("AWA_FAST_DATABASE_URL")
-            or os.environ.get("DATABASE_URL")
-        )
-        if not url:
-            raise SystemExit("awa-fast migrate: --pending needs the database: give --database-url")
-        with psycopg.connect(url, autocommit=True) as conn:
-            return current_version(conn), latest if opts.last is None else opts.last
-    first = 0 if opts.first is None else opts.first
-    return first, latest if opts.last is None else opts.last
-
-
-# What an application role does in the schema: read and write jobs and the tables around
-# them (hosts, queues, cron, batches), draw job ids (nextval), and call the schema's
-# functions. Migrations are not among it: the schema's owner runs those.
-_GRANTS = """\
--- awa-fast: what role {role} needs to insert, run and administer jobs in schema {schema}.
--- Run as the role that applied the migrations (the owner of the schema's objects). The
--- default privileges cover objects later migrations add; without them, run this again.
-GRANT USAGE ON SCHEMA {schema} TO {role};
-GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role};
-GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
-GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {role};
-ALTER DEFAULT PRIVILEGES IN SCHEMA {schema}
-    GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {role};
-ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT USAGE ON SEQUENCES TO {role};
-ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT EXECUTE ON FUNCTIONS TO {role};
--- Maintenance vacuums busy job tables itself; a role that does not own them is skipped
--- with a warning (autovacuum still runs). On Postgres 17 and later, to let it:
--- GRANT MAINTAIN ON ALL TABLES IN SCHEMA {schema} TO {role};
-"""
-
-
-def grant_sql(role: str) -> str:
-    """The GRANT statements that let ``role`` use awa-fast."""
-    quoted = '"' + role.replace('"', '""') + '"'
-    return _GRANTS.format(role=quoted, schema=SCHEMA)
-
-
-def _cmd_grants(opts: argparse.Namespace) -> int:
-    print(grant_sql(opts.role), end="")
-    return 0
 
 
 def _cmd_ui(opts: argparse.Namespace) -> int:
@@ -264,55 +96,6 @@ def load_app(target: str) -> Any:
     if not hasattr(app, "handlers"):
         raise SystemExit(f"awa-fast serve: {target} is not an awa_fast Client or AsyncClient")
     return app
-
-
-def _int_in(low: int, high: int | None = None) -> Callable[[str], int]:
-    """An argparse type: an integer from ``low`` (to ``high``), else an error naming both."""
-    bounds = f">= {low}" if high is None else f"from {low} to {high}"
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < low or (high is not None and value > high):
-            raise argparse.ArgumentTypeError(f"expected an integer {bounds}, got {text!r}")
-        return value
-
-    return parse
-
-
-def _seconds(text: str) -> float:
-    """An argparse type: a finite number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
-    return value
-
-
-def _queue_arg(text: str) -> tuple[str, int]:
-    name, sep, concurrency = text.partition("=")
-    if not sep or not name or not concurrency.isdigit() or int(concurrency) < 1:
-        raise argparse.ArgumentTypeError(f"expected NAME=CONCURRENCY (>= 1), got {text!r}")
-    return name, int(concurrency)
-
-
-def _rate_limit_arg(text: str) -> tuple[str, tuple[float, int]]:
-
-    name, sep, limit = text.partition("=")
-    rate, _, burst = limit.partition(":")
-    try:
-        if not sep or not name:
-            raise ValueError
-        return name, check_rate_limit(name, (float(rate), int(burst or 1)))
-    except (ValueError, ConfigError) as exc:
-        detail = f" ({exc})" if isinstance(exc, ConfigError) else ""
-        raise argparse.ArgumentTypeError(
-            f"expected NAME=RATE[:BURST] (jobs a second, burst default 1), got {text!r}{detail}"
-        ) from None
 
 
 # Admin commands: (name, help, positional args, client method).
@@ -429,19 +212,6 @@ def _plain(value: object) -> object:
 def _no_standby(command: argparse.ArgumentParser, *, help: str) -> None:
     """--no-standby: RunnerConfig.standby off (awa_fast.runtime.standby)."""
     command.add_argument("--no-standby", dest="standby", action="store_false", help=help)
-
-
-def _setting_arg(text: str) -> tuple[str, float | int]:
-    from dataclasses import fields
-
-    name, sep, value = text.partition("=")
-    names = {f.name for f in fields(RunnerConfig)}
-    if not sep or name not in names:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {sorted(names)}")
-    try:
-        return name, int(value) if value.isdigit() else float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{name}: {value!r} is not a number") from None
 
 
 def _cmd_serve(opts: argparse.Namespace) -> int:
@@ -570,7 +340,7 @@ def parser() -> argparse.ArgumentParser:
     migrating.add_argument(
         "--pending", action="store_true", help="print those the database has not applied"
     )
-    migrating.set_defaults(run=_cmd_migrate)
+    migrating.set_defaults(run=cmd_migrate)
 
     enqueue = command("enqueue", "insert one job")
     enqueue.add_argument("kind")
@@ -588,7 +358,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--queue",
         action="append",
-        type=_queue_arg,
+        type=values.queue_arg,
         metavar="NAME=CONCURRENCY",
         help="a queue to run and its most handlers at once, over all workers; repeat for "
         f"more (default: every queue the app's handlers name, at {DEFAULT_CONCURRENCY} each)",
@@ -596,7 +366,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--rate-limit",
         action="append",
-        type=_rate_limit_arg,
+        type=values.rate_limit_arg,
         metavar="NAME=RATE[:BURST]",
         help="start at most RATE jobs a second of queue NAME (in bursts of up to BURST)",
     )
@@ -649,7 +419,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--set",
         action="append",
-        type=_setting_arg,
+        type=values.setting_arg,
         metavar="NAME=VALUE",
         help="any RunnerConfig field, e.g. --set heartbeat_interval=2",
     )
@@ -674,13 +444,13 @@ def parser() -> argparse.ArgumentParser:
         "grants", "print the GRANT statements an application role needs (connects nowhere)"
     )
     grants.add_argument("--role", required=True, help="the role the application connects as")
-    grants.set_defaults(run=_cmd_grants)
+    grants.set_defaults(run=cmd_grants)
 
     ui = command("ui", "serve the web dashboard (pip install 'awa-fast[ui]')")
     ui.add_argument(
         "--host", default="127.0.0.1", help="listen here (beyond loopback only with auth)"
     )
-    ui.add_argument("--port", type=_int_in(1, 65535), default=8080)
+    ui.add_argument("--port", type=values.int_in(1, 65535), default=8080)
     ui.add_argument("--read-only", action="store_true", help="show everything, change nothing")
     ui.add_argument(
         "--log-format",
@@ -708,12 +478,16 @@ def parser() -> argparse.ArgumentParser:
         choices=["all", *_SCENARIOS],
         help="scenarios to run (default: drain; all: every one)",
     )
-    bench.add_argument("--jobs", type=_int_in(1), help="jobs per run (default: per scenario)")
-    bench.add_argument("--runs", type=_int_in(1), default=3, help="runs per configuration (median)")
+    bench.add_argument("--jobs", type=values.int_in(1), help="jobs per run (default: per scenario)")
     bench.add_argument(
-        "--processes", type=_int_in(0), default=0, help="worker processes (0: in-process)"
+        "--runs", type=values.int_in(1), default=3, help="runs per configuration (median)"
     )
-    bench.add_argument("--duration", type=_seconds, help="seconds of offered load (sustained)")
+    bench.add_argument(
+        "--processes", type=values.int_in(0), default=0, help="worker processes (0: in-process)"
+    )
+    bench.add_argument(
+        "--duration", type=values.seconds, help="seconds of offered load (sustained)"
+    )
     bench.add_argument("--out", default="bench-results", help="folder for results and charts")
     _no_standby(bench, help="latency, sustained: run the pool without standby claims")
     bench.add_argument(
@@ -783,7 +557,3 @@ def _exit_status(command: str, run: Callable[[], int]) -> int:
     except AwaError as exc:
         print(f"awa-fast {command}: {exc}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

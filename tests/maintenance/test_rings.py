@@ -239,3 +239,31 @@ def test_a_backlog_is_left_to_drain_before_its_partition_turns(dsn: str, conn: C
     ).fetchall()
     assert slots == [(1, 550)]
     assert_counts_exact(conn)
+
+
+def test_jobs_hot_truncates_a_partition_whose_statistics_count_jobs_it_no_longer_has(
+    dsn: str, conn: Conn
+) -> None:
+    """A TRUNCATE zeroes a partition's counts; inserts another session reports after it are
+    added to them for good. The rotation counts the sealed partition's live jobs itself
+    (migration 0031): read from the statistics, 1,001 long gone kept it from truncating."""
+    conn.autocommit = True
+    [(in_use,)] = conn.execute("SELECT awa_fast.ring_slot('hot')").fetchall()
+    partition = f"awa_fast.jobs_hot_{in_use}"
+    with psycopg.connect(dsn, autocommit=True) as late:
+        late.execute("SELECT pg_stat_force_next_flush()")
+        late.execute("SELECT 1")  # reported now: the next report waits a second
+        late.execute(
+            "INSERT INTO awa_fast.jobs_hot (kind, queue, state)"
+            " SELECT 'k', 'q', 'available' FROM generate_series(1, 1001)"
+        )
+        conn.execute(f"TRUNCATE {partition}")
+        _flushed(conn)
+        late.execute("SELECT pg_stat_force_next_flush()")  # its 1,001 inserts, reported late
+    [(counted,)] = conn.execute(f"SELECT count(*) FROM {partition}").fetchall()
+    assert counted == 0
+    _run_through(conn, 3)  # dead versions to free, and nothing live
+    _flushed(conn)
+    assert _pass(dsn)["hot"] == "sealed"
+    assert _pass(dsn)["hot"] == "truncated"
+    assert _hot_dead(conn)[f"jobs_hot_{in_use}"] == 0

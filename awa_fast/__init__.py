@@ -5,7 +5,7 @@ from importlib.metadata import PackageNotFoundError, version
 from awa_fast import _awa as _awa  # the SDK's awa._awa, for code that reaches into it
 from awa_fast import callback_contract
 from awa_fast.admin import DlqEntry, QueueStat, ResolveResult, RetryFailedResult
-from awa_fast.batch import (
+from awa_fast.batch_ops import (
     BatchOperation,
     BatchOperationFilter,
     BatchOperationKind,
@@ -22,7 +22,6 @@ from awa_fast.db.migrate import (
     migrations_range,
     schema_patches,
 )
-from awa_fast.db.transitions import Backoff
 from awa_fast.errors import (
     AwaError,
     CallbackNotFound,
@@ -42,20 +41,19 @@ from awa_fast.errors import (
     UnknownJobKind,
     ValidationError,
 )
-from awa_fast.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
+from awa_fast.lifecycle import Backoff, Event, EventType, OutcomeContext
+from awa_fast.outcomes import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_fast.partitioned import PartitionedQueue
 from awa_fast.producer import insert_async, insert_many_async
 from awa_fast.producer_sync import insert, insert_many
 from awa_fast.raw_client import RawClient
 from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.followups import OutcomeContext
 from awa_fast.runtime.health import HealthCheck, QueueHealth
-from awa_fast.runtime.hooks import Event, EventType
 from awa_fast.telemetry import init_telemetry, shutdown_telemetry
 from awa_fast.transaction import Transaction
 from awa_fast.transaction_sync import SyncTransaction
 from awa_fast.types import InsertRequest, JobRow, JobState, UniqueOpts
-from awa_fast.worker import CallbackToken, Job, Worker
+from awa_fast.worker import Job, Worker
 
 # The installed distribution's version, which maturin takes from Cargo.toml.
 try:

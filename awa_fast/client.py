@@ -20,7 +20,8 @@ from psycopg import AsyncConnection, OperationalError
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from awa_fast import admin, batch, producer
+from awa_fast import admin, producer
+from awa_fast import batch_ops as batch
 from awa_fast.db.connections import (
     connect_timeout_params,
     keepalives,
@@ -82,7 +83,8 @@ class _AsyncOnly(Registration):
         ``processes`` forked worker processes. Returns the running runner. ``config`` takes
         :class:`~awa_fast.runtime.config.RunnerConfig`'s fields or the Awa SDK's option names
         (:mod:`awa_fast.runtime.options`), ``global_max_workers`` with queue dicts of
-        ``min_workers`` and ``weight`` for its weighted mode (:mod:`awa_fast.runtime.shares`)."""
+        ``min_workers`` and ``weight`` for its weighted mode
+        (:mod:`awa_fast.runtime.claim.shares`)."""
         if self._runner is not None:
             raise RuntimeError("this client is already running; call shutdown() first")
         check_registered(self.handlers)
@@ -413,7 +415,7 @@ class AsyncClient(_AsyncOnly):
         )
         return await self.run_op(op)
 
-    # Durable batch operations (awa_fast.batch): stored here, applied by the maintenance
+    # Durable batch operations (awa_fast.batch_ops): stored here, applied by the maintenance
     # leader in chunks. Operations and previews are the Awa SDK's dicts.
 
     async def preview_batch_operation(

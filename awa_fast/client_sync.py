@@ -12,7 +12,8 @@ from psycopg import Connection, OperationalError
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from awa_fast import admin, batch, producer, producer_sync
+from awa_fast import admin, producer, producer_sync
+from awa_fast import batch_ops as batch
 from awa_fast.client import _SESSION, T, _SyncOnly
 from awa_fast.db.connections import (
     connect_timeout_params,
@@ -319,7 +320,7 @@ class Client(_SyncOnly):
         )
         return self.run_op(op)
 
-    # Durable batch operations (awa_fast.batch): stored here, applied by the maintenance
+    # Durable batch operations (awa_fast.batch_ops): stored here, applied by the maintenance
     # leader in chunks. Operations and previews are the Awa SDK's dicts.
 
     def preview_batch_operation(

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from awa_fast.errors import ValidationError
+from awa_fast.types import DEFAULT_CALLBACK_TIMEOUT
 from awa_fast.validation import MAX_SECONDS
-
-if TYPE_CHECKING:
-    from awa_fast.worker import CallbackToken
 
 
 def _seconds(field: str, value: float) -> float:
@@ -57,6 +54,19 @@ class Cancel:
     def __post_init__(self) -> None:
         if not isinstance(self.reason, str):
             raise ValidationError("Cancel.reason", f"must be a string, got {self.reason!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackToken:
+    """Returned by :meth:`Job.register_callback`; hand ``id`` to the external system and
+    return ``WaitForCallback(token)`` from the handler."""
+
+    id: str
+    timeout_seconds: float = DEFAULT_CALLBACK_TIMEOUT
+
+    @property
+    def callback_id(self) -> str:
+        return self.id
 
 
 @dataclass(frozen=True, slots=True)

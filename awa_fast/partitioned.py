@@ -18,8 +18,8 @@ from typing import Any
 
 from awa_fast import validation
 from awa_fast.errors import ValidationError
-from awa_fast.runtime.ratelimit import check_rate_limit
 from awa_fast.types import InsertOptions
+from awa_fast.validation import check_rate_limit
 
 MAX_PARTITIONS = 32767  # the SDK's bound: its queue-storage shard numbers are smallints
 SUFFIX = "__p"

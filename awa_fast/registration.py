@@ -9,14 +9,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, Unpack
 
 from awa_fast.db.connections import Database
-from awa_fast.db.transitions import Outcome
 from awa_fast.descriptors import DescriptorOptions, descriptor
 from awa_fast.errors import ConfigError
-from awa_fast.maintenance.periodic import PeriodicOptions, periodic_job
+from awa_fast.lifecycle.followups import FollowupRegistry, Make
+from awa_fast.lifecycle.handlers import Handlers
+from awa_fast.lifecycle.hooks import Hook, HookRegistry
+from awa_fast.lifecycle.schedules import PeriodicOptions, periodic_job
+from awa_fast.lifecycle.transitions import Outcome
 from awa_fast.runtime.config import DEFAULT_CONCURRENCY, QueueSpec
-from awa_fast.runtime.followups import FollowupRegistry, Make
-from awa_fast.runtime.handlers import Handlers
-from awa_fast.runtime.hooks import Hook, HookRegistry
 from awa_fast.runtime.serve import serve
 from awa_fast.worker import HandlerFunc, Registry, Worker
 

@@ -8,7 +8,7 @@ this one takes the runner's path, so a test shows what a worker run would:
 
 * the job is claimed by the runner's claim function (``awa_fast.claim_jobs``, as
   ``job_claim_batch`` claims: claim order, paused queues, a new run_lease, the deadline);
-* the handler runs in the runner's :class:`~awa_fast.runtime.executor.Executor`, which
+* the handler runs in the runner's :class:`~awa_fast.runtime.work.executor.Executor`, which
   hands it an :class:`awa_fast.Job` and turns what it returns or raises into the outcome
   table's transition (docs/architecture.md, "The outcome table");
 * the runner's :class:`~awa_fast.runtime.committer.Committer` applies the transition,
@@ -33,7 +33,7 @@ import os
 from collections.abc import Awaitable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar, Unpack, cast
 
@@ -46,13 +46,13 @@ from awa_fast.client_sync import Client
 from awa_fast.db.connections import connect_hot
 from awa_fast.db.migrate import migrate
 from awa_fast.db.queries import Q
-from awa_fast.runtime.attempt_writer import AttemptWriter
+from awa_fast.lifecycle.hooks import EventType, HookDispatcher
+from awa_fast.runtime.claim.claimer import connect_claimer, started_row
 from awa_fast.runtime.claimed import Claimed
-from awa_fast.runtime.claimer import connect_claimer, started_row
 from awa_fast.runtime.committer import Committer, Records
 from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.executor import Executor
-from awa_fast.runtime.hooks import EventType, HookDispatcher
+from awa_fast.runtime.work.attempt_writer import AttemptWriter
+from awa_fast.runtime.work.executor import Executor
 from awa_fast.types import InsertOptions, JobRow, JobState
 from awa_fast.worker import HandlerFunc, Job, Registry
 
@@ -74,6 +74,8 @@ T = TypeVar("T")
 _APPLICATION = "awa-fast test client"
 # The runner's defaults: the deadline a claim sets and the backoff of a retry.
 _CONFIG = RunnerConfig()
+# Jobs run one at a time here: each outcome commits at once, not after a batch's delay.
+_COMMITTER = replace(_CONFIG.committer(), delay=0.002)
 
 
 def get_database_url() -> str:
@@ -270,7 +272,7 @@ class _Worker:
             registry=registry,
             followups=client.handlers.followups,
             hooks=self.hooks,
-            retry_backoff=_CONFIG.backoff,
+            config=_COMMITTER,
         )
         self.threads = ThreadPoolExecutor(1, thread_name_prefix="awa-fast-test-sync")
         self.executor = Executor(

@@ -5,9 +5,10 @@ raises :class:`ValidationError` naming the argument, before anything is written.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 
-from awa_fast.errors import ValidationError
+from awa_fast.errors import ConfigError, ConfigTypeError, ValidationError
 
 MAX_NAME_LENGTH = 128
 
@@ -114,3 +115,31 @@ def run_at(value: datetime | str | None) -> datetime | None:
             f"{_EARLIEST_DUE.isoformat()} to {_LATEST_DUE.isoformat()}",
         )
     return due
+
+
+def check_rate_limit(queue: str, limit: object) -> tuple[float, int]:
+    """``(max_rate, burst)`` checked: a positive finite rate in jobs a second and a whole
+    burst of at least 1. What is not such a pair of numbers is a TypeError, a rate not
+    above 0 a ConfigError (an AwaError), each in the Awa SDK's words and naming the
+    queue."""
+    rate: object = None
+    burst: object = None
+    if isinstance(limit, tuple | list) and len(limit) == 2:
+        rate, burst = limit
+    if (
+        isinstance(rate, bool)
+        or not isinstance(rate, int | float)
+        or isinstance(burst, bool)
+        or not isinstance(burst, int)
+    ):
+        raise ConfigTypeError(
+            "rate_limit must be a (max_rate: float, burst: int) tuple or None, "
+            f"got {limit!r} for queue {queue!r}"
+        )
+    if not 0 < rate < math.inf:
+        raise ConfigError(f"rate_limit max_rate must be > 0.0, got {rate!r} for queue {queue!r}")
+    if burst < 1:
+        raise ConfigError(
+            f"rate_limit burst must be an integer >= 1, got {burst!r} for queue {queue!r}"
+        )
+    return float(rate), burst

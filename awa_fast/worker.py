@@ -12,15 +12,13 @@ import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from awa_fast import callback_rules, validation
 from awa_fast.codec import Decoder, decoder_for, kind_of
 from awa_fast.errors import ConfigError, ConfigTypeError, ValidationError
+from awa_fast.outcomes import CallbackToken
 from awa_fast.types import DEFAULT_CALLBACK_TIMEOUT, iso
-
-if TYPE_CHECKING:
-    from awa_fast.runtime.attempt_writer import AttemptWriter
 
 T = TypeVar("T")
 UNKNOWN_KIND = 0xFFFF_FFFF
@@ -28,17 +26,25 @@ UNKNOWN_KIND = 0xFFFF_FFFF
 HandlerFunc = Callable[["Job[Any]"], Awaitable[object] | object]
 
 
-@dataclass(frozen=True, slots=True)
-class CallbackToken:
-    """Returned by :meth:`Job.register_callback`; hand ``id`` to the external system and
-    return ``WaitForCallback(token)`` from the handler."""
+class AttemptWrites(Protocol):
+    """What a :class:`Job` writes to its own row while it runs: the runtime's attempt writer
+    (:mod:`awa_fast.runtime.work.attempt_writer`), guarded by the attempt's run lease."""
 
-    id: str
-    timeout_seconds: float = DEFAULT_CALLBACK_TIMEOUT
+    async def register_callback(
+        self, job_id: int, run_lease: int, timeout_seconds: float, *, rules: dict[str, str] | None
+    ) -> str: ...
 
-    @property
-    def callback_id(self) -> str:
-        return self.id
+    async def save_progress(
+        self, job_id: int, run_lease: int, progress: object, metadata: dict[str, Any]
+    ) -> None: ...
+
+    def save_progress_sync(
+        self, job_id: int, run_lease: int, progress: object, metadata: dict[str, Any]
+    ) -> None: ...
+
+    async def wait_for_callback(
+        self, job_id: int, run_lease: int, callback_id: str, cancelled: Callable[[], bool]
+    ) -> tuple[Any, datetime | None]: ...
 
 
 POSTGRES_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
@@ -113,7 +119,7 @@ class Job(Generic[T]):
         created_at_us: int,
         deadline_at_us: int | None,
         cancelled: Callable[[], bool],
-        writer: AttemptWriter,
+        writer: AttemptWrites,
     ) -> None:
         self.id = id
         self.run_lease = run_lease

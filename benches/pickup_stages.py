@@ -28,7 +28,8 @@ from awa_fast.bench import latency as scenario
 from awa_fast.bench.handlers import Board
 from awa_fast.bench.measure import fresh_database, percentiles
 from awa_fast.bench.run import run_as_served
-from awa_fast.runtime import claimer, local, pool, worker_process
+from awa_fast.runtime.claim import claimer
+from awa_fast.runtime.work import local, pool, worker_process
 
 JOBS = 500
 STAGES = ("round", "rows", "sent", "read", "task")

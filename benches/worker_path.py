@@ -21,12 +21,12 @@ import uvloop
 
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db.connections import Database
-from awa_fast.db.transitions import Backoff, Target
-from awa_fast.runtime import collector
-from awa_fast.runtime.attempt_writer import AttemptWriter
+from awa_fast.lifecycle.transitions import Backoff, Target
 from awa_fast.runtime.claimed import Claimed, Delivered
-from awa_fast.runtime.executor import Executor
-from awa_fast.runtime.local import run_claimed
+from awa_fast.runtime.work import collector
+from awa_fast.runtime.work.attempt_writer import AttemptWriter
+from awa_fast.runtime.work.executor import Executor
+from awa_fast.runtime.work.local import run_claimed
 from awa_fast.worker import Job, Registry
 
 

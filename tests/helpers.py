@@ -20,7 +20,7 @@ from psycopg import conninfo
 import awa_fast
 from awa_fast.db.dsn import with_database
 from awa_fast.db.queries import Q
-from awa_fast.runtime.listener import CHANNELS
+from awa_fast.runtime.claim.listener import CHANNELS
 
 if TYPE_CHECKING:
     from awa_fast.maintenance.service import Maintenance
@@ -268,7 +268,7 @@ async def leading(maintenance: Maintenance) -> AsyncIterator[Maintenance]:
 
 def supervisor_of(worker_pid: int) -> int | None:
     """The supervisor of a worker process: the parent of its parent, the fork server
-    (awa_fast.runtime.forkserver); None once either is gone."""
+    (awa_fast.runtime.work.forkserver); None once either is gone."""
     server = parent_pid(worker_pid)
     return None if server is None else parent_pid(server)
 

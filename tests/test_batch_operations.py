@@ -14,14 +14,11 @@ import psycopg
 import pytest
 
 import awa_fast
-from awa_fast.db.connections import Database
 from awa_fast.db.queries import Q
-from awa_fast.maintenance.batch import BatchStep
-from awa_fast.maintenance.service import Maintenance
-from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.hooks import HookDispatcher
+from awa_fast.maintenance.batch_ops import BatchStep
 from tests.factories import insert_job
 from tests.helpers import await_until, job, leading, lock_waiters, run, wait_until
+from tests.maintenance.support import maintenance
 
 LEADER = "awa-fast batch test leader"
 
@@ -35,11 +32,7 @@ class Leader:
     """The maintenance leader's batch step, on a connection of its own."""
 
     def __init__(self, dsn: str, *, chunk: int = 1000) -> None:
-        client = awa_fast.Client(dsn)
-        config = RunnerConfig(batch_chunk=chunk)
-        self.maintenance = Maintenance(
-            Database(dsn), config, client.handlers, HookDispatcher(client.handlers.hooks)
-        )
+        self.maintenance = maintenance(dsn, batch_chunk=chunk)
         self.dsn = dsn
 
     def step(self) -> BatchStep | None:

@@ -14,12 +14,10 @@ import pytest
 
 import awa_fast
 from awa_fast import descriptors
-from awa_fast.db.connections import Database
 from awa_fast.errors import ConfigError, ValidationError
 from awa_fast.maintenance.service import Maintenance
-from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.hooks import HookDispatcher
 from tests.helpers import await_until, leading, lock_waiters, run
+from tests.maintenance.support import maintenance as build_maintenance
 
 
 @dataclass
@@ -247,13 +245,6 @@ def _seen_within_a_minute(dsn: str) -> set[tuple[str, str]]:
         return {(scope, name) for scope, name in rows}
 
 
-def _maintenance(dsn: str, **config: Any) -> Maintenance:
-    handlers = awa_fast.AsyncClient(dsn).handlers
-    return Maintenance(
-        Database(dsn), RunnerConfig(**config), handlers, HookDispatcher(handlers.hooks)
-    )
-
-
 TESTS = "tests"  # the leader's holder the tests' steps run as
 
 
@@ -298,7 +289,7 @@ def test_the_leader_deletes_what_nobody_refreshed_within_retention(
                 timeout=10,
                 what="the running host to refresh its descriptors",
             )
-            return await _step(_maintenance(dsn))
+            return await _step(build_maintenance(dsn))
         finally:
             await worker.close()
 
@@ -345,12 +336,12 @@ def test_retention_0_deletes_nothing(dsn: str, conn: psycopg.Connection[Any]) ->
         try:
             await asyncio.to_thread(_age, conn, "10 years")
             retention = runner.config.descriptor_retention
-            return retention, await _step(_maintenance(dsn, descriptor_retention=retention))
+            return retention, await _step(build_maintenance(dsn, descriptor_retention=retention))
         finally:
             await worker.close()
 
     assert run(main()) == (0, 0)
-    assert run(_step(_maintenance(dsn, descriptor_retention=0))) == 0
+    assert run(_step(build_maintenance(dsn, descriptor_retention=0))) == 0
     assert sorted(_last_seen(dsn)) == [("kind", "ancient_report"), *HOSTS_OWN]
 
 
@@ -368,7 +359,7 @@ def test_start_takes_descriptor_retention_days_in_days(
         runner = await worker.start({"email": 1}, **options)
         try:
             retention = runner.config.descriptor_retention
-            return retention, await _step(_maintenance(dsn, descriptor_retention=retention))
+            return retention, await _step(build_maintenance(dsn, descriptor_retention=retention))
         finally:
             await worker.close()
 
@@ -420,9 +411,9 @@ def test_the_leader_skips_a_descriptor_a_host_is_refreshing(
     async def main() -> tuple[int, int, int]:
         async with await psycopg.AsyncConnection.connect(dsn) as host:
             refreshed = await descriptors.refresh(host, mine)
-            deleted_meanwhile = await _step(_maintenance(dsn))
+            deleted_meanwhile = await _step(build_maintenance(dsn))
             await host.commit()
-        return refreshed, deleted_meanwhile, await _step(_maintenance(dsn))
+        return refreshed, deleted_meanwhile, await _step(build_maintenance(dsn))
 
     assert run(main()) == (1, 0, 0)
     assert _seen_within_a_minute(dsn) == {("kind", "send_email")}
@@ -439,7 +430,7 @@ def test_a_refresh_skips_a_descriptor_the_leader_is_deleting(
 
     async def main() -> tuple[int, int]:
         async with (
-            leading(_maintenance(dsn)) as maintenance,
+            leading(build_maintenance(dsn)) as maintenance,
             await psycopg.AsyncConnection.connect(dsn) as leader,
         ):
             await leader.execute("SELECT 1")  # the transaction held open over the delete
@@ -466,7 +457,7 @@ def test_a_host_starting_while_the_leader_deletes_its_stale_descriptors_keeps_th
     async def main() -> int:
         try:
             async with (
-                leading(_maintenance(dsn)) as maintenance,
+                leading(build_maintenance(dsn)) as maintenance,
                 await psycopg.AsyncConnection.connect(dsn) as leader,
             ):
                 await leader.execute("SELECT 1")  # the transaction held open over the delete

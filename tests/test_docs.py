@@ -137,7 +137,7 @@ def check_ui(page: types.ModuleType, dsn: str) -> None:
 
 def check_architecture(page: types.ModuleType, dsn: str) -> None:
     """The outcome table names every record the ring carries (the dead one in its note)."""
-    from awa_fast.db.transitions import Target
+    from awa_fast.lifecycle.transitions import Target
 
     text = (ROOT / "docs" / "architecture.md").read_text()
     table = text[text.index("## The outcome table") : text.index("## The path of one job")]

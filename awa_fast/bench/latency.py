@@ -33,7 +33,7 @@ async def latency(
 ) -> dict[str, Any]:
     """``jobs`` jobs inserted one at a time at ``rate``/s into idle workers; pickup latency
     (insert commit → handler start) percentiles in ms. ``standby=False`` runs the pool
-    without standby claims (awa_fast.runtime.standby): each job on a claim of its own.
+    without standby claims (awa_fast.runtime.claim.standby): each job on a claim of its own.
     ``transaction_pooling=True`` runs it as behind a transaction pooler with no direct URL
     (docs/pgbouncer.md): nothing prepared and no listener, so claims find jobs by polling;
     against Postgres itself, so the pooler's own hop is not in the figure."""

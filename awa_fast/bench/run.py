@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from awa_fast.bench.latency import latency, sustained
 from awa_fast.bench.measure import fresh_database
 from awa_fast.bench.throughput import cpu, drain, io, promote, retry, scheduled
-from awa_fast.runtime import collector
+from awa_fast.runtime.work import collector
 
 T = TypeVar("T")
 
@@ -100,7 +100,7 @@ def plan(
 
 def run_as_served(coro: Coroutine[Any, Any, T]) -> T:
     """Run one scenario's coroutine to its end in a process whose collector is set as
-    ``awa-fast serve`` sets its own (awa_fast.runtime.collector): the pool the harness runs
+    ``awa-fast serve`` sets its own (awa_fast.runtime.work.collector): the pool the harness runs
     in-process is the one serve runs."""
     import uvloop
 

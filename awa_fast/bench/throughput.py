@@ -39,12 +39,12 @@ from awa_fast.bench.measure import (
 )
 from awa_fast.client import AsyncClient
 from awa_fast.db.connections import Database
-from awa_fast.db.transitions import Backoff
+from awa_fast.lifecycle.followups import FollowupRegistry
+from awa_fast.lifecycle.handlers import Handlers
+from awa_fast.lifecycle.hooks import HookDispatcher, HookRegistry
+from awa_fast.lifecycle.transitions import Backoff
 from awa_fast.maintenance.service import Maintenance
 from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.followups import FollowupRegistry
-from awa_fast.runtime.handlers import Handlers
-from awa_fast.runtime.hooks import HookDispatcher, HookRegistry
 from awa_fast.worker import Job, Registry
 
 
@@ -259,7 +259,10 @@ async def promote(
     await asyncio.sleep(max(0.0, due - time.time()) + 0.05)
     handlers = Handlers(Registry(), FollowupRegistry(), HookRegistry())
     maintenance = Maintenance(
-        Database(url), RunnerConfig(), handlers, HookDispatcher(handlers.hooks)
+        Database(url),
+        RunnerConfig().maintenance(),
+        followups=handlers.followups,
+        hooks=HookDispatcher(handlers.hooks),
     )
     quiesce(url)
     before = Counters.read(url)

@@ -210,7 +210,7 @@ def _plain(value: object) -> object:
 
 
 def _no_standby(command: argparse.ArgumentParser, *, help: str) -> None:
-    """--no-standby: RunnerConfig.standby off (awa_fast.runtime.standby)."""
+    """--no-standby: RunnerConfig.standby off (awa_fast.runtime.claim.standby)."""
     command.add_argument("--no-standby", dest="standby", action="store_false", help=help)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from awa_fast.errors import ConfigError
 from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.ratelimit import check_rate_limit
+from awa_fast.validation import check_rate_limit
 
 
 def int_in(low: int, high: int | None = None) -> Callable[[str], int]:

@@ -40,7 +40,7 @@ import math
 import re
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 import psycopg
@@ -137,6 +137,40 @@ psycopg.adapters.register_dumper(IdMap, _IdMapDumper)
 # them a connection whose server vanished (a partition, a paused VM, a failover) looks
 # alive for as long as the kernel's defaults allow, two hours when idle, and a statement
 # sent into it waits as long.
+class RetryBackoff(Protocol):
+    """The retry backoff job_rescue_many applies (awa_fast.lifecycle.transitions.Backoff)."""
+
+    @property
+    def base(self) -> float: ...
+
+    @property
+    def max(self) -> float: ...
+
+    @property
+    def jitter(self) -> float: ...
+
+
+def rescue_params(
+    lease_of: Mapping[int, int],
+    reason_of: Mapping[int, str],
+    *,
+    from_state: str,
+    backoff: RetryBackoff,
+    dlq: Mapping[str, Any],
+) -> dict[str, Any]:
+    """job_rescue_many's parameters: the attempts, the error each records, the state they
+    leave, the retry backoff and the DLQ policy (RunnerConfig.dlq_params)."""
+    return {
+        **attempts_params(lease_of),
+        "messages": IdMap(reason_of),
+        "base": backoff.base,
+        "max": backoff.max,
+        "jitter": backoff.jitter,
+        "from_state": from_state,
+        **dlq,
+    }
+
+
 KEEPALIVES = {
     "keepalives": 1,
     "keepalives_idle": 10,  # seconds idle before the first probe

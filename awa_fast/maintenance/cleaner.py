@@ -20,8 +20,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from awa_fast.db.queries import Q
-from awa_fast.maintenance.leader import Leader
-from awa_fast.maintenance.stats import MaintenanceStats
+from awa_fast.maintenance.base import Service
 
 # Periods in a completed retention: the ring's eight partitions hold six periods of jobs
 # still kept, the one in use and one emptied for the next turn.
@@ -42,13 +41,10 @@ class CleanerConfig:
     queue_retention: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
 
-class Cleaner:
+class Cleaner(Service[CleanerConfig]):
     """Deletes under ``leader``'s term, counting in ``stats``."""
 
-    def __init__(self, *, leader: Leader, stats: MaintenanceStats, config: CleanerConfig) -> None:
-        self.leader = leader
-        self.stats = stats
-        self.config = config
+    name = "cleaner"
 
     async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> int:
         """Free what is past retention; returns how many jobs went. Failed jobs freed are

@@ -20,8 +20,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from awa_fast.db.queries import Q
-from awa_fast.maintenance.leader import Leader
-from awa_fast.maintenance.stats import MaintenanceStats
+from awa_fast.maintenance.base import Service
 
 log = logging.getLogger("awa_fast.maintenance")
 
@@ -36,13 +35,10 @@ class CountsConfig:
     lock_timeout: float = 0.05
 
 
-class Counts:
+class Counts(Service[CountsConfig]):
     """Folds under ``leader``'s term, counting the deltas folded in ``stats``."""
 
-    def __init__(self, *, leader: Leader, stats: MaintenanceStats, config: CountsConfig) -> None:
-        self.leader = leader
-        self.stats = stats
-        self.config = config
+    name = "counts"
 
     async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> int | None:
         """Fold the sealed partition if it holds deltas, then seal the current one if it

@@ -1,6 +1,6 @@
 """The descriptor cleaner: deletes the queue and kind descriptors no host has refreshed
 within their retention, that is what code no longer running declared. Live hosts refresh
-theirs (:meth:`awa_fast.runtime.heartbeat.Heartbeat.refresh_descriptors`)."""
+theirs (:meth:`awa_fast.runtime.host.heartbeat.Heartbeat.refresh_descriptors`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from typing import Any
 import psycopg
 
 from awa_fast import descriptors
-from awa_fast.maintenance.leader import Leader
-from awa_fast.maintenance.stats import MaintenanceStats
+from awa_fast.maintenance.base import Service
 
 log = logging.getLogger("awa_fast.maintenance")
 
@@ -26,15 +25,10 @@ class DescriptorCleanerConfig:
     retention: float = 30 * 24 * 3600.0
 
 
-class DescriptorCleaner:
+class DescriptorCleaner(Service[DescriptorCleanerConfig]):
     """Deletes under ``leader``'s term, counting in ``stats``."""
 
-    def __init__(
-        self, *, leader: Leader, stats: MaintenanceStats, config: DescriptorCleanerConfig
-    ) -> None:
-        self.leader = leader
-        self.stats = stats
-        self.config = config
+    name = "descriptor_cleaner"
 
     async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> int:
         """Delete the stale descriptors; returns how many went."""

@@ -1,10 +1,9 @@
-"""Periodic (cron) jobs: schedules registered in code, kept in ``awa_fast.cron_jobs``, and
-enqueued by the maintenance leader when they fall due.
+"""Periodic jobs, the leader's side: schedules kept in ``awa_fast.cron_jobs``, and the service
+that enqueues them when they fall due (:mod:`awa_fast.lifecycle.schedules` registers them).
 
-A schedule is validated when it is registered (its expression, time zone, args and
-options), so a bad one fails at start-up, not at its first fire. Every host that runs
-handlers writes its schedules to the table when it starts; the leader evaluates every row
-of the table each ``cron_interval``, including rows other deployments registered.
+Every host that runs handlers writes its schedules to the table when it starts; the leader
+evaluates every row of the table each ``cron_interval``, including rows other deployments
+registered.
 """
 
 from __future__ import annotations
@@ -12,112 +11,21 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, TypedDict, Unpack
+from typing import Any, NamedTuple
 
 import psycopg
 
-from awa_fast import cron, validation
-from awa_fast.codec import kind_of
+from awa_fast import cron
 from awa_fast.db.queries import Q
 from awa_fast.errors import ValidationError
-from awa_fast.producer import prepare
-from awa_fast.types import InsertRequest
+from awa_fast.lifecycle.schedules import PeriodicJob
+from awa_fast.maintenance.base import Service
 
 log = logging.getLogger("awa_fast.maintenance")
 
-POLICIES = ("coalesce", "catch_up")
 # A catch_up schedule back from a long outage enqueues its missed fires over several
 # passes, this many a pass, so that one schedule cannot hold the leader for long.
 CATCH_UP_PER_PASS = 100
-
-
-@dataclass(frozen=True, slots=True)
-class PeriodicJob:
-    """A validated schedule: the row ``cron_register`` writes."""
-
-    name: str
-    cron_expr: str
-    timezone: str
-    kind: str
-    queue: str
-    args: str  # JSON text
-    priority: int
-    max_attempts: int
-    tags: tuple[str, ...]
-    metadata: str  # JSON text
-    missed_fire_policy: str
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "cron_expr": self.cron_expr,
-            "timezone": self.timezone,
-            "kind": self.kind,
-            "queue": self.queue,
-            "args": self.args,
-            "priority": self.priority,
-            "max_attempts": self.max_attempts,
-            "tags": list(self.tags),
-            "metadata": self.metadata,
-            "missed_fire_policy": self.missed_fire_policy,
-        }
-
-
-class PeriodicOptions(TypedDict, total=False):
-    """Keyword options of ``client.periodic`` (the Awa SDK's)."""
-
-    timezone: str
-    queue: str
-    priority: int
-    max_attempts: int
-    tags: list[str] | None
-    metadata: dict[str, Any] | None
-    missed_fire_policy: str
-
-
-def periodic_job(
-    name: str, cron_expr: str, args_type: type, args: object, **options: Unpack[PeriodicOptions]
-) -> PeriodicJob:
-    """Validate a schedule; raises :class:`ValidationError` naming the field at fault."""
-    unknown = options.keys() - PeriodicOptions.__annotations__.keys()
-    if unknown:
-        raise ValidationError("options", f"unknown option(s) {', '.join(sorted(unknown))}")
-    timezone = options.get("timezone", "UTC")
-    missed_fire_policy = options.get("missed_fire_policy", "coalesce")
-    validation.name("name", name)
-    cron.parse(cron_expr)
-    cron.zone(timezone)
-    if missed_fire_policy not in POLICIES:
-        raise ValidationError(
-            "missed_fire_policy",
-            f"must be one of {', '.join(POLICIES)}, got {missed_fire_policy!r}",
-        )
-    if not isinstance(args, args_type):
-        raise ValidationError("args", f"must be a {args_type.__name__}, got {type(args).__name__}")
-    job = prepare(
-        InsertRequest(
-            args,
-            kind=kind_of(args_type),
-            queue=options.get("queue", "default"),
-            priority=options.get("priority", 2),
-            max_attempts=options.get("max_attempts", 25),
-            tags=options.get("tags"),
-            metadata=options.get("metadata"),
-        )
-    )
-    return PeriodicJob(
-        name=name,
-        cron_expr=cron_expr,
-        timezone=timezone,
-        kind=job.kind,
-        queue=job.options.queue,
-        args=job.args,
-        priority=job.options.priority,
-        max_attempts=job.options.max_attempts,
-        tags=job.options.tags,
-        metadata=job.options.metadata,
-        missed_fire_policy=missed_fire_policy,
-    )
 
 
 async def register(conn: psycopg.AsyncConnection[Any], jobs: list[PeriodicJob]) -> None:
@@ -171,3 +79,29 @@ async def enqueue(conn: psycopg.AsyncConnection[Any], owed: list[Owed]) -> int:
             enqueued += 1
             previous = fire
     return enqueued
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicConfig:
+    """Every ``interval``, enqueue what the schedules owe."""
+
+    interval: float = 1.0
+
+
+class Periodic(Service[PeriodicConfig]):
+    """Enqueues under ``leader``'s term, counting in ``stats``."""
+
+    name = "periodic"
+
+    async def run_once(
+        self, conn: psycopg.AsyncConnection[Any], *, now: datetime | None = None
+    ) -> int:
+        """Enqueue the fires due by ``now`` (the server's clock when None); returns how
+        many jobs were enqueued."""
+        due = await owed(conn, now=now)  # looked at unfenced: mostly nothing
+        if not due:
+            return 0
+        async with self.leader.fenced(conn):
+            enqueued = await enqueue(conn, due)
+        self.stats.periodic += enqueued
+        return enqueued

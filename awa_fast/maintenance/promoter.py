@@ -8,8 +8,7 @@ from typing import Any
 import psycopg
 
 from awa_fast.db.queries import Q
-from awa_fast.maintenance.leader import Leader
-from awa_fast.maintenance.stats import MaintenanceStats
+from awa_fast.maintenance.base import Service
 
 MIN_PAUSE = 0.002  # a due job that a concurrent promoter holds: do not spin on it
 
@@ -23,13 +22,10 @@ class PromoterConfig:
     batch: int = 2000
 
 
-class Promoter:
+class Promoter(Service[PromoterConfig]):
     """Promotes due jobs under ``leader``'s term, counting them in ``stats``."""
 
-    def __init__(self, *, leader: Leader, stats: MaintenanceStats, config: PromoterConfig) -> None:
-        self.leader = leader
-        self.stats = stats
-        self.config = config
+    name = "promoter"
 
     async def step(self, conn: psycopg.AsyncConnection[Any]) -> float:
         """The leader's promotion step: promote, if the earliest deferred job is due, and

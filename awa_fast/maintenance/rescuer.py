@@ -27,13 +27,14 @@ import orjson
 import psycopg
 from psycopg.rows import dict_row
 
-from awa_fast.db import transitions as tr
-from awa_fast.db.connections import APPLY_IN_TRANSACTION, attempts_params
+from awa_fast.db.connections import APPLY_IN_TRANSACTION, attempts_params, rescue_params
 from awa_fast.db.queries import Q
+from awa_fast.lifecycle import transitions as tr
+from awa_fast.lifecycle.followups import FollowupRegistry, OutcomeContext, Spec, insert_followups
+from awa_fast.lifecycle.hooks import EventType, HookDispatcher
+from awa_fast.maintenance.base import Service
 from awa_fast.maintenance.leader import Leader
 from awa_fast.maintenance.stats import MaintenanceStats
-from awa_fast.runtime.followups import FollowupRegistry, OutcomeContext, Spec, insert_followups
-from awa_fast.runtime.hooks import EventType, HookDispatcher
 from awa_fast.types import JobRow
 
 log = logging.getLogger("awa_fast.maintenance")
@@ -120,26 +121,36 @@ async def _select(
         return await cur.fetchall()
 
 
-class Rescuer:
+class Rescuer(Service[RescuerConfig]):
     """Rescues under ``leader``'s term, counting in ``stats``; sends rescued events to
     ``hooks`` and enqueues ``followups`` on connections of its own to ``dsn``."""
+
+    name = "rescuer"
 
     def __init__(
         self,
         *,
-        dsn: str,
         leader: Leader,
-        followups: FollowupRegistry,
-        hooks: HookDispatcher,
         stats: MaintenanceStats,
         config: RescuerConfig,
+        dsn: str,
+        followups: FollowupRegistry,
+        hooks: HookDispatcher,
     ) -> None:
+        super().__init__(leader=leader, stats=stats, config=config)
         self.dsn = dsn
-        self.leader = leader
         self.followups = followups
         self.hooks = hooks
-        self.stats = stats
-        self.config = config
+        self._backstop_at = 0.0  # when the next backstop sweep is due (monotonic)
+
+    async def step(self, conn: psycopg.AsyncConnection[Any]) -> float:
+        """A pass, with the backstop sweeps when their own interval has passed."""
+        now = time.monotonic()
+        backstop = now >= self._backstop_at
+        if backstop:
+            self._backstop_at = now + self.config.backstop_interval
+        await self.run_once(conn, backstop=backstop)
+        return self.config.interval
 
     async def run_once(
         self, conn: psycopg.AsyncConnection[Any], *, backstop: bool = True
@@ -273,7 +284,7 @@ class Rescuer:
         moved on meanwhile is left alone)."""
         if not lease_of:
             return []
-        params = tr.rescue_params(
+        params = rescue_params(
             lease_of,
             {job: reason_of[job] for job in lease_of},
             from_state=from_state,

@@ -19,8 +19,7 @@ from typing import Any
 import psycopg
 
 from awa_fast.db.queries import Q
-from awa_fast.maintenance.leader import Leader
-from awa_fast.maintenance.stats import MaintenanceStats
+from awa_fast.maintenance.base import Service
 
 RINGS = ("standby", "ledger", "hot")
 
@@ -42,13 +41,10 @@ class RingsConfig:
     jobs_least: int = 1000
 
 
-class Rings:
+class Rings(Service[RingsConfig]):
     """Rotates under ``leader``'s term, counting the partitions truncated in ``stats``."""
 
-    def __init__(self, *, leader: Leader, stats: MaintenanceStats, config: RingsConfig) -> None:
-        self.leader = leader
-        self.stats = stats
-        self.config = config
+    name = "rings"
 
     async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, str | None]:
         """One pass over each ring; returns what it did to each: 'truncated', 'sealed'

@@ -1,13 +1,13 @@
 """The maintenance composition: every host runs it; only the elected leader runs the
-services, each on its own interval, on one connection.
+services, each when it falls due, on one connection.
 
-Each service lives in its own module and does its work in one ``run_once`` pass, which
-tests drive directly. Every transaction of a pass that changes rows is fenced by the
-leader's term (:meth:`awa_fast.maintenance.leader.Leader.fenced`): a pass of a leader
-whose term is over raises :class:`~awa_fast.maintenance.leader.Deposed` having changed
-nothing. The passes that run every second or more often look first, with one unfenced
-read, and open a fenced transaction only when they have work: that is what an idle leader
-costs.
+Each service lives in its own module with the one shape of :mod:`awa_fast.maintenance.base`:
+a name, a frozen config, and a ``run_once`` pass that tests drive directly. Every
+transaction of a pass that changes rows is fenced by the leader's term
+(:meth:`awa_fast.maintenance.leader.Leader.fenced`): a pass of a leader whose term is over
+raises :class:`~awa_fast.maintenance.leader.Deposed` having changed nothing. The passes that
+run every second or more often look first, with one unfenced read, and open a fenced
+transaction only when they have work: that is what an idle leader costs.
 """
 
 from __future__ import annotations
@@ -16,114 +16,100 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 
 from awa_fast.db.connections import Database
+from awa_fast.lifecycle.followups import FollowupRegistry
+from awa_fast.lifecycle.hooks import HookDispatcher
+from awa_fast.maintenance.base import Service
 from awa_fast.maintenance.batch_ops import BatchOps, BatchOpsConfig
 from awa_fast.maintenance.cleaner import Cleaner, CleanerConfig
 from awa_fast.maintenance.counts import Counts, CountsConfig
-from awa_fast.maintenance.cron import Cron, CronConfig
 from awa_fast.maintenance.descriptor_cleaner import DescriptorCleaner, DescriptorCleanerConfig
 from awa_fast.maintenance.leader import Deposed, Leader
+from awa_fast.maintenance.periodic import Periodic, PeriodicConfig
 from awa_fast.maintenance.promoter import Promoter, PromoterConfig
 from awa_fast.maintenance.rescuer import Rescuer, RescuerConfig
 from awa_fast.maintenance.rings import Rings, RingsConfig
 from awa_fast.maintenance.stats import MaintenanceStats
 from awa_fast.maintenance.vacuum import Vacuum, VacuumConfig
-from awa_fast.runtime.followups import FollowupRegistry
-from awa_fast.runtime.hooks import HookDispatcher
-
-if TYPE_CHECKING:
-    from awa_fast.runtime.config import RunnerConfig
 
 log = logging.getLogger("awa_fast.maintenance")
 
 
-class Registered(Protocol):
-    """What maintenance reads of a runner's handlers: the follow-ups rescues enqueue."""
+@dataclass(frozen=True, slots=True)
+class MaintenanceConfig:
+    """How often the leader's term is renewed, and each service's configuration: the single
+    source of their defaults (RunnerConfig's fields take theirs from here)."""
 
-    @property
-    def followups(self) -> FollowupRegistry: ...
-
-
-class ServiceConfigs(NamedTuple):
-    """Each service's configuration."""
-
-    promoter: PromoterConfig
-    rescuer: RescuerConfig
-    cleaner: CleanerConfig
-    descriptor_cleaner: DescriptorCleanerConfig
-    vacuum: VacuumConfig
-    cron: CronConfig
-    batch_ops: BatchOpsConfig
-    counts: CountsConfig
+    election_interval: float = 1.0
+    promoter: PromoterConfig = field(default_factory=PromoterConfig)
+    rescuer: RescuerConfig = field(default_factory=RescuerConfig)
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    descriptor_cleaner: DescriptorCleanerConfig = field(default_factory=DescriptorCleanerConfig)
+    vacuum: VacuumConfig = field(default_factory=VacuumConfig)
+    rings: RingsConfig = field(default_factory=RingsConfig)
+    periodic: PeriodicConfig = field(default_factory=PeriodicConfig)
+    counts: CountsConfig = field(default_factory=CountsConfig)
+    batch_ops: BatchOpsConfig = field(default_factory=BatchOpsConfig)
 
 
-def service_configs(config: RunnerConfig) -> ServiceConfigs:
-    """The services' configurations from the runner's settings, which name them."""
-    return ServiceConfigs(
-        promoter=PromoterConfig(interval=config.promote_interval, batch=config.promote_batch),
-        rescuer=RescuerConfig(
-            interval=config.rescue_interval,
-            backstop_interval=config.backstop_interval,
-            batch=config.rescue_batch,
-            heartbeat_staleness=config.heartbeat_staleness,
-            deadline_grace=config.deadline_grace,
-            backoff=config.backoff,
-            dlq=config.dlq_params(),
-        ),
-        cleaner=CleanerConfig(
-            interval=config.cleanup_interval,
-            batch=config.cleanup_batch,
-            completed_retention=config.completed_retention,
-            failed_retention=config.failed_retention,
-            queue_retention=config.queue_retention,
-        ),
-        descriptor_cleaner=DescriptorCleanerConfig(
-            interval=config.cleanup_interval, retention=config.descriptor_retention
-        ),
-        vacuum=VacuumConfig(interval=config.vacuum_interval, dead_tuples=config.vacuum_dead_tuples),
-        cron=CronConfig(interval=config.cron_interval),
-        batch_ops=BatchOpsConfig(interval=config.batch_interval, chunk=config.batch_chunk),
-        counts=CountsConfig(interval=config.count_interval),
-    )
+DEFAULTS = MaintenanceConfig()
 
 
 class Maintenance:
-    """The services built from a runner's ``config``, run while this host leads."""
+    """The services built from ``config``, run while this host leads. Rescues enqueue
+    ``followups`` and send their events to ``hooks``."""
 
     def __init__(
-        self, database: Database, config: RunnerConfig, handlers: Registered, hooks: HookDispatcher
+        self,
+        database: Database,
+        config: MaintenanceConfig,
+        *,
+        followups: FollowupRegistry,
+        hooks: HookDispatcher,
     ) -> None:
         self.database = database
         self.config = config
         self.leader = leader = Leader(database, interval=config.election_interval)
         self.stats = stats = MaintenanceStats()
         self.instance = uuid.uuid4()  # recorded as runner_instance by batch operations
-        configs = service_configs(config)
-        self.promoter = Promoter(leader=leader, stats=stats, config=configs.promoter)
+        self.promoter = Promoter(leader=leader, stats=stats, config=config.promoter)
         self.rescuer = Rescuer(
-            dsn=database.dsn,
             leader=leader,
-            followups=handlers.followups,
-            hooks=hooks,
             stats=stats,
-            config=configs.rescuer,
+            config=config.rescuer,
+            dsn=database.dsn,
+            followups=followups,
+            hooks=hooks,
         )
-        self.cleaner = Cleaner(leader=leader, stats=stats, config=configs.cleaner)
+        self.cleaner = Cleaner(leader=leader, stats=stats, config=config.cleaner)
         self.descriptor_cleaner = DescriptorCleaner(
-            leader=leader, stats=stats, config=configs.descriptor_cleaner
+            leader=leader, stats=stats, config=config.descriptor_cleaner
         )
-        self.vacuum = Vacuum(stats=stats, config=configs.vacuum)
-        self.rings = Rings(leader=leader, stats=stats, config=RingsConfig())
-        self.cron = Cron(leader=leader, stats=stats, config=configs.cron)
+        self.vacuum = Vacuum(leader=leader, stats=stats, config=config.vacuum)
+        self.rings = Rings(leader=leader, stats=stats, config=config.rings)
+        self.periodic = Periodic(leader=leader, stats=stats, config=config.periodic)
+        self.counts = Counts(leader=leader, stats=stats, config=config.counts)
         self.batch_ops = BatchOps(
-            leader=leader, runner_instance=self.instance, config=configs.batch_ops
+            leader=leader, stats=stats, config=config.batch_ops, runner_instance=self.instance
         )
-        self.counts = Counts(leader=leader, stats=stats, config=configs.counts)
-        self._next_at: dict[str, float] = {}  # when each pass is next due, by the loop's clock
+        # In this order each round: promotion first, so due jobs are claimable soonest.
+        self.services: tuple[Service[Any], ...] = (
+            self.promoter,
+            self.rescuer,
+            self.cleaner,
+            self.descriptor_cleaner,
+            self.vacuum,
+            self.rings,
+            self.periodic,
+            self.counts,
+            self.batch_ops,
+        )
+        self._next_at: dict[str, float] = {}  # when each service is next due, by the loop's clock
 
     async def run(self, stopping: Callable[[], bool]) -> None:
         """Run the passes that are due, round after round, until ``stopping()``; a failed
@@ -173,34 +159,9 @@ class Maintenance:
             await self.leader.check()
 
     async def _round(self, conn: psycopg.AsyncConnection[Any], now: float) -> float:
-        """Promote what is due, then run each other pass due at ``now``; returns the pause
-        before the next round."""
-        pause = await self.promoter.step(conn)
-        rescue = self.rescuer.config
-        if self._due("rescue", rescue.interval, now):
-            backstop = self._due("backstop", rescue.backstop_interval, now)
-            await self.rescuer.run_once(conn, backstop=backstop)
-        if self._due("clean", self.cleaner.config.interval, now):
-            await self.cleaner.run_once(conn)
-        if self._due("descriptors", self.descriptor_cleaner.config.interval, now):
-            await self.descriptor_cleaner.run_once(conn)
-        if self._due("vacuum", self.vacuum.config.interval, now):
-            await self.vacuum.run_once(conn)
-        if self._due("rings", self.rings.config.interval, now):
-            await self.rings.run_once(conn)
-        if self._due("cron", self.cron.config.interval, now):
-            await self.cron.run_once(conn)
-        if self._due("counts", self.counts.config.interval, now):
-            await self.counts.run_once(conn)
-        batch_due = self._due("batch", self.batch_ops.config.interval, now)
-        if batch_due and await self.batch_ops.run_once(conn) is not None:
-            self._next_at["batch"] = now  # an operation with work left goes on next round
-        return pause
-
-    def _due(self, name: str, interval: float, now: float) -> bool:
-        """Whether pass ``name`` is due at ``now`` (each is, at first); if so, it is next
-        due ``interval`` seconds later."""
-        if now < self._next_at.get(name, 0.0):
-            return False
-        self._next_at[name] = now + interval
-        return True
+        """Run each service due at ``now``; returns the pause until the next is due."""
+        for service in self.services:
+            if now >= self._next_at.get(service.name, 0.0):
+                self._next_at[service.name] = now + service.config.interval  # if it fails
+                self._next_at[service.name] = now + await service.step(conn)
+        return max(0.0, min(self._next_at.values()) - now)

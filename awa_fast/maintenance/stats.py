@@ -17,3 +17,4 @@ class MaintenanceStats:
     periodic: int = 0
     counts_folded: int = 0  # count deltas folded into the rollup
     rings_truncated: int = 0  # standby claims' and claim ledger's partitions truncated
+    batch_changed: int = 0  # jobs changed by batch operations

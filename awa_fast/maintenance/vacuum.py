@@ -18,6 +18,8 @@ from typing import Any
 import psycopg
 
 from awa_fast.db.queries import Q
+from awa_fast.maintenance.base import Service
+from awa_fast.maintenance.leader import Leader
 from awa_fast.maintenance.stats import MaintenanceStats
 
 log = logging.getLogger("awa_fast.maintenance")
@@ -31,13 +33,14 @@ class VacuumConfig:
     dead_tuples: int = 20_000
 
 
-class Vacuum:
+class Vacuum(Service[VacuumConfig]):
     """Vacuums, counting the tables in ``stats``. Not fenced by the leader's term: VACUUM
     runs outside any transaction, and one run by a deposed leader changes no row."""
 
-    def __init__(self, *, stats: MaintenanceStats, config: VacuumConfig) -> None:
-        self.stats = stats
-        self.config = config
+    name = "vacuum"
+
+    def __init__(self, *, leader: Leader, stats: MaintenanceStats, config: VacuumConfig) -> None:
+        super().__init__(leader=leader, stats=stats, config=config)
         self._vacuumed_at: dict[str, str] = {}  # table -> the oldest xid held at its VACUUM
         self._reported: str | None = None  # the oldest xid last warned of
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,12 +28,11 @@ import psycopg
 from psycopg.rows import dict_row
 
 from awa_fast._core import Batch, Batcher, InFlight, OutcomeRing
-from awa_fast.db import transitions as tr
-from awa_fast.db.connections import IdMap, attempts_params
+from awa_fast.db.connections import IdMap, attempts_params, rescue_params
 from awa_fast.db.queries import Q
-from awa_fast.db.transitions import rescue_params
-from awa_fast.runtime.followups import FollowupRegistry, OutcomeContext, insert_followups
-from awa_fast.runtime.hooks import EventType, HookDispatcher
+from awa_fast.lifecycle import transitions as tr
+from awa_fast.lifecycle.followups import FollowupRegistry, OutcomeContext, insert_followups
+from awa_fast.lifecycle.hooks import EventType, HookDispatcher
 from awa_fast.types import JobRow
 from awa_fast.worker import Registry
 
@@ -105,6 +104,27 @@ class Records:
         return found
 
 
+@dataclass(frozen=True, slots=True)
+class CommitterConfig:
+    """A batch of outcomes commits when it holds ``batch`` records, when its oldest has
+    waited ``delay``, or at once when nothing else is in flight to join it; outcomes already
+    waiting when it commits join it, up to ``batch_max`` (one committer commits one batch at
+    a time, so a backlog should grow the batch, not itself). A failed batch's jobs retry
+    with ``retry_backoff`` and go to the dead-letter queue by ``dlq`` (job_rescue_many's
+    parameters); a lost connection is retried with ``reconnect_backoff``. A stopping
+    committer flushes for ``flush_timeout`` seconds at most."""
+
+    batch: int = 256
+    batch_max: int = 2048
+    delay: float = 0.05
+    retry_backoff: tr.Backoff = field(default_factory=tr.Backoff)
+    reconnect_backoff: tr.Backoff = field(default_factory=lambda: tr.Backoff(base=0.05, max=2.0))
+    dlq: Mapping[str, Any] = field(
+        default_factory=lambda: {"dlq_all": False, "no_dlq": [], "dlq": []}
+    )
+    flush_timeout: float = FLUSH_TIMEOUT
+
+
 Connect = Callable[[], psycopg.Connection[Any]]
 
 
@@ -119,15 +139,9 @@ class Committer:
         registry: Registry,
         followups: FollowupRegistry,
         hooks: HookDispatcher,
-        batch_size: int = 256,
-        batch_limit: int | None = None,
-        max_delay: float = 0.002,
-        reconnect_backoff: tr.Backoff | None = None,
-        retry_backoff: tr.Backoff | None = None,
-        dlq_params: dict[str, Any] | None = None,
+        config: CommitterConfig = CommitterConfig(),
         on_drain: Callable[[], None] | None = None,
         inflight: InFlight | None = None,
-        flush_timeout: float = FLUSH_TIMEOUT,
     ) -> None:
         self._connect = connect
         self._conn: psycopg.Connection[Any] | None = None
@@ -135,14 +149,11 @@ class Committer:
         self.registry = registry
         self.followups = followups
         self.hooks = hooks
-        self.batcher = Batcher(batch_size, max_delay, limit=batch_limit)
+        self.config = config
+        self.batcher = Batcher(config.batch, config.delay, limit=config.batch_max)
         self.stats = CommitStats()
-        self._reconnect_backoff = reconnect_backoff or tr.Backoff(base=0.05, max=2.0)
-        self._retry_backoff = retry_backoff or tr.Backoff()
-        self._dlq_params = dlq_params or {"dlq_all": False, "no_dlq": [], "dlq": []}
         self._on_drain = on_drain
-        self.flush_timeout = flush_timeout
-        # Batches wait up to max_delay for company, but not once nothing is in flight.
+        # Batches wait up to config.delay for company, but not once nothing is in flight.
         self._inflight = inflight
         self._progress = threading.Condition()
         self._awaited: list[int] = []  # the counts wait_committed callers wait for
@@ -162,7 +173,7 @@ class Committer:
         try:
             while True:
                 if give_up is None and stop.is_set():
-                    give_up = time.monotonic() + self.flush_timeout
+                    give_up = time.monotonic() + self.config.flush_timeout
                 stopping = give_up is not None
                 # While stopping, wait only for records already reserved (a dead producer's
                 # slot is taken back inside the wait); an empty ring ends the loop at once.
@@ -190,7 +201,7 @@ class Committer:
             "committer stopped with %d ring slots unflushed after %g s; their jobs stay "
             "running until rescued",
             len(self.ring),
-            self.flush_timeout,
+            self.config.flush_timeout,
             extra={"jobs": len(self.ring)},
         )
         return True
@@ -258,7 +269,7 @@ class Committer:
                     extra={"jobs": waiting},
                 )
                 self.stats.reconnects += 1
-                time.sleep(self._reconnect_backoff.delay(attempt))
+                time.sleep(self.config.reconnect_backoff.delay(attempt))
         self.stats.batches += 1
         self._count(records, plain, lost, mixed + followed)
         with self._progress:
@@ -346,8 +357,8 @@ class Committer:
                 lease_of,
                 {r.ids[i]: r.extra(i).get("reason", "attempt lost") for i in indices},
                 from_state="running",
-                backoff=self._retry_backoff,
-                dlq=self._dlq_params,
+                backoff=self.config.retry_backoff,
+                dlq=self.config.dlq,
             )
             rows = conn.execute(Q.job_rescue_many, params).fetchall()
             return {row[0]: tuple(row) for row in rows}
@@ -496,7 +507,7 @@ def _outcome(code: int, result: tuple[Any, ...]) -> tr.Outcome | None:
 
 def _outcome_object(r: Records, i: int) -> orjson.Fragment:
     """Record ``i``'s payload, the outcome object job_transition_many reads, passed on as
-    the worker encoded it (awa_fast.db.transitions.encode)."""
+    the worker encoded it (awa_fast.lifecycle.transitions.encode)."""
     payload = r.payloads[i]
     assert payload is not None  # only a plain completion has none, and it goes elsewhere
     return orjson.Fragment(payload)

@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from awa_fast.db import transitions as tr
 from awa_fast.errors import ConfigError, ConfigTypeError
-from awa_fast.runtime.ratelimit import check_rate_limit
-from awa_fast.validation import MAX_NAME_LENGTH, MAX_SECONDS
+from awa_fast.lifecycle import transitions as tr
+from awa_fast.maintenance.service import DEFAULTS as MAINTENANCE
+from awa_fast.maintenance.service import MaintenanceConfig
+from awa_fast.runtime.committer import CommitterConfig
+from awa_fast.validation import MAX_NAME_LENGTH, MAX_SECONDS, check_rate_limit
 
 DEFAULT_CONCURRENCY = 100
 MIN_DESCRIPTOR_RETENTION_BEATS = 4  # the shortest descriptor retention, in heartbeats
 QueueSpec = Mapping[str, int] | Sequence[tuple[str, int] | Mapping[str, Any] | str]
+COMMITTER = CommitterConfig()
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,65 +41,64 @@ class RunnerConfig:
     prefetch: int | None = None
     poll_interval: float = 1.0
     # A claim that finds a queue drained, with capacity to spare, leaves a standby claim
-    # there (awa_fast.runtime.standby): the next job inserted into the queue starts in its
+    # there (awa_fast.runtime.claim.standby): the next job inserted into the queue starts in its
     # inserting transaction, without a durable claim of its own.
     standby: bool = True
-    promote_interval: float = 0.25
-    promote_batch: int = 2000
+    promote_interval: float = MAINTENANCE.promoter.interval
+    promote_batch: int = MAINTENANCE.promoter.batch
     heartbeat_interval: float = 5.0
     deadline: float = 600.0
-    commit_batch: int = 256
-    # A batch of outcomes commits when it holds commit_batch records, when its oldest has
-    # waited commit_delay, or at once when nothing else is in flight to join it.
-    commit_delay: float = 0.05
-    # Outcomes already waiting when a batch commits join it, up to commit_batch_max: one
-    # committer commits one batch at a time, so a backlog should grow the batch, not
-    # itself (benches/RESULTS.md, "Design measurements").
-    commit_batch_max: int = 2048
+    # The committer's batches (awa_fast.runtime.committer.CommitterConfig): a backlog grows
+    # the batch up to commit_batch_max (benches/RESULTS.md, "Design measurements").
+    commit_batch: int = COMMITTER.batch
+    commit_delay: float = COMMITTER.delay
+    commit_batch_max: int = COMMITTER.batch_max
     sync_threads: int = 32
     shutdown_timeout: float = 30.0
     backoff: tr.Backoff = field(default_factory=tr.Backoff)
     max_jobs_per_worker: int | None = None
     max_worker_memory_mb: float | None = None
-    election_interval: float = 1.0
-    rescue_interval: float = 1.0
+    election_interval: float = MAINTENANCE.election_interval
+    rescue_interval: float = MAINTENANCE.rescuer.interval
     # The per-row sweeps read all of jobs_hot: the attempts no dead host accounts for
     # (awa_fast/db/sql/maintenance.sql, job_select_stale) wait for them this long at most.
-    backstop_interval: float = 60.0
-    rescue_batch: int = 1000
-    heartbeat_staleness: float = 30.0
-    deadline_grace: float = 5.0
-    cleanup_interval: float = 60.0
-    cleanup_batch: int = 1000
-    completed_retention: float = 24 * 3600.0
-    failed_retention: float = 72 * 3600.0
+    backstop_interval: float = MAINTENANCE.rescuer.backstop_interval
+    rescue_batch: int = MAINTENANCE.rescuer.batch
+    heartbeat_staleness: float = MAINTENANCE.rescuer.heartbeat_staleness
+    deadline_grace: float = MAINTENANCE.rescuer.deadline_grace
+    cleanup_interval: float = MAINTENANCE.cleaner.interval
+    cleanup_batch: int = MAINTENANCE.cleaner.batch
+    completed_retention: float = MAINTENANCE.cleaner.completed_retention
+    failed_retention: float = MAINTENANCE.cleaner.failed_retention
     # A queue or kind descriptor no host has refreshed for this long is deleted by the
     # leader (0: never; the Awa SDK's descriptor_retention_days). Each host refreshes its
     # own every descriptor_refresh_interval, or more often for a short retention
     # (descriptor_refresh_every), so descriptors go only with the code that declared them.
-    descriptor_retention: float = 30 * 24 * 3600.0
+    descriptor_retention: float = MAINTENANCE.descriptor_cleaner.retention
     descriptor_refresh_interval: float = 3600.0
-    vacuum_interval: float = 2.0
-    cron_interval: float = 1.0  # how often the leader enqueues periodic jobs that fell due
+    vacuum_interval: float = MAINTENANCE.vacuum.interval
+    cron_interval: float = (
+        MAINTENANCE.periodic.interval
+    )  # how often the leader enqueues periodic jobs that fell due
     # How often the leader folds the counters' deltas into their rollup
     # (awa_fast.maintenance.counts): what a count reads beyond the rollup is at most about
     # two intervals of deltas.
-    count_interval: float = 1.0
-    vacuum_dead_tuples: int = 20_000
-    # Durable batch operations (awa_fast.maintenance.batch): how often the leader looks for
+    count_interval: float = MAINTENANCE.counts.interval
+    vacuum_dead_tuples: int = MAINTENANCE.vacuum.dead_tuples
+    # Durable batch operations (awa_fast.maintenance.batch_ops): how often the leader looks for
     # one, and how many jobs each of its transactions changes. While one has work left,
     # its chunks follow each other at the promote pace instead.
-    batch_interval: float = 1.0
-    batch_chunk: int = 1000
+    batch_interval: float = MAINTENANCE.batch_ops.interval
+    batch_chunk: int = MAINTENANCE.batch_ops.chunk
     dlq: bool = False
     dlq_queues: Mapping[str, bool] = field(default_factory=dict)
     # queue -> seconds an attempt there may run; None: no deadline (the Awa SDK's
     # deadline_duration_ms=0), an attempt's deadline_at is then NULL unless the job has one
     queue_deadlines: Mapping[str, float | None] = field(default_factory=dict)
     queue_retention: Mapping[str, tuple[float, float]] = field(default_factory=dict)
-    # queue -> (max_rate jobs/s, burst) this runner may start (awa_fast.runtime.ratelimit)
+    # queue -> (max_rate jobs/s, burst) this runner may start (awa_fast.runtime.claim.ratelimit)
     queue_rate_limits: Mapping[str, tuple[float, int]] = field(default_factory=dict)
-    # The Awa SDK's weighted mode (awa_fast.runtime.shares): this runner starts at most
+    # The Awa SDK's weighted mode (awa_fast.runtime.claim.shares): this runner starts at most
     # global_max_workers attempts; queue -> (min_workers, weight), each queue's guaranteed
     # minimum and its weight in sharing the rest.
     global_max_workers: int | None = None
@@ -114,6 +116,54 @@ class RunnerConfig:
     # True for every runner of a client made with transaction_pooling=True.
     transaction_pooling: bool = False
     direct_dsn: str | None = field(default=None, repr=False)  # it may hold a password
+
+    def maintenance(self) -> MaintenanceConfig:
+        """The maintenance services' configurations, from the settings that name them."""
+        m = MAINTENANCE
+        return MaintenanceConfig(
+            election_interval=self.election_interval,
+            promoter=replace(m.promoter, interval=self.promote_interval, batch=self.promote_batch),
+            rescuer=replace(
+                m.rescuer,
+                interval=self.rescue_interval,
+                backstop_interval=self.backstop_interval,
+                batch=self.rescue_batch,
+                heartbeat_staleness=self.heartbeat_staleness,
+                deadline_grace=self.deadline_grace,
+                backoff=self.backoff,
+                dlq=self.dlq_params(),
+            ),
+            cleaner=replace(
+                m.cleaner,
+                interval=self.cleanup_interval,
+                batch=self.cleanup_batch,
+                completed_retention=self.completed_retention,
+                failed_retention=self.failed_retention,
+                queue_retention=self.queue_retention,
+            ),
+            descriptor_cleaner=replace(
+                m.descriptor_cleaner,
+                interval=self.cleanup_interval,
+                retention=self.descriptor_retention,
+            ),
+            vacuum=replace(
+                m.vacuum, interval=self.vacuum_interval, dead_tuples=self.vacuum_dead_tuples
+            ),
+            periodic=replace(m.periodic, interval=self.cron_interval),
+            counts=replace(m.counts, interval=self.count_interval),
+            batch_ops=replace(m.batch_ops, interval=self.batch_interval, chunk=self.batch_chunk),
+        )
+
+    def committer(self) -> CommitterConfig:
+        """The committer's configuration, from the settings that name it."""
+        return replace(
+            COMMITTER,
+            batch=self.commit_batch,
+            batch_max=self.commit_batch_max,
+            delay=self.commit_delay,
+            retry_backoff=self.backoff,
+            dlq=self.dlq_params(),
+        )
 
     def dlq_params(self) -> dict[str, Any]:
         """The DLQ policy as job_rescue_many's parameters (it may rescue any queue's jobs)."""
@@ -191,8 +241,9 @@ class RunnerConfig:
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         self._check_direct_dsn()
         self._check_descriptor_retention()
-        for queue, limit in self.queue_rate_limits.items():
-            check_rate_limit(queue, limit)
+        # stored as checked: (float rate, int burst), whatever sequence the caller gave
+        checked = {q: check_rate_limit(q, limit) for q, limit in self.queue_rate_limits.items()}
+        object.__setattr__(self, "queue_rate_limits", checked)
         self._check_weights()
         self._check_worker_limits()
         self._check_queue_settings()

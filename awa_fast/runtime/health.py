@@ -46,7 +46,7 @@ class HealthCheck:
     leader: bool  # this client is the maintenance leader of its database
     queues: Mapping[str, QueueHealth]
     # Not in the SDK's shape: the runtime's long-lived loops that ended by an exception and
-    # wait for their restart (awa_fast.runtime.supervisor).
+    # wait for their restart (awa_fast.runtime.loops).
     loops_down: tuple[str, ...] = ()
 
     @property

@@ -20,7 +20,6 @@ from typing import Any
 
 from awa_fast.errors import ConfigError, ConfigTypeError
 from awa_fast.runtime.config import QueueSpec, RunnerConfig, above_zero, count
-from awa_fast.runtime.ratelimit import check_rate_limit
 
 log = logging.getLogger("awa_fast.runtime.options")
 
@@ -133,7 +132,7 @@ def queue_settings(queues: QueueSpec, config: RunnerConfig) -> dict[str, dict[st
         name = str(entry.get("name"))
         given = {key: value for key, value in entry.items() if value is not None}
         if "rate_limit" in given:
-            settings["queue_rate_limits"][name] = check_rate_limit(name, given["rate_limit"])
+            settings["queue_rate_limits"][name] = given["rate_limit"]  # RunnerConfig checks it
         if "deadline_duration_ms" in given:
             settings["queue_deadlines"][name] = _seconds_or_off(
                 name, "deadline_duration_ms", given["deadline_duration_ms"]

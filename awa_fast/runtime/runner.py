@@ -3,17 +3,18 @@
 One runner serves one client's queues on this host. Its parts each own one concern and
 get their collaborators explicitly (docs/architecture.md has the picture):
 
-* the claimer claims for every worker and dispatches (awa_fast.runtime.claimer);
+* the claimer claims for every worker and dispatches (awa_fast.runtime.claim.claimer);
 * the listener turns NOTIFYs into wake-ups, standby starts and cancel flags, once the rows
-  confirm them (awa_fast.runtime.listener);
+  confirm them (awa_fast.runtime.claim.listener);
 * the heartbeat renews the host and its attempts and recycles ignored cancels
-  (awa_fast.runtime.heartbeat);
+  (awa_fast.runtime.host.heartbeat);
 * the committer thread commits the outcome ring (awa_fast.runtime.committer);
 * maintenance runs the leader's tasks (awa_fast.maintenance);
-* the workers run handlers: this process (awa_fast.runtime.local) or forked processes
-  (awa_fast.runtime.pool), through a narrow :class:`~awa_fast.runtime.context.WorkerContext`.
+* the workers run handlers: this process (awa_fast.runtime.work.local) or forked processes
+  (awa_fast.runtime.work.pool), through a narrow
+  :class:`~awa_fast.runtime.work.context.WorkerContext`.
 
-The long-lived loops are supervised (awa_fast.runtime.supervisor). Readers outside the
+The long-lived loops are restarted when they fail (awa_fast.runtime.loops). Readers outside the
 runtime see a :class:`~awa_fast.runtime.snapshot.Snapshot`.
 """
 
@@ -32,28 +33,29 @@ from awa_fast import descriptors
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db.connections import Database, connect_hot, planner_settings_missing
 from awa_fast.db.migrate import require_migrated
-from awa_fast.db.transitions import Target
+from awa_fast.lifecycle.handlers import Handlers
+from awa_fast.lifecycle.hooks import HookDispatcher
+from awa_fast.lifecycle.transitions import Target
 from awa_fast.maintenance import periodic
 from awa_fast.maintenance.service import Maintenance
+from awa_fast.runtime.capacity import Capacity, Workers
+from awa_fast.runtime.claim.claimer import Claimer, ClaimerConfig, in_flight_by_queue
+from awa_fast.runtime.claim.listener import Listener, ListenerConfig
+from awa_fast.runtime.claim.packwatch import PackWatch
+from awa_fast.runtime.claim.shares import Weights
+from awa_fast.runtime.claim.standby import Standby
 from awa_fast.runtime.claimed import Claimed
-from awa_fast.runtime.claimer import Claimer, ClaimerConfig, in_flight_by_queue
 from awa_fast.runtime.committer import Committer
 from awa_fast.runtime.config import RunnerConfig, count
-from awa_fast.runtime.context import Capacity, WorkerContext, Workers, push_unstarted
-from awa_fast.runtime.flags import CancelFlags
-from awa_fast.runtime.handlers import Handlers
-from awa_fast.runtime.heartbeat import Heartbeat, HeartbeatConfig
-from awa_fast.runtime.hooks import HookDispatcher
-from awa_fast.runtime.host import Host, QueueSettings
-from awa_fast.runtime.listener import Listener, ListenerConfig
-from awa_fast.runtime.local import LocalWorkers
+from awa_fast.runtime.host.flags import CancelFlags
+from awa_fast.runtime.host.heartbeat import Heartbeat, HeartbeatConfig
+from awa_fast.runtime.host.row import Host, QueueSettings
+from awa_fast.runtime.loops import Loops, retry_delay
 from awa_fast.runtime.metrics import serve_metrics
-from awa_fast.runtime.packwatch import PackWatch
-from awa_fast.runtime.pool import EXIT_CAUSES, ForkedWorkers
-from awa_fast.runtime.shares import Weights
 from awa_fast.runtime.snapshot import LIVE, Snapshot
-from awa_fast.runtime.standby import Standby
-from awa_fast.runtime.supervisor import Supervisor, retry_delay
+from awa_fast.runtime.work.context import WorkerContext, push_unstarted
+from awa_fast.runtime.work.local import LocalWorkers
+from awa_fast.runtime.work.pool import EXIT_CAUSES, ForkedWorkers
 
 log = logging.getLogger("awa_fast.runner")
 PLANNER_SETTINGS_MISSING = "behind the transaction pooler, hot planner settings are not in effect"
@@ -90,7 +92,7 @@ class Runner:
             queues=self._host_queues(),
         )
         self._stopping = False
-        self.supervisor = Supervisor(lambda: self._stopping)
+        self.loops = Loops(lambda: self._stopping)
         self.flags = CancelFlags(self.inflight, workers=workers, on_ended=self._wake)
         self.workers: Workers = self._workers(processes)
         self.claimer = self._claimer()
@@ -111,7 +113,9 @@ class Runner:
             descriptors=[*handlers.queue_descriptors.values(), *handlers.kind_descriptors.values()],
         )
         self.committer = self._committer()
-        self.maintenance = Maintenance(database, config, handlers, self.hooks)
+        self.maintenance = Maintenance(
+            database, config.maintenance(), followups=handlers.followups, hooks=self.hooks
+        )
         self._commit_stop = threading.Event()
         self._commit_thread: threading.Thread | None = None
         self._claimers: list[asyncio.Task[None]] = []
@@ -172,11 +176,7 @@ class Runner:
             registry=self.handlers.registry,
             followups=self.handlers.followups,
             hooks=self.hooks,
-            batch_size=config.commit_batch,
-            batch_limit=config.commit_batch_max,
-            max_delay=config.commit_delay,
-            retry_backoff=config.backoff,
-            dlq_params=config.dlq_params(),
+            config=config.committer(),
             on_drain=self._capacity_freed,
             inflight=self.inflight,
         )
@@ -255,7 +255,7 @@ class Runner:
     def _loops_down(self) -> tuple[str, ...]:
         """The supervised loops down now, the committer if its thread has ended before the
         stop, and the workers' fork server once it has ended."""
-        down = set(self.supervisor.down) | set(self.workers.down)
+        down = set(self.loops.down) | set(self.workers.down)
         thread = self._commit_thread
         if thread is not None and not thread.is_alive() and not self._stopping:
             down.add("committer")
@@ -293,14 +293,14 @@ class Runner:
         self.hooks.start()
         stop = self._commit_stop
         self._commit_thread = threading.Thread(
-            target=self.supervisor.run_thread,
+            target=self.loops.run_thread,
             args=("committer", lambda: self.committer.run(stop), stop),
             name="awa-fast-committer",
             daemon=True,
         )
         self._commit_thread.start()
         self.claimer.wake()  # claim what is already waiting at once
-        run, stopping = self.supervisor.run, lambda: self._stopping
+        run, stopping = self.loops.run, lambda: self._stopping
         self._claimers = [
             asyncio.create_task(run(f"claimer {n}", self.claimer.loop(conn)))
             for n, conn in enumerate(claim_conns)
@@ -338,7 +338,7 @@ class Runner:
 
     async def _register(self) -> None:
         """The periodic jobs and descriptors registered on its client, on one connection,
-        then this host's row, on the host's own (awa_fast.runtime.host)."""
+        then this host's row, on the host's own (awa_fast.runtime.host.row)."""
         async with await psycopg.AsyncConnection.connect(
             self.database.dsn,
             autocommit=True,
@@ -374,7 +374,9 @@ class Runner:
         self._commit_stop.set()
         if self._commit_thread is not None:
             # Bounded: a committer retrying a lost database must not hold the process.
-            await asyncio.to_thread(self._commit_thread.join, 2 * self.committer.flush_timeout)
+            await asyncio.to_thread(
+                self._commit_thread.join, 2 * self.committer.config.flush_timeout
+            )
             if self._commit_thread.is_alive():
                 log.error("committer still busy at shutdown; unflushed jobs are left to rescue")
         if not self.inflight.running()[0]:

@@ -17,11 +17,11 @@ from typing import Any, Protocol
 import uvloop
 
 from awa_fast.db.connections import Database
-from awa_fast.runtime import collector
+from awa_fast.lifecycle.handlers import Handlers
 from awa_fast.runtime.config import QueueSpec, parse_queues
-from awa_fast.runtime.handlers import Handlers
 from awa_fast.runtime.options import runner_config
 from awa_fast.runtime.runner import Runner
+from awa_fast.runtime.work import collector
 
 log = logging.getLogger("awa_fast.serve")
 FORCED_EXIT = 1

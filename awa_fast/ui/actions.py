@@ -17,7 +17,8 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 
-from awa_fast import admin, batch, validation
+from awa_fast import admin, validation
+from awa_fast import batch_ops as batch
 from awa_fast.admin import Op
 from awa_fast.errors import UniqueConflict, ValidationError
 from awa_fast.types import JobRow

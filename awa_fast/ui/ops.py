@@ -129,7 +129,7 @@ def finished(*, since: float | None, window_s: int, bucket_s: int) -> Op[Finishe
 @dataclass(frozen=True, slots=True)
 class Host:
     """A supervisor's row in awa_fast.hosts: its heartbeat's age in seconds, how it serves
-    each queue (runtime/host.py's QueueSettings), its running attempts by queue, and
+    each queue (runtime/host/row.py's QueueSettings), its running attempts by queue, and
     whether it holds the leader's term."""
 
     id: int
@@ -176,6 +176,6 @@ def _host(row: dict[str, Any], current: Leader) -> Host:
 
 def holds(host_name: str, holder: str | None) -> bool:
     """Whether the leader's ``holder`` is the process of ``host_name``: a host is named
-    "machine:pid" (runtime/host.py), a holder "machine pid PID id" (maintenance/leader.py)."""
+    "machine:pid" (runtime/host/row.py), a holder "machine pid PID id" (maintenance/leader.py)."""
     machine, _, pid = host_name.rpartition(":")
     return holder is not None and holder.startswith(f"{machine} pid {pid} ")

@@ -14,7 +14,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from awa_fast import admin, batch, cron, validation
+from awa_fast import admin, cron, validation
+from awa_fast import batch_ops as batch
 from awa_fast.errors import AwaError, ValidationError
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.types import JOB_STATES

@@ -11,7 +11,7 @@ import psycopg
 import awa_fast
 from awa_fast import admin
 from awa_fast.db.queries import Q
-from awa_fast.maintenance.periodic import periodic_job
+from awa_fast.lifecycle.schedules import periodic_job
 
 
 @dataclass

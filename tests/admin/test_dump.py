@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 import awa_fast
-from awa_fast.db.transitions import Backoff
+from awa_fast.lifecycle.transitions import Backoff
 from tests.factories import finish_jobs, insert_followup, insert_job
 from tests.helpers import run, run_until, states
 

@@ -13,12 +13,9 @@ from psycopg.rows import dict_row
 
 import awa_fast
 from awa_fast import admin
-from awa_fast.db.connections import Database
-from awa_fast.maintenance.service import Maintenance
-from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.hooks import HookDispatcher
 from tests.factories import finish_jobs
 from tests.helpers import blocked_call, job, leading, run
+from tests.maintenance.support import maintenance as build_maintenance
 
 LONG_AGO = (datetime.now(UTC) - timedelta(days=30)).isoformat()
 
@@ -40,23 +37,12 @@ def _sealed(conn: Any) -> dict[str, object]:
 OWN_RETENTION = {"q": (3600.0, 3600.0)}  # queue q's jobs go by DELETE, a row at a time
 
 
-def _maintenance(dsn: str, **config: Any) -> Maintenance:
-    """The leader's maintenance steps, with ``config``'s settings (retention among them)."""
-    client = awa_fast.Client(dsn)
-    return Maintenance(
-        Database(dsn),
-        RunnerConfig(**config),
-        client.handlers,
-        HookDispatcher(client.handlers.hooks),
-    )
-
-
 def _clean(dsn: str, **config: Any) -> int:
     """The leader's retention step (the cleaner's run_once), on a connection of its own."""
 
     async def clean() -> int:
         async with (
-            leading(_maintenance(dsn, **config)) as maintenance,
+            leading(build_maintenance(dsn, **config)) as maintenance,
             await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn,
         ):
             return await maintenance.cleaner.run_once(conn)
@@ -187,7 +173,7 @@ def test_a_failed_job_retention_deletes_while_a_retry_waits_is_matched_not_retri
 
     async def clean_and_race() -> list[object]:
         async with (
-            leading(_maintenance(dsn, queue_retention=OWN_RETENTION)) as maintenance,
+            leading(build_maintenance(dsn, queue_retention=OWN_RETENTION)) as maintenance,
             await psycopg.AsyncConnection.connect(dsn) as holder,
         ):
             await holder.execute("SELECT 1")  # the transaction the delete waits in

@@ -16,13 +16,10 @@ import pytest
 
 import awa_fast
 from awa_fast import LeaseLost, RetryAfter
-from awa_fast.db.connections import Database
-from awa_fast.maintenance.service import Maintenance
-from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.hooks import HookDispatcher
 from tests.factories import insert_job
 from tests.helpers import await_until, leading, lock_waiters, run
 from tests.helpers import job as row_of
+from tests.maintenance.support import maintenance as build_maintenance
 
 PROCESSES = pytest.mark.parametrize("processes", [None, 2], ids=["in-process", "forked"])
 
@@ -30,13 +27,6 @@ PROCESSES = pytest.mark.parametrize("processes", [None, 2], ids=["in-process", "
 @dataclass
 class Order:
     n: int
-
-
-def _maintenance(dsn: str, **config: Any) -> Maintenance:
-    handlers = awa_fast.Client(dsn).handlers
-    return Maintenance(
-        Database(dsn), RunnerConfig(**config), handlers, HookDispatcher(handlers.hooks)
-    )
 
 
 def _waiting_on(dsn: str, job_id: int, *, other_than: str | None = None) -> str | None:
@@ -360,7 +350,7 @@ def test_the_rescues_leave_a_waiting_handler_alone(dsn: str, conn: psycopg.Conne
         " deadline_at = now() - interval '1 hour' WHERE id = %s",
         (waiting,),
     )
-    maintenance = _maintenance(dsn, heartbeat_staleness=1.0, deadline_grace=1.0)
+    maintenance = build_maintenance(dsn, heartbeat_staleness=1.0, deadline_grace=1.0)
 
     async def rescue() -> dict[str, int]:
         async with (
@@ -405,7 +395,7 @@ def test_resume_races_its_rivals_and_exactly_one_wins(
     nothing."""
     job_id = _waiting_job(conn, timeout="-1 second")  # timed out, not swept yet
     callback_id = str(row_of(dsn, job_id)["callback_id"])
-    maintenance = _maintenance(dsn)
+    maintenance = build_maintenance(dsn)
 
     async def race() -> dict[str, bool]:
         async with (

@@ -17,10 +17,10 @@ import pytest
 
 import awa_fast
 from awa_fast._core import Batcher, OutcomeRing
-from awa_fast.db import transitions as tr
 from awa_fast.db.connections import connect_hot
-from awa_fast.runtime.committer import Committer
-from awa_fast.runtime.hooks import HookDispatcher
+from awa_fast.lifecycle import transitions as tr
+from awa_fast.lifecycle.hooks import HookDispatcher
+from awa_fast.runtime.committer import Committer, CommitterConfig
 from awa_fast.worker import UNKNOWN_KIND
 from tests.factories import insert_job
 from tests.helpers import job
@@ -110,7 +110,9 @@ def test_stop_gives_up_behind_a_stopped_producer(
     job_id = running_job(conn)
     push_lost(ring, job_id)
     with caplog.at_level(logging.ERROR, logger="awa_fast.committer"):
-        run_stopped(committer_for(client, ring, flush_timeout=0.5), within=20.0)
+        run_stopped(
+            committer_for(client, ring, config=CommitterConfig(flush_timeout=0.5)), within=20.0
+        )
     assert "ring slots unflushed" in caplog.text
     # A live producer's slot is never taken from it: the record behind it waits for rescue.
     assert (ring.skipped, len(ring)) == (0, 2)

@@ -12,7 +12,7 @@ import psycopg
 
 import awa_fast
 from awa_fast import RetryAfter, TerminalError, WaitForCallback, producer_sync
-from awa_fast.db.transitions import Backoff
+from awa_fast.lifecycle.transitions import Backoff
 from awa_fast.types import InsertRequest
 from tests.factories import JOB_TABLES, insert_job
 from tests.helpers import (

@@ -18,7 +18,7 @@ from psycopg import conninfo
 import awa_fast
 from awa_fast import InsertRequest, ValidationError
 from awa_fast.bridge import insert_job, insert_job_sync
-from awa_fast.maintenance.periodic import periodic_job
+from awa_fast.lifecycle.schedules import periodic_job
 from awa_fast.producer import PACK_MIN_JOBS
 from tests.helpers import run, states
 

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from awa_fast import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
-from awa_fast.db import transitions as tr
-from awa_fast.db.transitions import Outcome, Target
+from awa_fast.lifecycle import transitions as tr
+from awa_fast.lifecycle.transitions import Outcome, Target
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from psycopg.types.json import Jsonb
 
 from awa_fast.db.connections import Database
 from awa_fast.db.queries import Q
-from awa_fast.runtime.claimer import connect_claimer
-from awa_fast.runtime.standby import Standby
+from awa_fast.runtime.claim.claimer import connect_claimer
+from awa_fast.runtime.claim.standby import Standby
 from tests.factories import insert_job
 from tests.helpers import run
 

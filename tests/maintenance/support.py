@@ -13,17 +13,17 @@ import psycopg
 import awa_fast
 from awa_fast.db.connections import Database
 from awa_fast.db.queries import Q
+from awa_fast.lifecycle.followups import FollowupRegistry
+from awa_fast.lifecycle.hooks import HookDispatcher, HookRegistry
+from awa_fast.lifecycle.schedules import periodic_job
 from awa_fast.maintenance.leader import Leader
-from awa_fast.maintenance.periodic import periodic_job
 from awa_fast.maintenance.rescuer import Rescuer, RescuerConfig
 from awa_fast.maintenance.service import Maintenance
 from awa_fast.maintenance.stats import MaintenanceStats
 from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.followups import FollowupRegistry
-from awa_fast.runtime.hooks import HookDispatcher, HookRegistry
 from tests.factories import insert_job
 from tests.helpers import await_until, run
-from tests.runtime.pool.app import Step
+from tests.runtime.work.pool.app import Step
 
 T = TypeVar("T")
 Conn = psycopg.AsyncConnection[Any]
@@ -96,9 +96,9 @@ def maintenance(dsn: str, **config: Any) -> Maintenance:
     client = awa_fast.Client(dsn)
     return Maintenance(
         Database(dsn),
-        RunnerConfig(**config),
-        client.handlers,
-        HookDispatcher(client.handlers.hooks),
+        RunnerConfig(**config).maintenance(),
+        followups=client.handlers.followups,
+        hooks=HookDispatcher(client.handlers.hooks),
     )
 
 

@@ -14,7 +14,7 @@ from awa_fast.db.connections import Database
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.leader import Leader
 from awa_fast.maintenance.rescuer import GIVEN_BACK, GONE, STALE
-from awa_fast.runtime.host import Host
+from awa_fast.runtime.host.row import Host
 from tests.factories import insert_job
 from tests.helpers import job, run
 from tests.maintenance.support import (

@@ -21,8 +21,8 @@ from awa_fast.maintenance.leader import FENCE_KEY, Deposed, Leader
 from awa_fast.maintenance.service import Maintenance
 from tests.helpers import await_until, job, leading, lock_waiters, run, wait_until
 from tests.maintenance.support import STALENESS, maintenance, until_up, work_for_every_pass
-from tests.runtime.pool.app import Step
-from tests.runtime.pool.conftest import Serve
+from tests.runtime.work.pool.app import Step
+from tests.runtime.work.pool.conftest import Serve
 
 # Every table a maintenance pass writes.
 TABLES = (
@@ -41,7 +41,7 @@ STEPS: dict[str, Step_] = {
     "promote": lambda m, c, now: m.promoter.run_once(c),
     "rescue": lambda m, c, now: m.rescuer.run_once(c),
     "clean": lambda m, c, now: m.cleaner.run_once(c),
-    "cron": lambda m, c, now: m.cron.run_once(c, now=now),
+    "periodic": lambda m, c, now: m.periodic.run_once(c, now=now),
     "batch": lambda m, c, now: m.batch_ops.run_once(c),
 }
 

@@ -15,8 +15,8 @@ import pytest
 import awa_fast
 from awa_fast.db.queries import Q
 from awa_fast.errors import ConfigError, ValidationError
+from awa_fast.lifecycle.schedules import PeriodicJob, periodic_job
 from awa_fast.maintenance import periodic
-from awa_fast.maintenance.periodic import periodic_job
 from tests.helpers import await_until, run
 
 
@@ -25,7 +25,7 @@ class Report:
     name: str
 
 
-def _register(dsn: str, *jobs: periodic.PeriodicJob) -> None:
+def _register(dsn: str, *jobs: PeriodicJob) -> None:
     async def main() -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await periodic.register(conn, list(jobs))

@@ -12,9 +12,9 @@ import pytest
 import awa_fast
 from awa_fast.db.connections import IdMap
 from awa_fast.db.queries import Q
+from awa_fast.lifecycle.hooks import HookDispatcher
 from awa_fast.maintenance.leader import Leader
 from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.hooks import HookDispatcher
 from tests.factories import finish_jobs, insert_job, insert_running, record_emptied_statistics
 from tests.helpers import job, run
 from tests.maintenance.support import make_rescuer, one_pass, rescue_once, set_columns

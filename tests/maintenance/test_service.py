@@ -11,11 +11,12 @@ import psycopg
 from awa_fast.maintenance.batch_ops import BatchOpsConfig
 from awa_fast.maintenance.cleaner import CleanerConfig
 from awa_fast.maintenance.counts import CountsConfig
-from awa_fast.maintenance.cron import CronConfig
 from awa_fast.maintenance.descriptor_cleaner import DescriptorCleanerConfig
+from awa_fast.maintenance.periodic import PeriodicConfig
 from awa_fast.maintenance.promoter import PromoterConfig
 from awa_fast.maintenance.rescuer import RescuerConfig
-from awa_fast.maintenance.service import ServiceConfigs, service_configs
+from awa_fast.maintenance.rings import RingsConfig
+from awa_fast.maintenance.service import MaintenanceConfig
 from awa_fast.maintenance.vacuum import VacuumConfig
 from awa_fast.runtime.config import RunnerConfig
 from tests.helpers import await_until, cancel_while_connecting, lock_waiters, run, sessions
@@ -24,43 +25,45 @@ from tests.maintenance.support import STALENESS, maintenance, until_up, work_for
 
 def test_each_services_defaults_are_the_runners() -> None:
     """A service built alone behaves as a runner with default settings builds it."""
-    assert service_configs(RunnerConfig()) == ServiceConfigs(
-        PromoterConfig(),
-        RescuerConfig(),
-        CleanerConfig(),
-        DescriptorCleanerConfig(),
-        VacuumConfig(),
-        CronConfig(),
-        BatchOpsConfig(),
-        CountsConfig(),
+    assert RunnerConfig().maintenance() == MaintenanceConfig(
+        election_interval=1.0,
+        promoter=PromoterConfig(),
+        rescuer=RescuerConfig(),
+        cleaner=CleanerConfig(),
+        descriptor_cleaner=DescriptorCleanerConfig(),
+        vacuum=VacuumConfig(),
+        rings=RingsConfig(),
+        periodic=PeriodicConfig(),
+        counts=CountsConfig(),
+        batch_ops=BatchOpsConfig(),
     )
 
 
 def test_each_runner_setting_reaches_its_service() -> None:
-    configs = service_configs(
-        RunnerConfig(
-            promote_interval=0.5,
-            promote_batch=7,
-            rescue_interval=2.0,
-            backstop_interval=9.0,
-            rescue_batch=11,
-            heartbeat_staleness=13.0,
-            deadline_grace=3.0,
-            dlq_queues={"dl": True},
-            cleanup_interval=17.0,
-            cleanup_batch=19,
-            completed_retention=23.0,
-            failed_retention=29.0,
-            queue_retention={"audit": (31.0, 37.0)},
-            descriptor_retention=41.0,
-            vacuum_interval=43.0,
-            vacuum_dead_tuples=47,
-            cron_interval=53.0,
-            batch_interval=59.0,
-            batch_chunk=61,
-            count_interval=67.0,
-        )
-    )
+    configs = RunnerConfig(
+        promote_interval=0.5,
+        promote_batch=7,
+        rescue_interval=2.0,
+        backstop_interval=9.0,
+        rescue_batch=11,
+        heartbeat_staleness=13.0,
+        deadline_grace=3.0,
+        dlq_queues={"dl": True},
+        cleanup_interval=17.0,
+        cleanup_batch=19,
+        completed_retention=23.0,
+        failed_retention=29.0,
+        queue_retention={"audit": (31.0, 37.0)},
+        descriptor_retention=41.0,
+        vacuum_interval=43.0,
+        vacuum_dead_tuples=47,
+        cron_interval=53.0,
+        batch_interval=59.0,
+        batch_chunk=61,
+        count_interval=67.0,
+        election_interval=71.0,
+    ).maintenance()
+    assert configs.election_interval == 71.0
     assert configs.promoter == PromoterConfig(interval=0.5, batch=7)
     assert configs.rescuer == RescuerConfig(
         interval=2.0,
@@ -79,7 +82,7 @@ def test_each_runner_setting_reaches_its_service() -> None:
     )
     assert configs.descriptor_cleaner == DescriptorCleanerConfig(interval=17.0, retention=41.0)
     assert configs.vacuum == VacuumConfig(interval=43.0, dead_tuples=47)
-    assert configs.cron == CronConfig(interval=53.0)
+    assert configs.periodic == PeriodicConfig(interval=53.0)
     assert configs.batch_ops == BatchOpsConfig(interval=59.0, chunk=61)
     assert configs.counts == CountsConfig(interval=67.0)
 

@@ -16,11 +16,11 @@ import pytest
 
 import awa_fast
 from awa_fast._core import Batcher, OutcomeRing
-from awa_fast.db import transitions as tr
 from awa_fast.db.connections import Database, connect_hot
 from awa_fast.db.queries import Q
-from awa_fast.runtime.committer import Committer
-from awa_fast.runtime.hooks import Event, EventType, HookDispatcher
+from awa_fast.lifecycle import transitions as tr
+from awa_fast.lifecycle.hooks import Event, EventType, HookDispatcher
+from awa_fast.runtime.committer import Committer, CommitterConfig
 from awa_fast.types import InsertRequest
 from awa_fast.worker import UNKNOWN_KIND
 from tests.factories import insert_job
@@ -496,8 +496,7 @@ def test_a_backlog_commits_in_batches_as_large_as_the_limit(
         registry=handlers.registry,
         followups=handlers.followups,
         hooks=HookDispatcher(handlers.hooks),
-        batch_size=4,
-        batch_limit=10,
+        config=CommitterConfig(batch=4, batch_max=10),
     )
     for i in ids:
         committer.ring.push(i, 1, int(tr.Target.COMPLETED), 0, 0.0, b"")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from awa_fast.runtime.worker_process import _forget_import_locks
+from awa_fast.runtime.work.worker_process import _forget_import_locks
 
 ENTERED = threading.Event()
 RELEASE = threading.Event()

@@ -17,7 +17,7 @@ import awa_fast
 from awa_fast.errors import ConfigError
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.metrics import METRICS, serve_metrics
-from awa_fast.runtime.pool import EXIT_CAUSES
+from awa_fast.runtime.work.pool import EXIT_CAUSES
 from awa_fast.telemetry.readings import Readings
 from tests.factories import insert_job
 from tests.helpers import (

@@ -25,8 +25,8 @@ from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.runner import PLANNER_SETTINGS_MISSING
 from tests.helpers import await_until, job, run, states, wait_until
 from tests.pgbouncer import PgBouncer
-from tests.runtime.pool.conftest import Serve
 from tests.runtime.pooled_app import Flush, FlushSync
+from tests.runtime.work.pool.conftest import Serve
 
 NOT_LISTENING = "not listening: the database URL goes through a transaction pooler"
 

@@ -14,16 +14,16 @@ import pytest
 import awa_fast
 from awa_fast._core import InFlight
 from awa_fast.db.connections import Database
+from awa_fast.lifecycle.hooks import HookDispatcher, HookRegistry
+from awa_fast.runtime.capacity import Capacity
+from awa_fast.runtime.claim.claimer import Claimer, ClaimerConfig, connect_claimer
+from awa_fast.runtime.claim.listener import Listener, ListenerConfig
+from awa_fast.runtime.claim.packwatch import PackWatch
 from awa_fast.runtime.claimed import Claimed, Delivered
-from awa_fast.runtime.claimer import Claimer, ClaimerConfig, connect_claimer
 from awa_fast.runtime.config import RunnerConfig
-from awa_fast.runtime.context import Capacity
-from awa_fast.runtime.flags import CancelFlags
-from awa_fast.runtime.heartbeat import Heartbeat, HeartbeatConfig
-from awa_fast.runtime.hooks import HookDispatcher, HookRegistry
-from awa_fast.runtime.host import Host
-from awa_fast.runtime.listener import Listener, ListenerConfig
-from awa_fast.runtime.packwatch import PackWatch
+from awa_fast.runtime.host.flags import CancelFlags
+from awa_fast.runtime.host.heartbeat import Heartbeat, HeartbeatConfig
+from awa_fast.runtime.host.row import Host
 from tests.helpers import cancel_while_connecting, job, run
 
 

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 import awa_fast
 from awa_fast.db.queries import Q
-from awa_fast.maintenance.periodic import periodic_job
+from awa_fast.lifecycle.schedules import periodic_job
 from awa_fast.ui import BasicAuth, create_app
 from awa_fast.ui.actions import ACTIONS, safe_next
 from tests.admin.test_catalog import Report

@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 
 import awa_fast
 from awa_fast.db.queries import Q
-from awa_fast.maintenance.periodic import periodic_job
+from awa_fast.lifecycle.schedules import periodic_job
 from tests.admin.test_catalog import Report
 from tests.factories import finish_jobs, insert_followup, insert_job
 from tests.ui.conftest import get

@@ -1,5 +1,5 @@
--- Named queries of durable batch operations (awa_fast.batch: the clients' side;
--- awa_fast.maintenance.batch: the leader's). Which jobs an operation selects is defined
+-- Named queries of durable batch operations (awa_fast.batch_ops: the clients' side;
+-- awa_fast.maintenance.batch_ops: the leader's). Which jobs an operation selects is defined
 -- once, by awa_fast.batch_operation_targets (migration 0012).
 
 -- name: batch_operation_preview

@@ -16,7 +16,7 @@ j.deadline_at
 
 -- name: job_claim_rows
 -- job_claim_batch for a queue that holds no packs, as far as the runner has heard
--- (awa_fast.runtime.packwatch): jobs_hot's available rows alone, in claim order. Its plan
+-- (awa_fast.runtime.claim.packwatch): jobs_hot's available rows alone, in claim order. Its plan
 -- runs none of the pack scan (benches/RESULTS.md, "Design measurements").
 SELECT * FROM awa_fast.claim_jobs(%(queue)s, %(limit)s::integer, %(host_id)s::bigint,
                                   %(deadline_s)s::float8, NULL, false);

@@ -2,7 +2,7 @@
 //!
 //! See `awa_fast/_core.pyi` for the Python API; each module documents its own design.
 
-pub mod batch;
+pub mod batcher;
 pub mod callback;
 pub mod cel;
 pub mod inflight;

@@ -12,12 +12,14 @@
 //! Steps are interleaved whole: the orderings inside a step are the subject of the module
 //! docs' memory-ordering argument, not of this check.
 
+use super::process::fake_process;
 use super::*;
 use std::cell::RefCell;
 use std::panic;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
+use std::time::Instant;
 
 /// Where a model producer waits for the explorer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

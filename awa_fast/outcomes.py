@@ -58,8 +58,8 @@ class Cancel:
 
 @dataclass(frozen=True, slots=True)
 class CallbackToken:
-    """Returned by :meth:`Job.register_callback`; hand ``id`` to the external system and
-    return ``WaitForCallback(token)`` from the handler."""
+    """Returned by :meth:`awa_fast.worker.Job.register_callback`; hand ``id`` to the
+    external system and return ``WaitForCallback(token)`` from the handler."""
 
     id: str
     timeout_seconds: float = DEFAULT_CALLBACK_TIMEOUT

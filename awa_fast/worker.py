@@ -46,6 +46,9 @@ class AttemptWrites(Protocol):
         self, job_id: int, run_lease: int, callback_id: str, cancelled: Callable[[], bool]
     ) -> tuple[Any, datetime | None]: ...
 
+    async def close(self) -> None:
+        """Its connections, closed by the worker that made it, when the worker ends."""
+
 
 POSTGRES_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 

@@ -90,7 +90,7 @@ class Maintenance:
         self.descriptor_cleaner = DescriptorCleaner(
             leader=leader, stats=stats, config=config.descriptor_cleaner
         )
-        self.vacuum = Vacuum(leader=leader, stats=stats, config=config.vacuum)
+        self.vacuum = Vacuum(stats=stats, config=config.vacuum)
         self.rings = Rings(leader=leader, stats=stats, config=config.rings)
         self.periodic = Periodic(leader=leader, stats=stats, config=config.periodic)
         self.counts = Counts(leader=leader, stats=stats, config=config.counts)

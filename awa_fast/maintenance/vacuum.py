@@ -19,7 +19,6 @@ import psycopg
 
 from awa_fast.db.queries import Q
 from awa_fast.maintenance.base import Service
-from awa_fast.maintenance.leader import Leader
 from awa_fast.maintenance.stats import MaintenanceStats
 
 log = logging.getLogger("awa_fast.maintenance")
@@ -39,8 +38,9 @@ class Vacuum(Service[VacuumConfig]):
 
     name = "vacuum"
 
-    def __init__(self, *, leader: Leader, stats: MaintenanceStats, config: VacuumConfig) -> None:
-        super().__init__(leader=leader, stats=stats, config=config)
+    def __init__(self, *, stats: MaintenanceStats, config: VacuumConfig) -> None:  # no term
+        self.stats = stats
+        self.config = config
         self._vacuumed_at: dict[str, str] = {}  # table -> the oldest xid held at its VACUUM
         self._reported: str | None = None  # the oldest xid last warned of
 

@@ -107,7 +107,7 @@ def test_a_frequent_step_fences_only_when_it_has_work(
     has work; each does its work once the lock is let go."""
     looking: dict[str, Step_] = {
         "promote": lambda m, c, now: m.promoter.step(c),  # the leader's round calls this
-        **{name: STEPS[name] for name in ("rescue", "cron", "batch")},
+        **{name: STEPS[name] for name in ("rescue", "periodic", "batch")},
     }
     # its term outlasts the test
     leader_of = maintenance(dsn, election_interval=60.0, heartbeat_staleness=STALENESS)
@@ -134,7 +134,7 @@ def test_a_frequent_step_fences_only_when_it_has_work(
 
     with psycopg.connect(dsn, autocommit=True) as fence:
         done = run(main(fence))
-    assert done["cron"] == 1
+    assert done["periodic"] == 1
     scheduled = "SELECT count(*) FROM awa_fast.jobs_deferred WHERE state = 'scheduled'"
     assert conn.execute(scheduled).fetchone() == (0,)  # promoted
     assert done["rescue"] == {"host_take_dead": 1, "job_select_stale": 1}

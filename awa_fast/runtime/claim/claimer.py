@@ -1,6 +1,6 @@
 """The claimer: claim loops, capacity reservation, rate limits, dispatch, standby starts.
 
-Capacity lives in the in-flight table (:class:`~awa_fast.runtime.work.context.Capacity`). A
+Capacity lives in the in-flight table (:class:`~awa_fast.runtime.capacity.Capacity`). A
 claim reserves units from the least-loaded workers first, and a handler returning
 releases its unit before its commit lands. Up to ``claimers`` loops claim at once, each on
 its own connection, so one flushes while the next is planned; only one idle loop at a time

@@ -19,8 +19,7 @@ from awa_fast._core import InFlight
 from awa_fast.codec import ENCODE_ERRORS, check_storable, decode_json
 from awa_fast.lifecycle import transitions as tr
 from awa_fast.runtime.claimed import Claimed, Delivered, json_text
-from awa_fast.runtime.work.attempt_writer import AttemptWriter
-from awa_fast.worker import Handler, Job, Registry
+from awa_fast.worker import AttemptWrites, Handler, Job, Registry
 
 log = logging.getLogger("awa_fast.executor")
 
@@ -60,7 +59,7 @@ class Executor:
     sink: OutcomeSink
     flags: CancelFlags
     backoff: tr.Backoff
-    writer: AttemptWriter
+    writer: AttemptWrites  # the runtime's AttemptWriter, or a test's stand-in
     threads: ThreadPool | None = None
     dlq_queues: frozenset[str] = frozenset()
 

@@ -1,7 +1,7 @@
 """Which of a worker's delivered jobs start now, and which wait their turn.
 
 A worker holds up to its share of a queue's concurrency plus its prefetch
-(:class:`~awa_fast.runtime.work.context.Capacity`), and runs at most its share at once: the rest
+(:class:`~awa_fast.runtime.capacity.Capacity`), and runs at most its share at once: the rest
 wait here unstarted, so that a worker whose handler returns starts the next job at once,
 without waiting for a claim. A waiting job whose cancel flag is set by the time its turn
 comes (cancelled, rescued, no longer owned) is given back, never started. Where the

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from awa_fast.errors import ConfigError, ConfigTypeError
-from awa_fast.runtime.claim.ratelimit import TokenBucket, check_rate_limit
+from awa_fast.runtime.claim.ratelimit import TokenBucket
+from awa_fast.validation import check_rate_limit
 
 
 def test_a_bucket_starts_full_and_refills_at_its_rate_up_to_its_burst() -> None:

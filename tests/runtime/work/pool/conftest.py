@@ -15,7 +15,7 @@ import pytest
 
 from awa_fast.localpg import LocalCluster
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]  # the repository: tests/runtime/work/pool/
 
 
 class Serve:

@@ -15,10 +15,7 @@ unfinished AS (
     SELECT * FROM hot UNION ALL SELECT * FROM deferred
 ),
 cancelled AS (
-    INSERT INTO awa_fast.jobs_done (
-        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-        attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-        callback_id, callback_result, deadline_seconds, parent_id)
+    -- include: into_done
     SELECT id, kind, queue, args, 'cancelled', priority, attempt, max_attempts, run_at,
            created_at, attempted_at, now(), run_lease,
            errors || jsonb_build_array(jsonb_build_object(
@@ -233,10 +230,7 @@ deferred AS (
 waiting AS (
     SELECT * FROM hot UNION ALL SELECT * FROM deferred
 )
-INSERT INTO awa_fast.jobs_done (
-    id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-    attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-    callback_id, callback_result, deadline_seconds, parent_id)
+-- include: into_done
 SELECT id, kind, queue, args, 'cancelled', priority, attempt, max_attempts, run_at,
        created_at, attempted_at, now(), run_lease,
        errors || jsonb_build_array(jsonb_build_object(
@@ -353,10 +347,7 @@ WITH moved AS (
       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
     RETURNING *
 )
-INSERT INTO awa_fast.dlq (
-    id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-    attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-    deadline_seconds, parent_id, dlq_reason)
+-- include: into_dlq
 SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at, created_at,
        attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
        deadline_seconds, parent_id, %(reason)s

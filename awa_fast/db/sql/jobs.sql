@@ -3,6 +3,20 @@
 -- Every statement that finishes an attempt matches (id, run_lease, state = 'running'):
 -- zero rows means the attempt is stale and its outcome is dropped.
 
+-- fragment: into_done
+-- A finished job's row into jobs_done, every column a statement that finishes jobs names.
+INSERT INTO awa_fast.jobs_done (
+    id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+    attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
+    callback_id, callback_result, deadline_seconds, parent_id)
+
+-- fragment: into_dlq
+-- A failed job's row into the dead-letter queue.
+INSERT INTO awa_fast.dlq (
+    id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
+    attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
+    deadline_seconds, parent_id, dlq_reason)
+
 -- fragment: claim_columns
 -- A started attempt's row as the executor reads it (claims return it, standby_collect
 -- selects it). Empty metadata and errors (most jobs' first attempt) come back as NULL:
@@ -109,10 +123,7 @@ WITH finished AS (
       AND j.run_lease = (%(leases)s::jsonb ->> j.id::text)::bigint
     RETURNING j.*
 )
-INSERT INTO awa_fast.jobs_done (
-    id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-    attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-    callback_id, callback_result, deadline_seconds, parent_id)
+-- include: into_done
 SELECT id, kind, queue, args, 'completed', priority, attempt, max_attempts, run_at,
        created_at, attempted_at, now(), run_lease, errors, metadata, tags, NULL,
        unique_key, callback_id, callback_result, deadline_seconds, parent_id
@@ -184,10 +195,7 @@ settled AS (
     FROM moved
 ),
 finished AS (
-    INSERT INTO awa_fast.jobs_done (
-        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-        attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-        callback_id, callback_result, deadline_seconds, parent_id)
+    -- include: into_done
     SELECT id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
            attempted_at, now(), run_lease, errors, metadata, tags, progress, unique_key,
            callback_id, callback_result, deadline_seconds, parent_id
@@ -207,10 +215,7 @@ deferred AS (
     RETURNING id, state, attempt, run_at
 ),
 buried AS (
-    INSERT INTO awa_fast.dlq (
-        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-        attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-        deadline_seconds, parent_id, dlq_reason)
+    -- include: into_dlq
     SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at,
            created_at, attempted_at, now(), run_lease, errors, metadata, tags, progress,
            unique_key, deadline_seconds, parent_id, dlq_reason
@@ -506,10 +511,7 @@ WITH moved AS (
                   'at', now())) AS new_errors
 ),
 failed AS (
-    INSERT INTO awa_fast.jobs_done (
-        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-        attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-        callback_id, callback_result, deadline_seconds, parent_id)
+    -- include: into_done
     SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at,
            created_at, attempted_at, now(), run_lease, new_errors, metadata, tags, progress,
            unique_key, callback_id, callback_result, deadline_seconds, parent_id
@@ -531,10 +533,7 @@ deferred AS (
     RETURNING id, state, attempt, run_at
 ),
 buried AS (
-    INSERT INTO awa_fast.dlq (
-        id, kind, queue, args, state, priority, attempt, max_attempts, run_at, created_at,
-        attempted_at, finalized_at, run_lease, errors, metadata, tags, progress, unique_key,
-        deadline_seconds, parent_id, dlq_reason)
+    -- include: into_dlq
     SELECT id, kind, queue, args, 'failed', priority, attempt, max_attempts, run_at,
            created_at, attempted_at, now(), run_lease, new_errors, metadata, tags, progress,
            unique_key, deadline_seconds, parent_id, new_errors -> -1 ->> 'error'

@@ -36,12 +36,25 @@ class Registration:
         return self.database.dsn
 
     def task(
-        self, args_type: type | None = None, *, kind: str | None = None, queue: str = "default"
+        self,
+        args_type: type | None = None,
+        *,
+        kind: str | None = None,
+        queue: str = "default",
+        completes_in_transaction: bool = False,
     ) -> Callable[[F], F]:
-        """Register ``async def`` or plain ``def handler(job)`` for ``args_type``'s kind."""
+        """Register ``async def`` or plain ``def handler(job)`` for ``args_type``'s kind.
+        With ``completes_in_transaction``, the handler completes each job itself with
+        :meth:`~awa_fast.worker.Job.complete_in`, and returning without it fails the job."""
 
         def decorate(func: F) -> F:
-            self.handlers.registry.add(func, args_type=args_type, kind=kind, queue=queue)
+            self.handlers.registry.add(
+                func,
+                args_type=args_type,
+                kind=kind,
+                queue=queue,
+                completes_in_transaction=completes_in_transaction,
+            )
             return func
 
         return decorate

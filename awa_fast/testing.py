@@ -52,6 +52,7 @@ from awa_fast.runtime.claimed import Claimed
 from awa_fast.runtime.committer import Committer, Records
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.work.attempt_writer import AttemptWriter
+from awa_fast.runtime.work.completion import InTransaction
 from awa_fast.runtime.work.executor import Executor
 from awa_fast.types import InsertOptions, JobRow, JobState
 from awa_fast.worker import HandlerFunc, Job, Registry
@@ -282,6 +283,7 @@ class _Worker:
             _CONFIG.backoff,
             AttemptWriter(database),
             self.threads,
+            completion=InTransaction(client.handlers.followups),
         )
         self._stack = AsyncExitStack()
 
@@ -328,8 +330,8 @@ class _Worker:
         """Commit the one record in the ring as the committer's loop would."""
         self.ring.drain_into(self.committer.batcher, 0.0)
         batch = self.committer.batcher.take()
-        if batch is None:
-            raise RuntimeError("the executor pushed no outcome record")
+        if batch is None:  # none is pushed for a job completed in its handler's transaction
+            return {}
         await asyncio.to_thread(self.committer.commit, batch)
         return Records.of(batch).extra(0)
 

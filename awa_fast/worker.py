@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+import psycopg
+
 from awa_fast import callback_rules, validation
 from awa_fast.codec import Decoder, decoder_for, kind_of
 from awa_fast.errors import ConfigError, ConfigTypeError, ValidationError
@@ -50,6 +52,15 @@ class AttemptWrites(Protocol):
         """Its connections, closed by the worker that made it, when the worker ends."""
 
 
+class CompletesInTransaction(Protocol):
+    """How a :class:`Job` completes its attempt in its handler's own transaction
+    (:mod:`awa_fast.runtime.work.completion`)."""
+
+    async def complete(self, job: Job[Any], conn: psycopg.AsyncConnection[Any]) -> None: ...
+
+    def complete_sync(self, job: Job[Any], conn: psycopg.Connection[Any]) -> None: ...
+
+
 POSTGRES_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
@@ -82,6 +93,7 @@ class Job(Generic[T]):
 
     __slots__ = (
         "_cancelled",
+        "_completion",
         "_created_at_us",
         "_deadline_at_us",
         "_metadata_updates",
@@ -90,6 +102,7 @@ class Job(Generic[T]):
         "args",
         "attempt",
         "callback",
+        "completed_in_transaction",
         "errors",
         "id",
         "kind",
@@ -123,6 +136,7 @@ class Job(Generic[T]):
         deadline_at_us: int | None,
         cancelled: Callable[[], bool],
         writer: AttemptWrites,
+        completion: CompletesInTransaction | None = None,
     ) -> None:
         self.id = id
         self.run_lease = run_lease
@@ -143,7 +157,10 @@ class Job(Generic[T]):
         self.progress_changed = False
         self._cancelled = cancelled
         self._writer = writer
+        self._completion = completion
         self._metadata_updates: dict[str, Any] = {}
+        # Set once complete_in wrote the completion: the runtime then writes no outcome.
+        self.completed_in_transaction = False
 
     @property
     def run_at(self) -> str:
@@ -208,6 +225,27 @@ class Job(Generic[T]):
     def _progress_object(self) -> dict[str, Any]:
         """A copy of the progress to change (an object, whatever was stored before)."""
         return dict(self.progress) if isinstance(self.progress, dict) else {}
+
+    async def complete_in(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Complete this attempt in ``conn``'s transaction, which the handler owns and
+        commits: the rows it wrote there and the completion commit together, or neither.
+        The follow-ups declared for completion are inserted in it too. Raises
+        :class:`~awa_fast.errors.LeaseLost` when the attempt no longer owns the job
+        (rescued or cancelled first): let it propagate so the transaction rolls back. Once
+        called, the runtime writes no outcome for the attempt; should the transaction
+        roll back, the attempt is rescued and retried (docs/handlers.md)."""
+        await self._completer().complete(self, conn)
+        self.completed_in_transaction = True
+
+    def complete_in_sync(self, conn: psycopg.Connection[Any]) -> None:
+        """:meth:`complete_in` for a plain ``def`` handler, on a sync connection."""
+        self._completer().complete_sync(self, conn)
+        self.completed_in_transaction = True
+
+    def _completer(self) -> CompletesInTransaction:
+        if self._completion is None:  # a Job built outside a runtime (a test's own)
+            raise RuntimeError(f"job {self.id}: this job was not given to a handler to run")
+        return self._completion
 
     async def flush_progress(self) -> None:
         """Write the progress and metadata updates recorded so far to the job now, not
@@ -314,6 +352,8 @@ class Worker:
     kind: ClassVar[str | None] = None
     queue: ClassVar[str] = "default"
     args_type: ClassVar[type | None] = None
+    # perform() completes each job itself, with job.complete_in(conn) (docs/handlers.md)
+    completes_in_transaction: ClassVar[bool] = False
 
     def perform(self, job: Job[Any]) -> Awaitable[object] | object:
         raise NotImplementedError
@@ -328,6 +368,13 @@ class Handler:
     is_async: bool
     decode: Decoder
     index: int
+    completes_in_transaction: bool = False  # returning without complete_in is an error
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigTypeError(f"{name} must be True or False, got {value!r}")
+    return value
 
 
 def _check_takes_a_job(kind: str, func: object) -> None:
@@ -354,7 +401,13 @@ class Registry:
     kinds: list[str] = field(default_factory=list)
 
     def add(
-        self, func: HandlerFunc, *, args_type: type | None, kind: str | None, queue: str
+        self,
+        func: HandlerFunc,
+        *,
+        args_type: type | None,
+        kind: str | None,
+        queue: str,
+        completes_in_transaction: bool = False,
     ) -> Handler:
         """Register ``func`` for ``kind`` (else ``args_type``'s), checked now rather than at
         its first job: a handler that cannot run would fail every attempt of its kind."""
@@ -377,6 +430,7 @@ class Registry:
             is_async=inspect.iscoroutinefunction(func),
             decode=decode,
             index=len(self.kinds),
+            completes_in_transaction=_flag("completes_in_transaction", completes_in_transaction),
         )
         self.handlers[kind] = handler
         self.kinds.append(kind)
@@ -388,7 +442,11 @@ class Registry:
         if kind is None and instance.args_type is None:
             raise ConfigError(f"{type(instance).__name__} must set kind or args_type")
         return self.add(
-            instance.perform, args_type=instance.args_type, kind=kind, queue=instance.queue
+            instance.perform,
+            args_type=instance.args_type,
+            kind=kind,
+            queue=instance.queue,
+            completes_in_transaction=instance.completes_in_transaction,
         )
 
     def get(self, kind: str) -> Handler | None:

@@ -56,6 +56,8 @@ def check_handlers(page: types.ModuleType, dsn: str) -> None:
     resized = "SELECT count(*) FROM awa_fast.jobs WHERE kind = 'resize' AND state = 'completed'"
     assert count(dsn, resized) == 1
     assert page.report.progress is None
+    charged = "SELECT count(*) FROM awa_fast.jobs WHERE kind = 'charge' AND state = 'completed'"
+    assert count(dsn, charged) == 2
 
 
 def check_callbacks(page: types.ModuleType, dsn: str) -> None:

@@ -59,6 +59,22 @@ class FollowupRegistry:
         return bool(self.specs)
 
 
+def followup_jobs(
+    specs: Sequence[Spec], row: JobRow, raw_args: bytes, ctx: OutcomeContext
+) -> list[producer.PreparedJob]:
+    """Run every spec's ``make`` on the triggering job: the jobs to insert, validated."""
+    jobs: list[producer.PreparedJob] = []
+    for spec in specs:
+        made = spec.make(spec.decode(raw_args), row, ctx)
+        requests = made if isinstance(made, list | tuple) else [made]
+        jobs.extend(
+            producer.prepare(producer.request_of(request, {}))
+            for request in requests
+            if request is not None
+        )
+    return jobs
+
+
 def insert_followups(
     conn: psycopg.Connection[Any],
     specs: Sequence[Spec],
@@ -66,14 +82,23 @@ def insert_followups(
     raw_args: bytes,
     ctx: OutcomeContext,
 ) -> list[int]:
-    """Run every spec's ``make`` and insert what they return, on ``conn``'s transaction,
-    each naming ``row`` as its parent (its parent_id)."""
-    inserted = []
-    for spec in specs:
-        made = spec.make(spec.decode(raw_args), row, ctx)
-        requests = made if isinstance(made, list | tuple) else [made]
-        for request in requests:
-            if request is not None:
-                job = producer.prepare(producer.request_of(request, {}))
-                inserted.append(producer_sync.insert_prepared(conn, job, parent_id=row.id).id)
-    return inserted
+    """Insert the follow-ups of ``row``'s transition on ``conn``'s transaction, each
+    naming ``row`` as its parent (its parent_id)."""
+    return [
+        producer_sync.insert_prepared(conn, job, parent_id=row.id).id
+        for job in followup_jobs(specs, row, raw_args, ctx)
+    ]
+
+
+async def insert_followups_async(
+    conn: psycopg.AsyncConnection[Any],
+    specs: Sequence[Spec],
+    row: JobRow,
+    raw_args: bytes,
+    ctx: OutcomeContext,
+) -> list[int]:
+    """:func:`insert_followups` on an asyncio connection (a handler's own transaction)."""
+    return [
+        (await producer.insert_prepared_async(conn, job, parent_id=row.id)).id
+        for job in followup_jobs(specs, row, raw_args, ctx)
+    ]

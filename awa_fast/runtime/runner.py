@@ -139,6 +139,7 @@ class Runner:
             config=self.config,
             capacity=self.capacity,
             registry=self.handlers.registry,
+            followups=self.handlers.followups,
             inflight=self.inflight,
             ring=self.ring,
             wake=self._wake,

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from awa_fast._core import InFlight, OutcomeRing
 from awa_fast.db.connections import Database
 from awa_fast.lifecycle import transitions as tr
+from awa_fast.lifecycle.followups import FollowupRegistry
 from awa_fast.runtime.capacity import Capacity
 from awa_fast.runtime.claimed import Claimed, Delivered
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.work.attempt_writer import AttemptWriter
+from awa_fast.runtime.work.completion import InTransaction
 from awa_fast.runtime.work.executor import Executor
 from awa_fast.worker import Registry
 
@@ -30,6 +32,7 @@ class WorkerContext:
     config: RunnerConfig
     capacity: Capacity
     registry: Registry
+    followups: FollowupRegistry  # those of completions in a handler's transaction
     inflight: InFlight
     ring: OutcomeRing
     wake: Callable[[], None]  # claim again: a worker came or went
@@ -46,6 +49,7 @@ class WorkerContext:
             AttemptWriter(self.database),
             threads,
             dlq_queues=self.config.dlq_for(list(self.capacity.queues)),
+            completion=InTransaction(self.followups),
         )
 
     def give_back(self, jobs: Sequence[Claimed], *, reason: str) -> None:

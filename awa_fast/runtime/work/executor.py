@@ -19,7 +19,7 @@ from awa_fast._core import InFlight
 from awa_fast.codec import ENCODE_ERRORS, check_storable, decode_json
 from awa_fast.lifecycle import transitions as tr
 from awa_fast.runtime.claimed import Claimed, Delivered, json_text
-from awa_fast.worker import AttemptWrites, Handler, Job, Registry
+from awa_fast.worker import AttemptWrites, CompletesInTransaction, Handler, Job, Registry
 
 log = logging.getLogger("awa_fast.executor")
 
@@ -62,6 +62,7 @@ class Executor:
     writer: AttemptWrites  # the runtime's AttemptWriter, or a test's stand-in
     threads: ThreadPool | None = None
     dlq_queues: frozenset[str] = frozenset()
+    completion: CompletesInTransaction | None = None  # job.complete_in (work/completion.py)
 
     async def run(self, row: Claimed, slot: int) -> None:
         """Run the handler for ``row``, which holds in-flight ``slot``, and push its outcome."""
@@ -84,8 +85,12 @@ class Executor:
                     transition = await self._perform(handler, job, attempt)
                 except PROCESS_EXITS as exc:
                     # The failure is reported before the exit goes on to whoever runs us.
-                    self._report(row, handler, job, tr.from_exception(exc, attempt, self.backoff))
+                    failed = tr.from_exception(exc, attempt, self.backoff)
+                    if not job.completed_in_transaction:
+                        self._report(row, handler, job, failed)
                     raise
+                if job.completed_in_transaction:
+                    return  # the handler's transaction holds the outcome (work/completion.py)
         self._report(row, handler, job, transition)
 
     def _report(
@@ -137,6 +142,13 @@ class Executor:
         except BaseException as exc:
             log.warning("job %s raised %r, a BaseException: a failed attempt", job.id, exc)
             return tr.from_exception(exc, attempt, self.backoff)
+        if handler.completes_in_transaction and not job.completed_in_transaction:
+            log.error("job %s: its handler returned without job.complete_in(conn)", job.id)
+            return tr.failed_terminal(
+                "the handler returned without completing the job in its transaction "
+                "(it is registered with completes_in_transaction: call job.complete_in(conn))",
+                attempt,
+            )
         if job.callback is not None:
             attempt = tr.Attempt(attempt.attempt, attempt.max_attempts, job.callback.id)
         try:
@@ -167,6 +179,7 @@ class Executor:
             deadline_at_us=row.deadline_at,
             cancelled=lambda: flags.is_cancelled(slot),
             writer=self.writer,
+            completion=self.completion,
         )
 
 

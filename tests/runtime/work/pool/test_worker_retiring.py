@@ -33,7 +33,8 @@ def test_jobs_delivered_to_a_retiring_worker_go_back_unstarted(dsn: str) -> None
     inflight = InFlight(capacity.counters(), capacity.slots() + 8)
     ring = OutcomeRing(1024)
     context = WorkerContext(
-        Database(dsn), RunnerConfig(), capacity, client.handlers.registry, inflight, ring,
+        Database(dsn), RunnerConfig(), capacity, client.handlers.registry,
+        client.handlers.followups, inflight, ring,
         wake=lambda: None, capacity_freed=lambda: None, flagged_workers=set,
     )  # fmt: skip
     worker = WorkerProcess(context, 0, read_fd=-1)

@@ -85,11 +85,14 @@ class Replicated:
             what="the standby to stop streaming",
         )
 
-    def fail_over(self) -> tuple[float, float]:
-        """Kill the primary (``pg_ctl stop -m immediate``) and promote the standby; the
-        moments (time.time()) the kill and the promotion returned."""
+    def fail_over(self, *, deciding: float = 0.0) -> tuple[float, float]:
+        """Kill the primary (``pg_ctl stop -m immediate``) and promote the standby
+        ``deciding`` seconds later (the time a failover manager takes to see the primary
+        gone: the outage itself, not a wait for anything); the moments (time.time()) the
+        kill and the promotion returned."""
         self.primary.pg_ctl("stop", "-m", "immediate")
         killed = time.time()
+        time.sleep(deciding)
         self.standby.promote()
         return killed, time.time()
 

@@ -118,17 +118,17 @@ class Pause:
 
 
 def pause(pair: Replicated, *, killed: float, window: float = 3.0) -> Pause:
-    """The completions around ``killed`` (time.time()), by the rows' finalized_at. After
-    is measured from the first completion after the kill on."""
+    """The completions around ``killed`` (time.time()), by the rows' finalized_at: the
+    widest gap between completions from a second before the kill on, and the rates over
+    ``window`` seconds either side of it."""
     [(last, first)] = pair.query(
         pair.standby,
-        "SELECT max(extract(epoch FROM finalized_at)) FILTER (WHERE finalized_at"
-        " <= to_timestamp(%s)), min(extract(epoch FROM finalized_at)) FILTER (WHERE"
-        " finalized_at > to_timestamp(%s)) FROM awa_fast.jobs WHERE state = 'completed'",
-        killed,
-        killed,
+        "SELECT t - gap, t FROM (SELECT t, t - lag(t) OVER (ORDER BY t) AS gap FROM"
+        " (SELECT DISTINCT extract(epoch FROM finalized_at)::float8 AS t FROM awa_fast.jobs"
+        " WHERE state = 'completed' AND finalized_at >= to_timestamp(%s)) s) g"
+        " ORDER BY gap DESC NULLS LAST LIMIT 1",
+        killed - 1.0,
     )
-    last, first = float(last), float(first)
     [(before, after)] = pair.query(
         pair.standby,
         "SELECT count(*) FILTER (WHERE finalized_at > to_timestamp(%s) AND finalized_at"

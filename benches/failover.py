@@ -10,9 +10,10 @@ Postgres's promotion and awa-fast following it, not a failover manager's detecti
 
 Printed, in seconds from the kill's issue (``promoted``: when the promotion returned), from
 the promoted standby's rows (finalized_at, the database's clock, the same machine's as the
-kill's): the last completion before the kill and the first after it, the pause between
-them; the jobs/s over ``--window`` seconds before the last and from the first; the jobs
-rescued (attempt 2), and when the last job finished. The pool's log goes to ``--logs``.
+kill's): the last completion before the outage and the first after it (either side of
+the moment the kill had returned and the promotion not begun), the pause between them;
+the jobs/s over ``--window`` seconds before the last and from the first; the jobs rescued
+(attempt 2), and when the last job finished. The pool's log goes to ``--logs``.
 
     PYTHONPATH=. python benches/failover.py [--backlog 200000] [--kill-at 0.4]
         [--processes 2] [--asynchronous] [--set NAME=VALUE ...]
@@ -50,8 +51,10 @@ async def noop(job: awa_fast.Job[Noop]) -> None:
 
 
 def query(url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """``sql``'s rows; one dict in ``params`` passes named parameters."""
+    given = params[0] if len(params) == 1 and isinstance(params[0], dict) else params
     with psycopg.connect(url, autocommit=True, connect_timeout=2) as conn:
-        cur = conn.execute(sql, params)
+        cur = conn.execute(sql, given)
         return cur.fetchall() if cur.description else []
 
 
@@ -90,21 +93,18 @@ def pair(*, synchronous: bool) -> tuple[LocalCluster, LocalCluster, str]:
     return primary, standby, both
 
 
-# The widest gap between completions from just before the kill on: the outage.
+# The completions either side of a moment when no server took writes: the outage's gap.
 _GAP = """
-SELECT t - gap, t FROM (
-    SELECT t, t - lag(t) OVER (ORDER BY t) AS gap
-    FROM (SELECT DISTINCT extract(epoch FROM finalized_at)::float8 AS t
-          FROM awa_fast.jobs_done WHERE finalized_at >= to_timestamp(%s)) s
-) g
-ORDER BY gap DESC NULLS LAST LIMIT 1
+SELECT max(t) FILTER (WHERE t <= %(dead)s), min(t) FILTER (WHERE t > %(dead)s)
+FROM (SELECT extract(epoch FROM finalized_at)::float8 AS t FROM awa_fast.jobs_done) s
 """
 
 
-def measure(url: str, *, killed: float, window: float) -> dict[str, float]:
-    """The completions around ``killed`` (epoch seconds), from ``url``'s rows: the gap
-    the failover made, and the rate either side of it."""
-    [(last, first)] = query(url, _GAP, killed - 1.0)
+def measure(url: str, *, killed: float, dead: float, window: float) -> dict[str, float]:
+    """The completions around the kill issued at ``killed`` (epoch seconds), from
+    ``url``'s rows: the gap around ``dead``, a moment when the old primary was gone and the
+    standby not yet promoted, and the rate either side of it."""
+    [(last, first)] = query(url, _GAP, {"dead": dead})
     [(before, after, rescued, end)] = query(
         url,
         "SELECT count(*) FILTER (WHERE finalized_at > to_timestamp(%s) AND finalized_at"
@@ -151,11 +151,13 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         wait_for(lambda: completed(primary_url) >= at, timeout=300, what="the drain")
         killed = time.time()  # issued: the server is gone a few milliseconds later
         primary.pg_ctl("stop", "-m", "immediate")
+        dead = time.time()  # gone, and the standby not promoted yet
         standby.promote()
         promoted = time.time() - killed
         standby_url = with_database(standby.url, DATABASE)
         wait_for(lambda: completed(standby_url) >= args.backlog, timeout=300, what="every job done")
-        return {"promoted": promoted, **measure(standby_url, killed=killed, window=args.window)}
+        found = measure(standby_url, killed=killed, dead=dead, window=args.window)
+        return {"promoted": promoted, **found}
     finally:
         if server is not None:
             server.terminate()

@@ -117,17 +117,17 @@ class Pause:
         return self.first_after - self.last_before
 
 
-def pause(pair: Replicated, *, killed: float, window: float = 3.0) -> Pause:
-    """The completions around ``killed`` (time.time()), by the rows' finalized_at: the
-    widest gap between completions from a second before the kill on, and the rates over
-    ``window`` seconds either side of it."""
+def pause(pair: Replicated, *, dead: float, window: float = 3.0) -> Pause:
+    """The completions either side of ``dead`` (time.time(): the primary killed, the
+    standby not yet promoted), by the rows' finalized_at, and the rates over ``window``
+    seconds either side."""
     [(last, first)] = pair.query(
         pair.standby,
-        "SELECT t - gap, t FROM (SELECT t, t - lag(t) OVER (ORDER BY t) AS gap FROM"
-        " (SELECT DISTINCT extract(epoch FROM finalized_at)::float8 AS t FROM awa_fast.jobs"
-        " WHERE state = 'completed' AND finalized_at >= to_timestamp(%s)) s) g"
-        " ORDER BY gap DESC NULLS LAST LIMIT 1",
-        killed - 1.0,
+        "SELECT max(t) FILTER (WHERE t <= %s), min(t) FILTER (WHERE t > %s) FROM (SELECT"
+        " extract(epoch FROM finalized_at)::float8 AS t FROM awa_fast.jobs"
+        " WHERE state = 'completed') s",
+        dead,
+        dead,
     )
     [(before, after)] = pair.query(
         pair.standby,

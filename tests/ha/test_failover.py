@@ -122,7 +122,7 @@ def test_a_synchronous_standby_promoted_mid_drain_loses_and_repeats_nothing(
     assert all(len(errors) == 1 and errors[0] in (GONE, STALE) for errors in rescued.values())
     assert all(jobs[token][1] == 2 for token in rescued)
     assert f" pid {server.proc.pid} " in holder
-    gap = failover.pause(pair, killed=killed)
+    gap = failover.pause(pair, dead=killed)
     print(f"failover: {gap}, {len(twice)} ran twice, {len(rescued)} rescued")
 
 

@@ -12,30 +12,24 @@ failover gets a working connection rather than a stale one's error.
 
 from __future__ import annotations
 
-import select
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-import psycopg
 from psycopg import AsyncConnection, OperationalError
 from psycopg.errors import ReadOnlySqlTransaction
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from awa_fast.db.connections import connect_timeout_params, keepalives, refused, unreachable
+from awa_fast.db.connections import (
+    closed_meanwhile,
+    connect_timeout_params,
+    keepalives,
+    refused,
+    unreachable,
+)
 from awa_fast.db.primary import check_primary_async, read_only_error
 
 _SESSION = {"autocommit": True, "application_name": "awa-fast client"}
-
-
-def closed_meanwhile(conn: psycopg.BaseConnection[Any]) -> bool:
-    """Whether an idle connection has anything to read: what a server that closed it (a
-    restart, a failover, an administrator's terminate) leaves there."""
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError, psycopg.Error):
-        return True
-    return bool(readable)
 
 
 # ---- asyncio source: its synchronous twin is generated from it ----

@@ -11,8 +11,14 @@ from psycopg import Connection, OperationalError
 from psycopg.errors import ReadOnlySqlTransaction
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from awa_fast.client_pool import _SESSION, closed_meanwhile
-from awa_fast.db.connections import connect_timeout_params, keepalives, refused, unreachable
+from awa_fast.client_pool import _SESSION
+from awa_fast.db.connections import (
+    closed_meanwhile,
+    connect_timeout_params,
+    keepalives,
+    refused,
+    unreachable,
+)
 from awa_fast.db.primary import check_primary, read_only_error
 
 

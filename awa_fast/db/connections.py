@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import select
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -208,6 +209,17 @@ def held_open(dsn: str) -> dict[str, Any]:
     given = conninfo.conninfo_to_dict(dsn)
     timeout = {} if "connect_timeout" in given else {"connect_timeout": CONNECT_TIMEOUT}
     return {**keepalives(dsn), **timeout, "cursor_factory": AsyncPrimaryCursor}
+
+
+def closed_meanwhile(conn: psycopg.BaseConnection[Any]) -> bool:
+    """Whether an idle connection has anything to read: what a server that closed it (a
+    restart, a failover, an administrator's terminate) leaves there, unseen until the
+    connection is used again."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
 
 
 def held_open_sync(dsn: str) -> dict[str, Any]:

@@ -58,6 +58,8 @@ def test_a_runner_follows_the_promoted_standby_and_listens_there(replicated: Rep
 
     @client.task(Work)
     async def work(job: awa_fast.Job[Work]) -> None:
+        job.set_progress(50, job.args.token)
+        await job.flush_progress()  # the attempt writer's connection, on the primary
         ran.append(job.args.token)
 
     async def main() -> None:
@@ -76,7 +78,11 @@ def test_a_runner_follows_the_promoted_standby_and_listens_there(replicated: Rep
             # well within the poll interval: the claim came of the insert's NOTIFY
             await await_until(lambda: "after" in ran, timeout=POLL / 2, what="the job after")
             await await_until(
-                lambda: "awa-fast committer" in _names(pair), what="the committer to follow"
+                lambda: _names(pair) >= {"awa-fast committer", "awa-fast attempt writes"},
+                what="the committer and the attempt writer to follow",
+            )
+            await await_until(
+                lambda: "awa-fast maintenance" in _names(pair), what="the leader's work"
             )
             await await_until(
                 lambda: _renewed_since(pair, float(promoted)), what="the term renewed there"
@@ -87,10 +93,10 @@ def test_a_runner_follows_the_promoted_standby_and_listens_there(replicated: Rep
 
     run(main())
     assert ran == ["before", "after"]
-    [(holder, state)] = pair.query(
+    [(holder, state, attempt)] = pair.query(
         pair.standby,
-        "SELECT l.holder, j.state::text FROM awa_fast.leader l, awa_fast.jobs j"
+        "SELECT l.holder, j.state::text, j.attempt FROM awa_fast.leader l, awa_fast.jobs j"
         " WHERE j.args->>'token' = 'after'",
     )
     assert f" pid {os.getpid()} " in holder
-    assert state == "completed"
+    assert (state, attempt) == ("completed", 1)  # its flush, on the new primary, went through

@@ -4,7 +4,9 @@ saying so; none with no primary up. Reads that may lag go to the standby when as
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,7 +23,7 @@ from awa_fast.db.primary import PrimaryCursor
 from awa_fast.ui import create_app
 from tests.ha.app import Work
 from tests.ha.conftest import Replicated
-from tests.helpers import run, wait_until
+from tests.helpers import await_until, run, wait_until
 
 
 def _sessions(pair: Replicated, cluster: Any, name: str) -> int:
@@ -195,3 +197,94 @@ def test_an_async_connect_to_the_standby_is_refused_and_closed(replicated: Repli
         lambda: _sessions(pair, pair.standby, "awa-fast refused") == 0,
         what="the refused connection to be closed",
     )
+
+
+def test_a_primary_turned_read_only_mid_run_costs_a_wait_not_a_failure(
+    replicated: Replicated,
+) -> None:
+    """The server turns read-only under a running runner (default_transaction_read_only,
+    as a disk-full guard or a fencing does): each write there fails with 25006, which every
+    part takes for a lost connection. The outcome waits in the committer and commits once
+    the server takes writes again: the job completes on its first attempt."""
+    pair = replicated
+    url = pair.url_of(pair.primary)
+    client = awa_fast.AsyncClient(url)
+    started, release = [], asyncio.Event()
+
+    @client.task(Work)
+    async def work(job: awa_fast.Job[Work]) -> None:
+        if job.args.token == "warm":  # the committer's connection is open from here on
+            return
+        started.append(job.id)
+        await release.wait()
+
+    def read_only(on: bool) -> None:
+        setting = "SET default_transaction_read_only = on" if on else "RESET ALL"
+        pair.query(pair.primary, f"ALTER SYSTEM {setting}")
+        pair.query(pair.primary, "SELECT pg_reload_conf()")
+
+    def refused() -> bool:
+        return pair.query(pair.primary, "SHOW default_transaction_read_only") == [("on",)]
+
+    async def main() -> int:
+        await client.start({"default": 1}, heartbeat_interval=0.2)
+        try:
+            warm = (await client.insert(Work("warm"))).id
+            await await_until(
+                lambda: (
+                    pair.query(
+                        pair.primary, "SELECT state::text FROM awa_fast.jobs WHERE id = %s", warm
+                    )
+                    == [("completed",)]
+                ),
+                what="a first outcome committed",
+            )
+            job_id = (await client.insert(Work("through"))).id
+            await await_until(lambda: started == [job_id], what="the handler to start")
+            read_only(True)
+            await await_until(refused, what="the server to refuse writes")
+            release.set()  # the outcome meets a read-only server
+            await await_until(
+                lambda: "is read-only" in "".join(caplog_lines), what="the refusal, said"
+            )
+            read_only(False)
+            await await_until(
+                lambda: (
+                    pair.query(
+                        pair.primary, "SELECT state::text FROM awa_fast.jobs WHERE id = %s", job_id
+                    )
+                    == [("completed",)]
+                ),
+                what="the job to complete",
+            )
+            return job_id
+        finally:
+            await client.shutdown()
+            await client.close()
+
+    caplog_lines: list[str] = []
+    handler = _Lines(caplog_lines)
+    logging.getLogger("awa_fast").addHandler(handler)
+    try:
+        job_id = run(main())
+    finally:
+        logging.getLogger("awa_fast").removeHandler(handler)
+        read_only(False)
+    [(attempt, errors)] = pair.query(
+        pair.primary, "SELECT attempt, errors FROM awa_fast.jobs WHERE id = %s", job_id
+    )
+    assert (attempt, errors) == (1, [])
+    said = "".join(caplog_lines)
+    assert f"the server at 127.0.0.1:{pair.primary.port} is read-only" in said
+    assert "ended by an exception" not in said  # a lost connection to each loop, no crash
+
+
+class _Lines(logging.Handler):
+    """The messages of the records it handles, for a test to read."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())

@@ -37,7 +37,7 @@ from typing import Any
 import psycopg
 
 from awa_fast.codec import encode_json
-from awa_fast.db.connections import Database, held_open, held_open_sync
+from awa_fast.db.connections import Database, closed_meanwhile, held_open, held_open_sync
 from awa_fast.db.primary import check_primary, check_primary_async, usable
 from awa_fast.db.queries import Q
 from awa_fast.errors import LeaseLost, ServerIsStandby
@@ -103,6 +103,9 @@ class AttemptWriter:
         """:meth:`save_progress` from a sync handler's thread."""
         params = {**_progress_params(progress, metadata), "id": job_id, "lease": run_lease}
         with self._sync_lock:
+            if self._sync_conn is not None and closed_meanwhile(self._sync_conn):
+                with contextlib.suppress(psycopg.Error):
+                    self._sync_conn.execute("")
             if self._sync_conn is None or not usable(self._sync_conn):
                 if self._sync_conn is not None:
                     self._sync_conn.close()
@@ -201,7 +204,12 @@ class AttemptWriter:
             return False
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
+        """The async connection, made again if its server closed it while it sat idle (a
+        restart, a failover): a handler's write must not fail on a stale connection."""
         async with self._connecting:
+            if self._conn is not None and closed_meanwhile(self._conn):
+                with contextlib.suppress(psycopg.Error):  # reads what came; raises if closed
+                    await self._conn.execute("")
             if self._conn is None or not usable(self._conn):
                 if self._conn is not None:
                     await self._conn.close()

@@ -138,18 +138,20 @@ class Heartbeat:
 
     def hold_back(self) -> list[Attempt]:
         """Flag every attempt held here unstarted, to be given back at its turn: the
-        connection to the database closed (the module's docstring says why)."""
+        connection to the database closed (the module's docstring says why). Returns those
+        flagged now; each retry of a long outage finds the same ones flagged already."""
         held = [(job, lease) for job, lease, _, started in self._inflight.attempts() if not started]
-        for job, lease in held:
+        new = [attempt for attempt in held if attempt not in self._held_back]
+        for job, lease in new:
             self._flags.flag(job, lease, why=HELD_BACK)
-        self._held_back.update(held)
-        if held:
+        self._held_back.update(new)
+        if new:
             log.warning(
                 "connection to the database closed: %d jobs held unstarted are given back",
-                len(held),
-                extra={"jobs": len(held)},
+                len(new),
+                extra={"jobs": len(new)},
             )
-        return held
+        return new
 
     async def beat_once(self) -> Beat:
         """One beat, on the host's connection (opened again if it was lost)."""

@@ -11,23 +11,17 @@ an application module holds no connection when the pool forks its workers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, Unpack
 
-from psycopg import AsyncConnection, OperationalError
+from psycopg import AsyncConnection
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from awa_fast import admin, producer
 from awa_fast import batch_ops as batch
-from awa_fast.db.connections import (
-    connect_timeout_params,
-    keepalives,
-    refused,
-    unreachable,
-)
+from awa_fast.client_pool import AsyncClientPool
+from awa_fast.db.dsn import for_reads
 from awa_fast.db.migrate import migrate as _migrate
 from awa_fast.registration import Registration, check_handled, check_registered
 from awa_fast.runtime import health
@@ -43,9 +37,6 @@ from awa_fast.types import (
 )
 
 T = TypeVar("T")
-
-
-_SESSION = {"autocommit": True, "application_name": "awa-fast client"}
 
 
 class _SyncOnly(Registration):
@@ -130,35 +121,18 @@ async def _execute_async(conn: AsyncConnection[Any], op: admin.Op[T]) -> T:
     return op.shape(await cur.fetchall() if cur.description else [])
 
 
-@asynccontextmanager
-async def _reached_async(
-    pool: AsyncConnectionPool[Any], dsn: str
-) -> AsyncIterator[AsyncConnection[Any]]:
-    """A connection of ``pool`` for one call. An outage raises DatabaseUnreachable naming
-    the server: no connection within the pool's timeout while the pool cannot open one
-    (with every connection merely busy, the pool's own PoolTimeout), or the connection
-    lost under the call."""
-    try:
-        async with pool.connection() as conn:
-            try:
-                yield conn
-            except OperationalError as exc:
-                if conn.broken:
-                    raise unreachable(dsn, f"the connection was lost ({exc})") from exc
-                raise
-    except PoolTimeout as exc:
-        if pool.get_stats().get("pool_size", 0) >= (pool.max_size or 0):
-            raise
-        raise unreachable(dsn, f"no connection within {pool.timeout:g} s") from exc
-
-
 class AsyncClient(_AsyncOnly):
     """The asyncio client: insert jobs, administer them, run handlers. Give
     ``transaction_pooling=True`` when ``dsn`` goes through a transaction pooler
     (PgBouncer's ``pool_mode=transaction``, docs/pgbouncer.md): no connection of this
     client or of the runners it starts then prepares a statement. A call that gets no
     connection within ``connect_timeout`` seconds raises
-    :class:`~awa_fast.errors.DatabaseUnreachable` (docs/producing.md)."""
+    :class:`~awa_fast.errors.DatabaseUnreachable` (docs/producing.md).
+
+    ``dsn`` may name several hosts (``postgresql://a:5432,b:5432/app``): every connection
+    goes to the primary among them, and, with no ``target_session_attrs`` in it, it gets
+    ``read-write``. ``read_url``, a standby's, takes the reads that may lag behind the
+    primary by the standby's replay delay: ``queue_stats`` (docs/high-availability.md)."""
 
     def __init__(
         self,
@@ -167,42 +141,34 @@ class AsyncClient(_AsyncOnly):
         max_connections: int = 10,
         transaction_pooling: bool = False,
         connect_timeout: float = 5.0,
+        read_url: str | None = None,
     ) -> None:
         super().__init__(dsn, transaction_pooling=transaction_pooling)
-        self._connect_params = {
-            **_SESSION,
-            **keepalives(dsn),
-            **connect_timeout_params(dsn, connect_timeout),
-        }
-        self._pool = AsyncConnectionPool(
-            dsn,
-            min_size=0,
-            max_size=max_connections,
-            open=False,
-            kwargs=self._connect_params,
-            configure=self._configure,
-            timeout=connect_timeout,
+        self._pool = AsyncClientPool(
+            self.dsn,
+            max_connections=max_connections,
+            connect_timeout=connect_timeout,
+            prepare_threshold=lambda: self.database.prepare_threshold(),
+            writes=True,
         )
-        self._opened = False
-
-    async def _configure(self, conn: AsyncConnection[Any]) -> None:
-        """No prepared statements behind a transaction pooler: read as the pool opens each
-        connection, for ``serve --pgbouncer`` tells a client made at import afterwards."""
-        conn.prepare_threshold = self.database.prepare_threshold()
+        self._read_pool = (
+            None
+            if read_url is None
+            else AsyncClientPool(
+                for_reads(read_url),
+                max_connections=max_connections,
+                connect_timeout=connect_timeout,
+                prepare_threshold=lambda: self.database.prepare_threshold(),
+                writes=False,
+            )
+        )
 
     async def _conn(self) -> Any:
-        if not self._opened:
-            # One connection first, so that a database out of reach raises at once: the
-            # pool would retry in the background, logging each failure, until its timeout.
-            try:
-                await (await AsyncConnection.connect(self.dsn, **self._connect_params)).close()
-            except OperationalError as exc:
-                if refused(exc):
-                    raise
-                raise unreachable(self.dsn, str(exc)) from exc
-            await self._pool.open()
-            self._opened = True
-        return _reached_async(self._pool, self.dsn)
+        return await self._pool.reach()
+
+    async def _read_conn(self) -> Any:
+        """A connection for a read that may lag: the read URL's, if one was given."""
+        return await (self._read_pool or self._pool).reach()
 
     async def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
         check_insert_options("insert", options)
@@ -257,6 +223,13 @@ class AsyncClient(_AsyncOnly):
         functions build them) on one of this client's connections, as this client's admin
         methods run theirs; returns what the Op makes of its rows."""
         async with await self._conn() as conn:
+            return await _execute_async(conn, op)
+
+    async def run_read_op(self, op: admin.Op[T]) -> T:
+        """:meth:`run_op` for an Op that only reads, on the read URL's connections if this
+        client was given one (else as :meth:`run_op`): what it returns may lag the primary
+        by the standby's replay delay. The dashboard's pages read so."""
+        async with await self._read_conn() as conn:
             return await _execute_async(conn, op)
 
     async def _run_locked(self, locked: admin.Locked[T]) -> T:
@@ -323,7 +296,9 @@ class AsyncClient(_AsyncOnly):
         counters; code that flushes them first runs unchanged)."""
 
     async def queue_stats(self) -> list[admin.QueueStat]:
-        return await self.run_op(admin.queue_stats())
+        """Each queue's counts, read from the read URL if the client was given one (counts
+        there lag the primary by the standby's replay delay)."""
+        return await self.run_read_op(admin.queue_stats())
 
     async def storage_status(self) -> str:
         """The Awa SDK's storage-transition report, as pretty JSON: one engine, always
@@ -556,9 +531,9 @@ class AsyncClient(_AsyncOnly):
 
     async def close(self) -> None:
         await self._stop_handlers()
-        if self._opened:
-            await self._pool.close()
-            self._opened = False
+        await self._pool.close()
+        if self._read_pool is not None:
+            await self._read_pool.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -3,24 +3,18 @@ tools/async_to_sync.py: do not edit."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Unpack
 
-from psycopg import Connection, OperationalError
+from psycopg import Connection
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool, PoolTimeout
 
 from awa_fast import admin, producer, producer_sync
 from awa_fast import batch_ops as batch
-from awa_fast.client import _SESSION, T, _SyncOnly
-from awa_fast.db.connections import (
-    connect_timeout_params,
-    keepalives,
-    refused,
-    unreachable,
-)
+from awa_fast.client import T, _SyncOnly
+from awa_fast.client_pool_sync import ClientPool
+from awa_fast.db.dsn import for_reads
 from awa_fast.db.migrate import migrate as _migrate
 from awa_fast.transaction_sync import SyncTransaction
 from awa_fast.types import (
@@ -39,33 +33,18 @@ def _execute(conn: Connection[Any], op: admin.Op[T]) -> T:
     return op.shape(cur.fetchall() if cur.description else [])
 
 
-@contextmanager
-def _reached(pool: ConnectionPool[Any], dsn: str) -> Iterator[Connection[Any]]:
-    """A connection of ``pool`` for one call. An outage raises DatabaseUnreachable naming
-    the server: no connection within the pool's timeout while the pool cannot open one
-    (with every connection merely busy, the pool's own PoolTimeout), or the connection
-    lost under the call."""
-    try:
-        with pool.connection() as conn:
-            try:
-                yield conn
-            except OperationalError as exc:
-                if conn.broken:
-                    raise unreachable(dsn, f"the connection was lost ({exc})") from exc
-                raise
-    except PoolTimeout as exc:
-        if pool.get_stats().get("pool_size", 0) >= (pool.max_size or 0):
-            raise
-        raise unreachable(dsn, f"no connection within {pool.timeout:g} s") from exc
-
-
 class Client(_SyncOnly):
     """The synchronous client: insert jobs, administer them, run handlers. Give
     ``transaction_pooling=True`` when ``dsn`` goes through a transaction pooler
     (PgBouncer's ``pool_mode=transaction``, docs/pgbouncer.md): no connection of this
     client or of the runners it starts then prepares a statement. A call that gets no
     connection within ``connect_timeout`` seconds raises
-    :class:`~awa_fast.errors.DatabaseUnreachable` (docs/producing.md)."""
+    :class:`~awa_fast.errors.DatabaseUnreachable` (docs/producing.md).
+
+    ``dsn`` may name several hosts (``postgresql://a:5432,b:5432/app``): every connection
+    goes to the primary among them, and, with no ``target_session_attrs`` in it, it gets
+    ``read-write``. ``read_url``, a standby's, takes the reads that may lag behind the
+    primary by the standby's replay delay: ``queue_stats`` (docs/high-availability.md)."""
 
     def __init__(
         self,
@@ -74,42 +53,34 @@ class Client(_SyncOnly):
         max_connections: int = 10,
         transaction_pooling: bool = False,
         connect_timeout: float = 5.0,
+        read_url: str | None = None,
     ) -> None:
         super().__init__(dsn, transaction_pooling=transaction_pooling)
-        self._connect_params = {
-            **_SESSION,
-            **keepalives(dsn),
-            **connect_timeout_params(dsn, connect_timeout),
-        }
-        self._pool = ConnectionPool(
-            dsn,
-            min_size=0,
-            max_size=max_connections,
-            open=False,
-            kwargs=self._connect_params,
-            configure=self._configure,
-            timeout=connect_timeout,
+        self._pool = ClientPool(
+            self.dsn,
+            max_connections=max_connections,
+            connect_timeout=connect_timeout,
+            prepare_threshold=lambda: self.database.prepare_threshold(),
+            writes=True,
         )
-        self._opened = False
-
-    def _configure(self, conn: Connection[Any]) -> None:
-        """No prepared statements behind a transaction pooler: read as the pool opens each
-        connection, for ``serve --pgbouncer`` tells a client made at import afterwards."""
-        conn.prepare_threshold = self.database.prepare_threshold()
+        self._read_pool = (
+            None
+            if read_url is None
+            else ClientPool(
+                for_reads(read_url),
+                max_connections=max_connections,
+                connect_timeout=connect_timeout,
+                prepare_threshold=lambda: self.database.prepare_threshold(),
+                writes=False,
+            )
+        )
 
     def _conn(self) -> Any:
-        if not self._opened:
-            # One connection first, so that a database out of reach raises at once: the
-            # pool would retry in the background, logging each failure, until its timeout.
-            try:
-                (Connection.connect(self.dsn, **self._connect_params)).close()
-            except OperationalError as exc:
-                if refused(exc):
-                    raise
-                raise unreachable(self.dsn, str(exc)) from exc
-            self._pool.open()
-            self._opened = True
-        return _reached(self._pool, self.dsn)
+        return self._pool.reach()
+
+    def _read_conn(self) -> Any:
+        """A connection for a read that may lag: the read URL's, if one was given."""
+        return (self._read_pool or self._pool).reach()
 
     def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
         check_insert_options("insert", options)
@@ -162,6 +133,13 @@ class Client(_SyncOnly):
         functions build them) on one of this client's connections, as this client's admin
         methods run theirs; returns what the Op makes of its rows."""
         with self._conn() as conn:
+            return _execute(conn, op)
+
+    def run_read_op(self, op: admin.Op[T]) -> T:
+        """:meth:`run_op` for an Op that only reads, on the read URL's connections if this
+        client was given one (else as :meth:`run_op`): what it returns may lag the primary
+        by the standby's replay delay. The dashboard's pages read so."""
+        with self._read_conn() as conn:
             return _execute(conn, op)
 
     def _run_locked(self, locked: admin.Locked[T]) -> T:
@@ -228,7 +206,9 @@ class Client(_SyncOnly):
         counters; code that flushes them first runs unchanged)."""
 
     def queue_stats(self) -> list[admin.QueueStat]:
-        return self.run_op(admin.queue_stats())
+        """Each queue's counts, read from the read URL if the client was given one (counts
+        there lag the primary by the standby's replay delay)."""
+        return self.run_read_op(admin.queue_stats())
 
     def storage_status(self) -> str:
         """The Awa SDK's storage-transition report, as pretty JSON: one engine, always
@@ -461,9 +441,9 @@ class Client(_SyncOnly):
 
     def close(self) -> None:
         self._stop_handlers()
-        if self._opened:
-            self._pool.close()
-            self._opened = False
+        self._pool.close()
+        if self._read_pool is not None:
+            self._read_pool.close()
 
     def __enter__(self) -> Client:
         return self

@@ -136,6 +136,15 @@ class DatabaseUnreachable(AwaError, psycopg.OperationalError):
     :data:`DatabaseError` too, as psycopg's OperationalError."""
 
 
+class ServerIsStandby(DatabaseUnreachable):
+    """The server a connection reached is a standby (in recovery), or read-only, so no
+    write can go there: a URL that names it alone, or a write that found the server read
+    only. Whatever the runtime holds on such a connection is dropped and connected again,
+    to whichever server is the primary by then, as for a connection lost; a client's call
+    raises it. A URL that names several hosts reaches the primary among them
+    (docs/high-availability.md)."""
+
+
 # The Awa SDK wraps database errors in its own DatabaseError; awa-fast lets psycopg's reach
 # the caller as they are, so ``except awa_fast.DatabaseError`` (ported code's) catches them.
 DatabaseError = psycopg.Error

@@ -240,6 +240,26 @@ class LocalCluster:
         """Run a pg_ctl action on this cluster (``restart`` in chaos tests)."""
         self._run("pg_ctl", "-D", str(self.data), "-w", *args)
 
+    def standby(self) -> LocalCluster:
+        """A streaming standby of this running cluster, in a temporary directory and on a
+        port of its own, started: a base backup that writes its ``primary_conninfo`` and
+        ``standby.signal`` (``pg_basebackup -R``). Failover tests and benchmarks promote it."""
+        standby = LocalCluster.temporary(bindir=self.bindir)
+        if standby.user:
+            shutil.chown(standby.root, standby.user)
+        self._run(
+            "pg_basebackup",
+            *("-D", str(standby.data), "-h", "127.0.0.1", "-p", str(self.port)),
+            *("-U", "postgres", "-R", "-X", "stream", "-c", "fast"),
+        )
+        standby.start()
+        return standby
+
+    def promote(self) -> None:
+        """End this standby's recovery, so that it takes writes (``pg_ctl promote``, which
+        waits until it does)."""
+        self.pg_ctl("promote")
+
     def stop(self, *, remove: bool = False) -> None:
         try:
             if self.running():

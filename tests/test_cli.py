@@ -16,7 +16,7 @@ import pytest
 from psycopg import conninfo
 
 import awa_fast
-from awa_fast.cli import load_app, parser, serve_config
+from awa_fast.cli import READ_URL_ENV, load_app, parser, read_url, serve_config
 from awa_fast.db.dsn import with_database
 from awa_fast.errors import ConfigError
 from awa_fast.maintenance import periodic
@@ -433,3 +433,23 @@ def test_a_role_given_the_printed_grants_runs_jobs_end_to_end(
     with caplog.at_level(logging.WARNING):
         run(main())
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+def test_ui_and_status_take_a_read_url_from_the_flag_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A standby's URL for the reads that may lag; the other commands take none."""
+    for command in (["ui"], ["status"]):
+        given = parser().parse_args([*command, "--read-database-url", "postgresql://s/app"])
+        assert read_url(given) == "postgresql://s/app"
+    monkeypatch.setenv(READ_URL_ENV, "postgresql://env/app")
+    assert read_url(parser().parse_args(["status"])) == "postgresql://env/app"
+    assert read_url(parser().parse_args(["jobs"])) is None
+    with pytest.raises(SystemExit):
+        parser().parse_args(["jobs", "--read-database-url", "postgresql://s/app"])
+
+
+def test_a_url_naming_several_hosts_that_cannot_reach_a_primary_is_refused_by_name() -> None:
+    done = _awa("status", "--database-url", "postgresql://a,b/app?target_session_attrs=standby")
+    assert done.returncode == 2
+    assert "target_session_attrs=standby lets a connection land on a standby" in done.stderr

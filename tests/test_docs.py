@@ -114,6 +114,11 @@ def check_admin(page: types.ModuleType, dsn: str) -> None:
     assert count(dsn, "SELECT count(*) FROM awa_fast.descriptors") == 2
 
 
+def check_high_availability(page: types.ModuleType, dsn: str) -> None:
+    assert count(dsn, "SELECT count(*) FROM awa_fast.jobs WHERE kind = 'resize'") == 1
+    assert page.stats == {"default": 1}
+
+
 def check_partitioned(page: types.ModuleType, dsn: str) -> None:
     assert count(dsn, "SELECT count(*) FROM awa_fast.jobs WHERE queue = 'emails__p2'") == 1
 
@@ -161,6 +166,7 @@ CHECKS: dict[str, Check] = {
     "docs/maintenance.md": check_maintenance,
     "docs/admin.md": check_admin,
     "docs/partitioned-queues.md": check_partitioned,
+    "docs/high-availability.md": check_high_availability,
     "docs/testing.md": check_testing,
     "docs/porting.md": check_porting,
     "docs/cli.md": check_cli,

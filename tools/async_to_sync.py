@@ -27,11 +27,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = str(ROOT / "pyproject.toml")  # ruff's settings, wherever the module is
-MODULES = ("awa_fast/producer.py", "awa_fast/transaction.py", "awa_fast/client.py")
+MODULES = (
+    "awa_fast/producer.py",
+    "awa_fast/transaction.py",
+    "awa_fast/client_pool.py",
+    "awa_fast/client.py",
+)
 SOURCE = "# ---- asyncio source: its synchronous twin is generated from it ----\n"
 NAMES = {
     "AbstractAsyncContextManager": "AbstractContextManager",
     "AsyncClient": "Client",
+    "AsyncClientPool": "ClientPool",
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncExitStack": "ExitStack",
@@ -44,6 +50,7 @@ NAMES = {
     "_execute_async": "_execute",
     "_reached_async": "_reached",
     "asynccontextmanager": "contextmanager",
+    "check_primary_async": "check_primary",
     "drive_async": "drive",
     "enter_async_context": "enter_context",
     "insert_async": "insert",

@@ -39,7 +39,7 @@ def _cmd_ui(opts: argparse.Namespace) -> int:
         ensure_migrated(given)
         return given
 
-    return _ui_command()(opts, database_url=url, environ=os.environ)
+    return _ui_command()(opts, database_url=url, read_url=read_url(opts), environ=os.environ)
 
 
 def _ui_command() -> Callable[..., int]:
@@ -177,6 +177,26 @@ _FILTERS = {
 }
 
 
+# Admin commands whose reads may come from a standby (--read-database-url).
+_READS_THAT_MAY_LAG = ("queue_stats",)
+READ_URL_ENV = "AWA_FAST_READ_DATABASE_URL"
+
+
+def _read_url_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--read-database-url",
+        metavar="URL",
+        help="a standby's URL to read counts and pages from, which lag the primary by its "
+        f"replay delay (default: ${READ_URL_ENV}; none: the database URL's primary)",
+    )
+
+
+def read_url(opts: argparse.Namespace) -> str | None:
+    """The standby URL a command reads from, if it takes one and one is given."""
+    given = getattr(opts, "read_database_url", None) or os.environ.get(READ_URL_ENV)
+    return given if hasattr(opts, "read_database_url") else None
+
+
 def _cmd_admin(opts: argparse.Namespace) -> int:
 
     url = database_url(opts.database_url)
@@ -187,7 +207,7 @@ def _cmd_admin(opts: argparse.Namespace) -> int:
         for name in _FILTERS.get(opts.method, ())
         if getattr(opts, name, None) is not None
     }
-    with Client(url) as client:
+    with Client(url, read_url=read_url(opts)) as client:
         result = getattr(client, opts.method)(*args, **filters)
     if result in (None, False) and opts.method in _NOT_FOUND:
         print(f"awa-fast {opts.command}: {_NOT_FOUND[opts.method].format(*args)}", file=sys.stderr)
@@ -439,6 +459,8 @@ def parser() -> argparse.ArgumentParser:
                     type=int if option in ("limit", "attempt") else str,
                 )
         cmd.set_defaults(run=_cmd_admin, method=method, positional_names=positional)
+        if method in _READS_THAT_MAY_LAG:
+            _read_url_option(cmd)
 
     grants = command(
         "grants", "print the GRANT statements an application role needs (connects nowhere)"
@@ -452,6 +474,7 @@ def parser() -> argparse.ArgumentParser:
     )
     ui.add_argument("--port", type=values.int_in(1, 65535), default=8080)
     ui.add_argument("--read-only", action="store_true", help="show everything, change nothing")
+    _read_url_option(ui)
     ui.add_argument(
         "--log-format",
         choices=("text", "json"),

@@ -10,6 +10,7 @@ from pathlib import Path
 import psycopg
 from psycopg import conninfo
 
+from awa_fast.db.dsn import for_writes
 from awa_fast.db.migrate import (
     current_migration_version,
     current_version,
@@ -31,9 +32,11 @@ URL_FILE_HELP = "read the Postgres URL from this file (out of sight of ps)"
 
 
 def database_url(flag: str | None) -> str:
-    """The URL given, else a local Postgres started (or reused) and migrated for the user."""
+    """The URL given, else a local Postgres started (or reused) and migrated for the user.
+    A URL that names several hosts is asked for the primary among them (ConfigError for
+    one that cannot be: :func:`awa_fast.db.dsn.for_writes`)."""
     url = flag or os.environ.get("AWA_FAST_DATABASE_URL") or os.environ.get("DATABASE_URL")
-    return url or _local_url()
+    return for_writes(url) if url else _local_url()
 
 
 def _local_url() -> str:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import select
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -48,7 +49,14 @@ from psycopg import conninfo
 from psycopg.adapt import Dumper
 from psycopg.postgres import types as pg_types
 
-from awa_fast.errors import ConfigError, ConfigTypeError, DatabaseUnreachable
+from awa_fast.db.dsn import for_writes, servers_of
+from awa_fast.db.primary import (
+    AsyncPrimaryCursor,
+    PrimaryCursor,
+    check_primary,
+    check_primary_async,
+)
+from awa_fast.errors import ConfigError, ConfigTypeError, DatabaseUnreachable, ServerIsStandby
 from awa_fast.validation import MAX_SECONDS
 
 PLANNER_SETTINGS = {
@@ -188,6 +196,37 @@ def keepalives(dsn: str) -> dict[str, Any]:
     return {name: value for name, value in KEEPALIVES.items() if name not in given}
 
 
+# Seconds a connection the runtime keeps open waits for each server it tries: libpq's own
+# default is to wait for ever, and a server whose machine is gone answers nothing, so a
+# URL naming it before the new primary would hold every reconnect after a failover.
+CONNECT_TIMEOUT = 5
+
+
+def held_open(dsn: str) -> dict[str, Any]:
+    """The parameters of every connection the runtime keeps open, that ``dsn`` does not set
+    itself: :data:`KEEPALIVES`, :data:`CONNECT_TIMEOUT` (per server tried), and the cursor
+    that takes a write refused by a standby for a lost connection (:mod:`awa_fast.db.primary`)."""
+    given = conninfo.conninfo_to_dict(dsn)
+    timeout = {} if "connect_timeout" in given else {"connect_timeout": CONNECT_TIMEOUT}
+    return {**keepalives(dsn), **timeout, "cursor_factory": AsyncPrimaryCursor}
+
+
+def closed_meanwhile(conn: psycopg.BaseConnection[Any]) -> bool:
+    """Whether an idle connection has anything to read: what a server that closed it (a
+    restart, a failover, an administrator's terminate) leaves there, unseen until the
+    connection is used again."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
+
+
+def held_open_sync(dsn: str) -> dict[str, Any]:
+    """:func:`held_open` for a synchronous connection."""
+    return {**held_open(dsn), "cursor_factory": PrimaryCursor}
+
+
 _PSYCOPG_THRESHOLD = 5  # psycopg's own default
 
 
@@ -206,18 +245,27 @@ def _without_secrets(message: str, dsn: str) -> str:
 
 
 def server_of(dsn: str) -> str:
-    """Where ``dsn`` connects, as ``host:port``: all an error shows of a URL."""
-    given = conninfo.conninfo_to_dict(dsn)
-    host = given.get("host") or given.get("hostaddr") or "the local socket"
-    return f"{host}:{given.get('port') or 5432}"
+    """Where ``dsn`` connects, as ``host:port`` (several, comma-separated, for a URL that
+    names several hosts): all an error shows of a URL."""
+    try:
+        return ",".join(servers_of(dsn))
+    except ConfigError:  # named in an error about something else: say what libpq would
+        given = conninfo.conninfo_to_dict(dsn)
+        return f"{given.get('host') or 'the local socket'}:{given.get('port') or 5432}"
+
+
+# What libpq says of a server that target_session_attrs=read-write passed over.
+_STANDBY_SAID = ("server is in hot standby mode", "session is read-only")
 
 
 def unreachable(dsn: str, why: str) -> DatabaseUnreachable:
     """What a client raises when the server of ``dsn`` is out of its reach, and ``why``
-    (libpq's words, any password in them masked)."""
-    return DatabaseUnreachable(
-        f"database unreachable at {server_of(dsn)}: {_without_secrets(why, dsn)}"
-    )
+    (libpq's words, any password in them masked): ServerIsStandby when a server answered
+    but every one that did is a standby, so that there is no primary to write to."""
+    said = f"database unreachable at {server_of(dsn)}: {_without_secrets(why, dsn)}"
+    if any(words in why for words in _STANDBY_SAID):
+        return ServerIsStandby(f"{said} (a standby answered; no primary among the servers)")
+    return DatabaseUnreachable(said)
 
 
 def refused(exc: psycopg.OperationalError) -> bool:
@@ -265,6 +313,8 @@ class Database:
             ) from None
         if not isinstance(self.pooled, bool):
             raise ConfigError(f"transaction_pooling must be True or False, got {self.pooled!r}")
+        # Several hosts: a read-write session, the primary among them (docs/high-availability.md).
+        object.__setattr__(self, "dsn", for_writes(self.dsn))
 
     def prepare_threshold(self, threshold: int = _PSYCOPG_THRESHOLD) -> int | None:
         """psycopg's ``prepare_threshold`` for a connection here: ``threshold``, or never
@@ -285,18 +335,20 @@ def _hot_params(database: Database) -> dict[str, Any]:
     return {
         "autocommit": True,
         "prepare_threshold": database.prepare_threshold(0),
-        **keepalives(database.dsn),
+        **held_open(database.dsn),
     }
 
 
 def connect_hot(database: Database, **kwargs: Any) -> psycopg.Connection[Any]:
-    """A hot connection; closed again if its settings cannot be applied (an interrupt, a
-    server gone in between), not left open to the collector."""
-    conn = psycopg.connect(database.dsn, **_hot_params(database), **kwargs)
-    if database.pooled:  # a session setting would stay with a server session lent out
-        return conn
+    """A hot connection, to the primary; closed again if it reached a standby or its
+    settings cannot be applied (an interrupt, a server gone in between), not left open
+    to the collector."""
+    params = {**_hot_params(database), **held_open_sync(database.dsn), **kwargs}
+    conn = psycopg.connect(database.dsn, **params)
     try:
-        conn.execute(_APPLY)
+        check_primary(conn)
+        if not database.pooled:  # a session setting would stay with a server session lent out
+            conn.execute(_APPLY)
     except BaseException:
         conn.close()
         raise
@@ -304,17 +356,19 @@ def connect_hot(database: Database, **kwargs: Any) -> psycopg.Connection[Any]:
 
 
 async def connect_hot_async(database: Database, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
-    """A hot connection; one whose task is cancelled while it connects or its settings are
-    applied (a runner stopped just after it started) is closed, not left open."""
+    """A hot connection, to the primary; one whose task is cancelled while it connects or
+    its settings are applied (a runner stopped just after it started) is closed, not left
+    open."""
     return await connect_or_close(_open_hot_async(database, **kwargs))
 
 
 async def _open_hot_async(database: Database, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
-    conn = await psycopg.AsyncConnection.connect(database.dsn, **_hot_params(database), **kwargs)
-    if database.pooled:
-        return conn
+    params = {**_hot_params(database), **kwargs}
+    conn = await psycopg.AsyncConnection.connect(database.dsn, **params)
     try:
-        await conn.execute(_APPLY)
+        await check_primary_async(conn)
+        if not database.pooled:
+            await conn.execute(_APPLY)
     except BaseException:
         await conn.close()
         raise

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
+from awa_fast.db.dsn import for_writes
 from awa_fast.errors import SchemaNotMigrated
 
 SCHEMA = "awa_fast"
@@ -107,8 +108,9 @@ class Applied(list[int]):
 
 
 def migrate(dsn: str) -> Applied:
-    """Bring the database at ``dsn`` to the latest schema; returns the versions applied."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    """Bring the database at ``dsn`` to the latest schema; returns the versions applied.
+    A URL that names several hosts migrates the primary among them."""
+    with psycopg.connect(for_writes(dsn), autocommit=True) as conn:
         return Applied(migrate_connection(conn))
 
 

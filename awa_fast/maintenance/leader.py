@@ -40,7 +40,8 @@ from typing import Any
 
 import psycopg
 
-from awa_fast.db.connections import Database, connect_or_close, keepalives
+from awa_fast.db.connections import Database, connect_or_close, held_open
+from awa_fast.db.primary import check_primary_async
 from awa_fast.db.queries import Q
 
 log = logging.getLogger("awa_fast.leader")
@@ -95,7 +96,8 @@ class Leader:
         self._up_since = None
 
     async def connect(self, *, application_name: str) -> psycopg.AsyncConnection[Any]:
-        """A connection for this leader's statements, kept alive (TCP keepalives), which
+        """A connection to the primary for this leader's statements, kept alive (TCP
+        keepalives), which
         the server ends once it has been idle in a transaction for a term's length: a
         paused leader's open fence holds off the next term no longer than its own term
         would have lasted. Closed, not dropped, if the caller is cancelled meanwhile."""
@@ -107,13 +109,13 @@ class Leader:
             database.dsn,
             autocommit=True,
             application_name=application_name,
-            **keepalives(database.dsn),
+            **held_open(database.dsn),
             prepare_threshold=database.prepare_threshold(),
         )
-        if database.pooled:  # fenced() limits each transaction instead
-            return conn
         try:
-            await self._limit_idle(conn, local=False)
+            await check_primary_async(conn)  # a standby's leader row is the primary's past
+            if not database.pooled:  # else fenced() limits each transaction instead
+                await self._limit_idle(conn, local=False)
         except BaseException:
             await conn.close()
             raise

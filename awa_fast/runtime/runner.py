@@ -31,7 +31,7 @@ import psycopg
 
 from awa_fast import descriptors
 from awa_fast._core import InFlight, OutcomeRing
-from awa_fast.db.connections import Database, connect_hot, planner_settings_missing
+from awa_fast.db.connections import Database, connect_hot, held_open, planner_settings_missing
 from awa_fast.db.migrate import require_migrated
 from awa_fast.lifecycle.handlers import Handlers
 from awa_fast.lifecycle.hooks import HookDispatcher
@@ -345,6 +345,7 @@ class Runner:
             autocommit=True,
             application_name="awa-fast runner",
             prepare_threshold=self.database.prepare_threshold(),
+            **held_open(self.database.dsn),
         ) as conn:
             await periodic.register(conn, list(self.handlers.schedules.values()))
             await descriptors.register(

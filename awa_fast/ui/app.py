@@ -15,7 +15,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from awa_fast.client import AsyncClient
-from awa_fast.errors import AwaError, JobNotFound
+from awa_fast.errors import AwaError, ConfigError, JobNotFound
 from awa_fast.ui.actions import Actions, safe_next
 from awa_fast.ui.dashboard import Dashboard
 from awa_fast.ui.pages import Pages
@@ -31,17 +31,23 @@ def create_app(
     read_only: bool = False,
     actor: Callable[[Request], str] | None = None,
     secret: bytes | None = None,
+    read_url: str | None = None,
 ) -> Starlette:
     """The dashboard. ``database`` is a URL (the app opens a small pool, closed when it
     shuts down) or an application's own ``AsyncClient``, which stays the application's to
     close. ``auth`` is :class:`~awa_fast.ui.security.BasicAuth`,
     :class:`~awa_fast.ui.security.TokenAuth` or None (the application in front of it decides
     who gets in, and ``actor`` may name them in the log). ``secret`` signs the CSRF tokens:
-    give each process of one deployment the same."""
+    give each process of one deployment the same. ``read_url``, a standby's, with a URL:
+    the pages read there, the actions write to ``database`` (an application's own client
+    takes its ``read_url`` itself)."""
     owned = isinstance(database, str)
-    client = (
-        AsyncClient(database, max_connections=POOL_SIZE) if isinstance(database, str) else database
-    )
+    if isinstance(database, str):
+        client = AsyncClient(database, max_connections=POOL_SIZE, read_url=read_url)
+    elif read_url is not None:
+        raise ConfigError("read_url goes with a database URL; give the client its own read_url")
+    else:
+        client = database
     dash = Dashboard(
         client, csrf=Csrf(secret or secrets.token_bytes(32)), read_only=read_only, actor=actor
     )

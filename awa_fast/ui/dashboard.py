@@ -53,8 +53,13 @@ class Dashboard:
         )
 
     async def run(self, op: Op[T]) -> T:
-        """Run an admin Op as the clients run theirs."""
+        """Run an admin Op as the clients run theirs: an action's, on the primary."""
         return await self.client.run_op(op)
+
+    async def read(self, op: Op[T]) -> T:
+        """Run a page's Op, which only reads: on the client's read URL, a standby's, if it
+        has one (its counts lag the primary by the standby's replay delay)."""
+        return await self.client.run_read_op(op)
 
     def actor(self, request: Request) -> str:
         """Who made the request; empty on the login page, before anyone has said."""

@@ -117,19 +117,19 @@ class Pages:
         name = request.query_params.get("range", DEFAULT_RANGE)
         if name not in RANGES:
             raise ValidationError("range", f"must be one of {', '.join(RANGES)}")
-        return name, await self.windows[name].read(self.dash.run)
+        return name, await self.windows[name].read(self.dash.read)
 
     async def _fleet(self) -> tuple[ops.Leader, list[ops.Host]]:
-        leader = await self.dash.run(ops.leader())
-        return leader, await self.dash.run(ops.hosts(leader))
+        leader = await self.dash.read(ops.leader())
+        return leader, await self.dash.read(ops.hosts(leader))
 
     async def overview(self, request: Request) -> Response:
         (range_name, through), stats, dead, (leader, hosts), batches = await asyncio.gather(
             self._window(request),
-            self.dash.run(admin.queue_stats()),
-            self.dash.run(admin.dlq_depth_by_queue()),
+            self.dash.read(admin.queue_stats()),
+            self.dash.read(admin.dlq_depth_by_queue()),
             self._fleet(),
-            self.dash.run(batch.list_operations(limit=20)),
+            self.dash.read(batch.list_operations(limit=20)),
         )
         by_queue = {stat.queue: stat for stat in stats}
         depth = dict(dead)
@@ -163,10 +163,10 @@ class Pages:
             raise ValidationError("name", "which queue? give ?name=")
         (range_name, through), stats, dead, (_, hosts), recent = await asyncio.gather(
             self._window(request),
-            self.dash.run(admin.queue_stats()),
-            self.dash.run(ops.count_dlq(kind=None, queue=name, tag=None)),
+            self.dash.read(admin.queue_stats()),
+            self.dash.read(ops.count_dlq(kind=None, queue=name, tag=None)),
             self._fleet(),
-            self.dash.run(ops.job_page(ops.JobFilter(queue=name), before=None, limit=10)),
+            self.dash.read(ops.job_page(ops.JobFilter(queue=name), before=None, limit=10)),
         )
         stat = next((s for s in stats if s.queue == name), None) or _no_stat(name)
         completed, failed = through.sums(name)
@@ -202,9 +202,9 @@ class Pages:
             and int(where.search) < validation.MAX_JOB_ID
         ):
             # A number is a job's id: that job, wherever it is.
-            page = ops.JobPage(await self.dash.run(admin.get_jobs([int(where.search)])), None)
+            page = ops.JobPage(await self.dash.read(admin.get_jobs([int(where.search)])), None)
         else:
-            page = await self.dash.run(ops.job_page(where, before=before, limit=PAGE_SIZE))
+            page = await self.dash.read(ops.job_page(where, before=before, limit=PAGE_SIZE))
         context = {
             "where": where,
             "states": JOB_STATES,
@@ -221,8 +221,8 @@ class Pages:
             "job_id", request.path_params["job_id"], 1, validation.MAX_JOB_ID
         )
         dumped, followups = await asyncio.gather(
-            self.dash.run(admin.dump_job(job_id)),
-            self.dash.run(admin.list_followups(job_id, limit=PAGE_SIZE)),
+            self.dash.read(admin.dump_job(job_id)),
+            self.dash.read(admin.list_followups(job_id, limit=PAGE_SIZE)),
         )
         dump = orjson.loads(dumped)
         job = dump["job"]
@@ -243,7 +243,7 @@ class Pages:
         filters = {name: text(params, name) for name in ("kind", "queue", "tag")}
         before_id = number(params, "before_id")
         before_at = text(params, "before_at")
-        entries = await self.dash.run(
+        entries = await self.dash.read(
             admin.list_dlq(
                 **filters,
                 before_id=before_id,
@@ -251,7 +251,7 @@ class Pages:
                 limit=PAGE_SIZE,
             )
         )
-        count = await self.dash.run(ops.count_dlq(**filters))
+        count = await self.dash.read(ops.count_dlq(**filters))
         last = entries[-1] if len(entries) == PAGE_SIZE else None
         context = {
             "filters": filters,
@@ -265,13 +265,13 @@ class Pages:
         return self.dash.render(request, "dlq", context)
 
     async def periodic(self, request: Request) -> Response:
-        schedules = await self.dash.run(admin.list_cron_jobs())
+        schedules = await self.dash.read(admin.list_cron_jobs())
         now = datetime.now(UTC)
         rows = [{**row, "next_fire": _next_fire(row, now)} for row in schedules]
         return self.dash.render(request, "periodic", {"schedules": rows})
 
     async def batches(self, request: Request) -> Response:
-        operations = await self.dash.run(batch.list_operations(limit=PAGE_SIZE))
+        operations = await self.dash.read(batch.list_operations(limit=PAGE_SIZE))
         context = {"operations": operations, "unfinished": _UNFINISHED_BATCH}
         return self.dash.render(request, "batches", context)
 

@@ -56,16 +56,28 @@ def check_binding(host: str, auth: Auth | None) -> None:
         )
 
 
-def app_for(database_url: str, *, host: str, auth: Auth | None, read_only: bool) -> ASGIApp:
+def app_for(
+    database_url: str,
+    *,
+    host: str,
+    auth: Auth | None,
+    read_only: bool,
+    read_url: str | None = None,
+) -> ASGIApp:
     """The app ``awa-fast ui`` serves: without auth, to requests naming this machine
-    alone (a page elsewhere may point its own name at 127.0.0.1)."""
+    alone (a page elsewhere may point its own name at 127.0.0.1); its pages read from
+    ``read_url`` (a standby's) when one is given."""
     check_binding(host, auth)
-    app = create_app(database_url, auth=auth, read_only=read_only)
+    app = create_app(database_url, auth=auth, read_only=read_only, read_url=read_url)
     return app if auth is not None else TrustedHostMiddleware(app, list(LOOPBACK_HOSTS))
 
 
 def command(
-    opts: argparse.Namespace, *, database_url: Callable[[], str], environ: Mapping[str, str]
+    opts: argparse.Namespace,
+    *,
+    database_url: Callable[[], str],
+    environ: Mapping[str, str],
+    read_url: str | None = None,
 ) -> int:
     """``awa-fast ui`` with its parsed options (awa_fast.cli); ``database_url`` is asked for once
     the options are known to be served, so that no local Postgres starts for nothing."""
@@ -75,11 +87,21 @@ def command(
     check_binding(opts.host, auth)
     logs.configure(fmt=opts.log_format, level="INFO")  # the actions' log lines, on stderr
     url = database_url()
-    return serve(url, host=opts.host, port=opts.port, auth=auth, read_only=opts.read_only)
+    return serve(
+        url, host=opts.host, port=opts.port, auth=auth, read_only=opts.read_only, read_url=read_url
+    )
 
 
-def serve(database_url: str, *, host: str, port: int, auth: Auth | None, read_only: bool) -> int:
-    app = app_for(database_url, host=host, auth=auth, read_only=read_only)
+def serve(
+    database_url: str,
+    *,
+    host: str,
+    port: int,
+    auth: Auth | None,
+    read_only: bool,
+    read_url: str | None = None,
+) -> int:
+    app = app_for(database_url, host=host, auth=auth, read_only=read_only, read_url=read_url)
     if not is_loopback(host):
         print(
             "awa-fast ui: serving plain HTTP beyond this machine; put a TLS proxy in front "

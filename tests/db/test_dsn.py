@@ -1,14 +1,25 @@
 """Naming another database on the user's server keeps the rest of what the user gave: its
-host (a Unix socket directory included), port and parameters."""
+host (a Unix socket directory included), port and parameters. A URL that names several
+hosts asks for the primary among them, or is refused when it cannot reach one."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import psycopg
 import pytest
 from psycopg import conninfo
 
+import awa_fast
 from awa_fast.bench.measure import fresh_database
-from awa_fast.db.dsn import database_of, with_database
+from awa_fast.db.dsn import database_of, for_reads, for_writes, servers_of, with_database
+from awa_fast.errors import ConfigError
+from tests.helpers import free_port
+
+
+@dataclass
+class Pinged:
+    n: int = 0
 
 
 @pytest.mark.parametrize(
@@ -70,3 +81,77 @@ def test_a_bench_database_on_a_unix_socket_url_keeps_its_parameters(server_url: 
             "SELECT count(*) FROM pg_database WHERE datname = %s", (database_of(url),)
         ).fetchone()
     assert left == (0,)
+
+
+@pytest.mark.parametrize(
+    ("dsn", "servers", "for_writing"),
+    [
+        (
+            "postgresql://u@a:5432,b:5433/db",
+            ["a:5432", "b:5433"],
+            "postgresql://u@a:5432,b:5433/db?target_session_attrs=read-write",
+        ),
+        (
+            "postgresql://u@a,b/db?sslmode=require",
+            ["a:5432", "b:5432"],
+            "postgresql://u@a,b/db?sslmode=require&target_session_attrs=read-write",
+        ),
+        (
+            "host=a,b port=1,2 dbname=db",
+            ["a:1", "b:2"],
+            "dbname=db host=a,b port=1,2 target_session_attrs=read-write",
+        ),
+        ("postgresql://a,b/db?target_session_attrs=primary", ["a:5432", "b:5432"], None),
+        ("postgresql://u@h/db", ["h:5432"], None),  # one server: as given
+        ("postgresql://u@/db?host=/run/pg&port=5433", ["/run/pg:5433"], None),
+        ("postgresql://a/db?target_session_attrs=any", ["a:5432"], None),
+    ],
+)
+def test_a_url_naming_several_hosts_asks_for_the_primary(
+    dsn: str, servers: list[str], for_writing: str | None
+) -> None:
+    """libpq's default, any, takes the first server that answers: a standby, perhaps."""
+    assert servers_of(dsn) == servers
+    assert for_writes(dsn) == (for_writing or dsn)
+    assert for_reads(dsn) == dsn  # reads go wherever the URL says
+
+
+@pytest.mark.parametrize(
+    ("dsn", "refusal"),
+    [
+        ("postgresql://a:1,b:2,c:3/db?port=1,2", "names 3 hosts and 2 ports"),
+        ("host=a,b port=1,2,3", "names 2 hosts and 3 ports"),
+        ("host=a,b hostaddr=10.0.0.1", "names 2 hosts and 1 hostaddrs"),
+        ("postgresql://a,b/db?target_session_attrs=standby", "target_session_attrs=standby lets"),
+        ("postgresql://a,b/db?target_session_attrs=any", "target_session_attrs=any lets"),
+        ("postgresql://a/db?target_session_attrs=read-only", "target_session_attrs=read-only"),
+        ("postgresql://a/db?target_session_attrs=bogus", "not one libpq knows"),
+    ],
+)
+def test_a_url_that_cannot_reach_a_primary_is_refused_by_name(dsn: str, refusal: str) -> None:
+    with pytest.raises(ConfigError, match=refusal):
+        for_writes(dsn)
+    with pytest.raises(ConfigError, match=refusal):
+        awa_fast.Client(dsn)  # where a URL is given
+
+
+def test_the_environments_hosts_count_where_the_url_names_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libpq reads PGHOST when the URL names no host: several there are several hosts."""
+    monkeypatch.setenv("PGHOST", "a,b")
+    assert for_writes("dbname=db") == "dbname=db target_session_attrs=read-write"
+    monkeypatch.setenv("PGTARGETSESSIONATTRS", "primary")
+    assert for_writes("dbname=db") == "dbname=db"
+
+
+def test_a_client_on_two_hosts_whose_first_refuses_connects_to_the_second(dsn: str) -> None:
+    """The first server named is down (nothing listens on its port): libpq goes on to the
+    next, and so does every connection of the client's."""
+    given = conninfo.conninfo_to_dict(dsn)
+    both = conninfo.make_conninfo(
+        dsn, host=f"127.0.0.1,{given['host']}", port=f"{free_port()},{given['port']}"
+    )
+    with awa_fast.Client(both) as client:
+        assert client.insert(Pinged()).state == "available"
+        assert [stat.queue for stat in client.queue_stats()] == ["default"]

@@ -231,6 +231,9 @@ class Claimer:
                     with contextlib.suppress(psycopg.Error):
                         await cur.connection.close()
                         cur = (await self.connect()).cursor(binary=True)
+                    # Claim again at once, not at the next poll: the round that failed
+                    # took the news with it, and a reconnect that failed is tried again.
+                    self._wake.set()
                     continue
                 if self._backlog:
                     self._wake.set()

@@ -29,6 +29,7 @@ from awa_fast.logs import Throttled
 from awa_fast.runtime.claim.claimer import Claimer, connect_claimer
 from awa_fast.runtime.host.flags import Attempt, CancelFlags
 from awa_fast.runtime.host.row import Host
+from awa_fast.runtime.loops import retry_delay
 
 log = logging.getLogger("awa_fast.listener")
 
@@ -38,7 +39,8 @@ CHANNELS = ("awa_fast_jobs", "awa_fast_packs", "awa_fast_cancel", "awa_fast_stan
 
 @dataclass(frozen=True, slots=True)
 class ListenerConfig:
-    reconnect_delay: float = 1.0  # while LISTEN is down, claiming polls instead
+    # at most, between tries to LISTEN again (backing off from 0.1 s); claiming polls meanwhile
+    reconnect_delay: float = 1.0
 
 
 @dataclass(slots=True)
@@ -81,6 +83,7 @@ class Listener:
                 "for the next heartbeat"
             )
             return
+        failures = 0
         while not stopping():
             try:
                 # A claim connection: standby collects run on it.
@@ -88,6 +91,7 @@ class Listener:
                 async with conn:
                     for channel in CHANNELS:
                         await conn.execute(f"LISTEN {channel}")
+                    failures = 0
                     self._missed_news()
                     cur = conn.cursor(binary=True)
                     while True:
@@ -95,8 +99,12 @@ class Listener:
                         notes = [note async for note in conn.notifies(stop_after=1)]
                         await self.heard(cur, notes, stopping=stopping())
             except psycopg.OperationalError as exc:
-                log.warning("LISTEN connection lost (%s); polling until it is back", exc)
-                await asyncio.sleep(self.config.reconnect_delay)
+                failures += 1
+                if failures == 1:
+                    log.warning("LISTEN connection lost (%s); polling until it is back", exc)
+                # Soon after a failover, not a whole poll interval later: the new primary
+                # may take a few tries.
+                await asyncio.sleep(min(self.config.reconnect_delay, retry_delay(failures)))
 
     def _missed_news(self) -> None:
         """News may have gone unheard while not listening."""

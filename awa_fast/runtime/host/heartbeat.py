@@ -12,12 +12,19 @@ Beats go over the host's own connection, whose session holds its lock
 is opened again at once and the lock taken again first thing; while the database cannot
 be reached, beats are tried again after a short delay, not a whole interval, so that the
 host is live again as soon as the database is back.
+
+A host whose connection closes gives back the jobs it holds unstarted (prefetched): they
+are flagged, and each is given back when its turn to start comes, not started. The server
+may have gone for good, and the primary that follows may lack what the last moment
+committed (an asynchronous standby's loss, docs/high-availability.md): a claim, or the job's
+very insert. A job started from there would run without a row to own it, or beside its
+claim on the new primary. Given back instead, each is claimed again where the rows are;
+a give-back that finds no attempt of its own changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +39,7 @@ from awa_fast._core import InFlight
 from awa_fast.db.connections import Int8Array, attempts_params
 from awa_fast.db.queries import Q
 from awa_fast.descriptors import Descriptor
+from awa_fast.errors import ServerIsStandby
 from awa_fast.runtime.capacity import Workers
 from awa_fast.runtime.config import RunnerConfig
 from awa_fast.runtime.host.flags import Attempt, CancelFlags
@@ -39,6 +47,11 @@ from awa_fast.runtime.host.row import Host
 from awa_fast.runtime.loops import retry_delay
 
 log = logging.getLogger("awa_fast.heartbeat")
+
+HELD_BACK = (
+    "held unstarted when the host's connection to the database closed: given back, to be "
+    "claimed again from whichever server is the primary"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +100,9 @@ class Heartbeat:
         self._descriptors = list(descriptors)
         self._descriptors_due = time.monotonic() + config.descriptor_refresh_every
         self._task: asyncio.Task[None] | None = None
+        # Flagged by hold_back(): given back at their turn, never evicted (one that started
+        # in the same instant runs on, its outcome guarded by its lease as ever).
+        self._held_back: set[Attempt] = set()
 
     def alive(self, now: float) -> bool:
         """The loop runs and its last beat landed within two intervals."""
@@ -106,13 +122,36 @@ class Heartbeat:
                 failures += 1
                 if failures == 1:
                     log.warning("heartbeat failed (%s); retrying", exc)
+                if isinstance(exc, ServerIsStandby):  # not the primary (any more)
+                    await self._host.close()
+                if not self._host.connected():
+                    self.hold_back()
                 await asyncio.sleep(retry_delay(failures))
                 continue
             if failures:
                 log.info("heartbeat back after %d failed tries", failures)
             failures = 0
-            with contextlib.suppress(psycopg.OperationalError):  # lost: beat again at once
+            try:
                 await self._host.wait(self.config.interval)
+            except psycopg.OperationalError:  # lost: hold back, and beat again at once
+                self.hold_back()
+
+    def hold_back(self) -> list[Attempt]:
+        """Flag every attempt held here unstarted, to be given back at its turn: the
+        connection to the database closed (the module's docstring says why). Returns those
+        flagged now; each retry of a long outage finds the same ones flagged already."""
+        held = [(job, lease) for job, lease, _, started in self._inflight.attempts() if not started]
+        new = [attempt for attempt in held if attempt not in self._held_back]
+        for job, lease in new:
+            self._flags.flag(job, lease, why=HELD_BACK)
+        self._held_back.update(new)
+        if new:
+            log.warning(
+                "connection to the database closed: %d jobs held unstarted are given back",
+                len(new),
+                extra={"jobs": len(new)},
+            )
+        return new
 
     async def beat_once(self) -> Beat:
         """One beat, on the host's connection (opened again if it was lost)."""
@@ -135,9 +174,11 @@ class Heartbeat:
         for attempt, why in beat.flagged:
             self._flags.flag(*attempt, why=why)
         self._flags.forget_ended(running)
+        self._held_back &= running
         grace = self.config.deadline_grace
         # A flagged job still waiting in its worker is given back when its turn comes.
-        for attempt, why in self._flags.ignored(grace=grace, besides=waiting):
+        spared = waiting | self._held_back
+        for attempt, why in self._flags.ignored(grace=grace, besides=spared):
             beat.evicted.append(attempt)
             self._workers.evict(
                 *attempt, reason=f"{why}; its handler ignored cancellation for {grace:g}s"

@@ -29,7 +29,8 @@ from typing import Any, TypedDict
 import psycopg
 from psycopg.types.json import Jsonb
 
-from awa_fast.db.connections import Database, connect_hot_async
+from awa_fast.db.connections import Database, connect_hot_async, held_open
+from awa_fast.db.primary import usable
 from awa_fast.db.queries import Q
 
 log = logging.getLogger("awa_fast.heartbeat")
@@ -66,13 +67,17 @@ class Host:
     async def connection(self) -> psycopg.AsyncConnection[Any]:
         """The host's connection, opened again if it was lost (its lock went with it)."""
         conn = self._conn
-        if conn is not None and not conn.closed and not conn.broken:
+        if conn is not None and usable(conn):
             return conn
         await self.close()
         self._conn = await connect_hot_async(
             self.session or self.database, application_name="awa-fast heartbeat"
         )
         return self._conn
+
+    def connected(self) -> bool:
+        """Whether the host's connection is open, to a server that takes writes."""
+        return self._conn is not None and usable(self._conn)
 
     async def register(self) -> None:
         """A new row, before the first claim, with its lock where there is a session."""
@@ -145,7 +150,10 @@ class Host:
             if self.id is not None:
                 with contextlib.suppress(psycopg.Error):
                     async with await psycopg.AsyncConnection.connect(
-                        self.database.dsn, autocommit=True, application_name="awa-fast runner"
+                        self.database.dsn,
+                        autocommit=True,
+                        application_name="awa-fast runner",
+                        **held_open(self.database.dsn),
                     ) as conn:
                         await conn.execute(Q.host_forget, {"id": self.id})
         finally:

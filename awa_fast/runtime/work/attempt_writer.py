@@ -37,9 +37,10 @@ from typing import Any
 import psycopg
 
 from awa_fast.codec import encode_json
-from awa_fast.db.connections import Database, keepalives
+from awa_fast.db.connections import Database, closed_meanwhile, held_open, held_open_sync
+from awa_fast.db.primary import check_primary, check_primary_async, usable
 from awa_fast.db.queries import Q
-from awa_fast.errors import LeaseLost
+from awa_fast.errors import LeaseLost, ServerIsStandby
 from awa_fast.validation import positive_seconds
 
 log = logging.getLogger("awa_fast.attempt_writer")
@@ -102,9 +103,20 @@ class AttemptWriter:
         """:meth:`save_progress` from a sync handler's thread."""
         params = {**_progress_params(progress, metadata), "id": job_id, "lease": run_lease}
         with self._sync_lock:
-            if self._sync_conn is None or self._sync_conn.closed:
-                self._sync_conn = psycopg.connect(self.database.dsn, **_params(self.database))
-            row = self._sync_conn.execute(Q.job_save_progress, params).fetchone()
+            if self._sync_conn is not None and closed_meanwhile(self._sync_conn):
+                with contextlib.suppress(psycopg.Error):
+                    self._sync_conn.execute("")
+            if self._sync_conn is None or not usable(self._sync_conn):
+                if self._sync_conn is not None:
+                    self._sync_conn.close()
+                conn = psycopg.connect(self.database.dsn, **_params(self.database, sync=True))
+                check_primary(conn)
+                self._sync_conn = conn
+            try:
+                row = self._sync_conn.execute(Q.job_save_progress, params).fetchone()
+            except ServerIsStandby:  # a server demoted under it: connect again next time
+                self._sync_conn.close()
+                raise
         if row is None:
             raise LeaseLost(job_id, run_lease)
 
@@ -192,11 +204,20 @@ class AttemptWriter:
             return False
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
+        """The async connection, made again if its server closed it while it sat idle (a
+        restart, a failover): a handler's write must not fail on a stale connection."""
         async with self._connecting:
-            if self._conn is None or self._conn.closed:
-                self._conn = await psycopg.AsyncConnection.connect(
+            if self._conn is not None and closed_meanwhile(self._conn):
+                with contextlib.suppress(psycopg.Error):  # reads what came; raises if closed
+                    await self._conn.execute("")
+            if self._conn is None or not usable(self._conn):
+                if self._conn is not None:
+                    await self._conn.close()
+                conn = await psycopg.AsyncConnection.connect(
                     self.database.dsn, **_params(self.database)
                 )
+                await check_primary_async(conn)
+                self._conn = conn
             return self._conn
 
     async def _execute(
@@ -204,7 +225,11 @@ class AttemptWriter:
     ) -> bool:
         """Run a write guarded by the attempt; True if it matched its row."""
         conn = await self._connection()
-        cur = await conn.execute(query, {**params, "id": job_id, "lease": run_lease})
+        try:
+            cur = await conn.execute(query, {**params, "id": job_id, "lease": run_lease})
+        except ServerIsStandby:  # a server demoted under it: connect again next time
+            await conn.close()
+            raise
         return await cur.fetchone() is not None
 
     async def _write(self, query: str, job_id: int, run_lease: int, params: dict[str, Any]) -> None:
@@ -231,10 +256,12 @@ class AttemptWriter:
                 self._sync_conn = None
 
 
-def _params(database: Database) -> dict[str, Any]:
-    """Both connections' parameters: they stay open, and may go through a pooler."""
+def _params(database: Database, *, sync: bool = False) -> dict[str, Any]:
+    """Both connections' parameters: they stay open, go to the primary, and may go through
+    a pooler."""
     threshold = database.prepare_threshold()
-    return {**_SESSION, **keepalives(database.dsn), "prepare_threshold": threshold}
+    held = held_open_sync(database.dsn) if sync else held_open(database.dsn)
+    return {**_SESSION, **held, "prepare_threshold": threshold}
 
 
 def _progress_params(progress: object, metadata: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ started yet has its deadline counted from now instead."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,9 +12,10 @@ import psycopg
 
 import awa_fast
 from awa_fast.runtime.config import RunnerConfig
+from awa_fast.runtime.host.heartbeat import HELD_BACK
 from awa_fast.runtime.runner import Runner
 from tests.factories import insert_job
-from tests.helpers import run, run_until, settled
+from tests.helpers import await_until, run, run_until, sessions, settled
 
 
 def _heartbeat_at(conn: psycopg.Connection[Any], job_id: int) -> Any:
@@ -220,3 +222,64 @@ def test_a_beat_marks_the_attempts_held_unstarted_and_unmarks_them_once_started(
             await runner.host.forget()
 
     assert run(beat()) == [{waiting: 1, started: None}, {waiting: None, started: None}]
+
+
+@dataclass
+class Gate:
+    n: int
+
+
+def test_a_host_whose_connection_closes_gives_back_what_it_holds_unstarted(dsn: str) -> None:
+    """One job runs, a second waits claimed behind it (prefetched), and the heartbeat's
+    session is terminated: the held job is not started at its turn but given back, its
+    attempt uncounted, then claimed again and run once. (The server may be gone for good,
+    and its successor may lack the claim: docs/high-availability.md.)"""
+    client = awa_fast.AsyncClient(dsn)
+    ran: list[tuple[int, int]] = []
+    release = asyncio.Event()
+
+    @client.task(Gate)
+    async def gate(job: awa_fast.Job[Gate]) -> None:
+        ran.append((job.args.n, job.run_lease))
+        if job.args.n == 1:
+            await release.wait()
+
+    def state(job_id: int) -> str:
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute(
+                "SELECT state::text FROM awa_fast.jobs WHERE id = %s", (job_id,)
+            ).fetchone()
+        return row[0] if row else ""
+
+    async def main() -> int:
+        runner = await client.start({"default": 1}, prefetch=1, standby=False)
+        try:
+            first = (await client.insert(Gate(1))).id
+            await await_until(lambda: ran == [(1, 1)], what="the first job to start")
+            held = (await client.insert(Gate(2))).id
+            await await_until(lambda: state(held) == "running", what="the second held")
+            closed = sessions(dsn, "application_name = 'awa-fast heartbeat'")
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database()"
+                    " AND application_name = 'awa-fast heartbeat'"
+                )
+            await await_until(
+                lambda: HELD_BACK in runner.flags.reasons().values(), what="the hold-back"
+            )
+            release.set()  # the held job's turn
+            await await_until(lambda: state(held) == "completed", what="the second to run")
+            assert closed == 1 and state(first) == "completed"
+            return held
+        finally:
+            await client.shutdown()
+            await client.close()
+
+    held = run(main())
+    assert ran == [(1, 1), (2, 2)]  # the held claim (lease 1) never ran; the next one did
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT attempt, run_lease, errors FROM awa_fast.jobs WHERE id = %s", (held,)
+        ).fetchone()
+    assert row == (1, 2, [])

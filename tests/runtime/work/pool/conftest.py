@@ -15,7 +15,7 @@ import pytest
 
 from awa_fast.localpg import LocalCluster
 
-ROOT = Path(__file__).resolve().parents[4]  # the repository: tests/runtime/work/pool/
+ROOT = Path(__file__).resolve().parents[4]  # the checkout: tests/runtime/work/pool/ is 4 deep
 
 
 class Serve:

@@ -1,6 +1,6 @@
 """Prefetch: a worker holds jobs claimed ahead, unstarted, beside the handlers it runs; a
 queue's concurrency still bounds its running handlers, a held job flagged before its turn
-never starts. (Held jobs of a worker that dies: tests/runtime/pool/test_pool.py.)"""
+never starts. (Held jobs of a worker that dies: tests/runtime/work/pool/test_pool.py.)"""
 
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ TIERS: list[dict[str, tuple[str, ...]]] = [
             "awa_fast.callback_rules",
             "awa_fast.callback_contract",
             "awa_fast.outcomes",
+            "awa_fast.tracing",
         )
     },
     {"db": ("awa_fast.db",)},

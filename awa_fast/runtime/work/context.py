@@ -46,6 +46,7 @@ class WorkerContext:
             AttemptWriter(self.database),
             threads,
             dlq_queues=self.config.dlq_for(list(self.capacity.queues)),
+            traces=self.config.traces,
         )
 
     def give_back(self, jobs: Sequence[Claimed], *, reason: str) -> None:

@@ -45,6 +45,7 @@ from awa_fast.db.queries import Q
 from awa_fast.producer import InsertSteps, PreparedJob, Rows, drive_async, insert_steps
 from awa_fast.producer import _transaction as transaction
 from awa_fast.producer_sync import drive
+from awa_fast.tracing import active
 from awa_fast.types import InsertOptions, JobRow, check_insert_options
 
 # Columns holding JSON that is always an object or an array: a driver that hands jsonb back
@@ -57,10 +58,16 @@ async def insert_job(
 ) -> dict[str, Any]:
     """Insert a job on ``conn`` (a psycopg ``AsyncConnection``, an asyncpg connection, or a
     SQLAlchemy ``AsyncConnection``/``AsyncSession``) inside the caller's transaction;
-    returns the job's row as a dict. Options as :func:`awa_fast.insert`'s."""
+    returns the job's row as a dict. Options as :func:`awa_fast.insert`'s, and so are its
+    traces."""
     check_insert_options("insert_job", options)
     insert = _async_inserter(conn)
-    return _as_dict(await insert(producer.prepare(producer.request_of(args, options))))
+    job = producer.prepare(producer.request_of(args, options))
+    tracing = active()  # None without OpenTelemetry
+    if tracing is None:
+        return _as_dict(await insert(job))
+    with tracing.sending([job]) as sent:
+        return _as_dict(sent(await insert(job)))
 
 
 def insert_job_sync(conn: object, args: object, **options: Unpack[InsertOptions]) -> dict[str, Any]:
@@ -68,7 +75,12 @@ def insert_job_sync(conn: object, args: object, **options: Unpack[InsertOptions]
     ``Connection``/``Session``."""
     check_insert_options("insert_job_sync", options)
     insert = _sync_inserter(conn)
-    return _as_dict(insert(producer.prepare(producer.request_of(args, options))))
+    job = producer.prepare(producer.request_of(args, options))
+    tracing = active()
+    if tracing is None:
+        return _as_dict(insert(job))
+    with tracing.sending([job]) as sent:
+        return _as_dict(sent(insert(job)))
 
 
 def _decoded(rows: Iterable[Mapping[Any, Any]]) -> Rows:

@@ -57,8 +57,8 @@ class _AsyncOnly(Registration):
     """What only :class:`AsyncClient` has: handlers started on the caller's event loop, and
     their health."""
 
-    def __init__(self, dsn: str, *, transaction_pooling: bool) -> None:
-        super().__init__(dsn, transaction_pooling=transaction_pooling)
+    def __init__(self, dsn: str, *, transaction_pooling: bool, traces: bool = True) -> None:
+        super().__init__(dsn, transaction_pooling=transaction_pooling, traces=traces)
         self._runner: Runner | None = None
 
     async def health_check(self) -> health.HealthCheck:
@@ -79,7 +79,9 @@ class _AsyncOnly(Registration):
         if self._runner is not None:
             raise RuntimeError("this client is already running; call shutdown() first")
         check_registered(self.handlers)
-        settings = runner_config(config, queues=queues, pooled=self.database.pooled)
+        settings = runner_config(
+            config, queues=queues, pooled=self.database.pooled, traces=self.traces
+        )
         given = queues if queues is not None else self.default_queues()
         parsed = parse_queues(given, config=settings)
         check_handled(self.handlers, parsed)
@@ -127,7 +129,9 @@ class AsyncClient(_AsyncOnly):
     (PgBouncer's ``pool_mode=transaction``, docs/pgbouncer.md): no connection of this
     client or of the runners it starts then prepares a statement. A call that gets no
     connection within ``connect_timeout`` seconds raises
-    :class:`~awa_fast.errors.DatabaseUnreachable` (docs/producing.md).
+    :class:`~awa_fast.errors.DatabaseUnreachable` (docs/producing.md). ``traces=False``
+    turns off, for this client's inserts and runners, the spans they make with
+    OpenTelemetry set up (docs/observability.md).
 
     ``dsn`` may name several hosts (``postgresql://a:5432,b:5432/app``): every connection
     goes to the primary among them, and, with no ``target_session_attrs`` in it, it gets
@@ -142,8 +146,9 @@ class AsyncClient(_AsyncOnly):
         transaction_pooling: bool = False,
         connect_timeout: float = 5.0,
         read_url: str | None = None,
+        traces: bool = True,
     ) -> None:
-        super().__init__(dsn, transaction_pooling=transaction_pooling)
+        super().__init__(dsn, transaction_pooling=transaction_pooling, traces=traces)
         self._pool = AsyncClientPool(
             self.dsn,
             max_connections=max_connections,
@@ -173,7 +178,7 @@ class AsyncClient(_AsyncOnly):
     async def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
         check_insert_options("insert", options)
         async with await self._conn() as conn:
-            return await producer.insert_async(conn, args, **options)
+            return await producer.insert_async(conn, args, traces=self.traces, **options)
 
     async def migrate(self) -> list[int]:
         """Apply pending schema migrations; returns the versions applied."""
@@ -184,7 +189,7 @@ class AsyncClient(_AsyncOnly):
     ) -> list[int]:
         check_insert_options("insert_many", options)
         async with await self._conn() as conn:
-            return await producer.insert_many_async(conn, items, **options)
+            return await producer.insert_many_async(conn, items, traces=self.traces, **options)
 
     async def insert_many_copy(
         self,
@@ -216,7 +221,7 @@ class AsyncClient(_AsyncOnly):
         """Open a transaction on one of this client's connections, for the application's
         statements and job inserts together (``async with await client.transaction() as
         tx:``); the block commits when it ends and rolls back on an exception."""
-        return await Transaction.begin(await self._conn())
+        return await Transaction.begin(await self._conn(), traces=self.traces)
 
     async def run_op(self, op: admin.Op[T]) -> T:
         """Run an admin operation (an :class:`awa_fast.admin.Op`, as that module's

@@ -39,7 +39,9 @@ class Client(_SyncOnly):
     (PgBouncer's ``pool_mode=transaction``, docs/pgbouncer.md): no connection of this
     client or of the runners it starts then prepares a statement. A call that gets no
     connection within ``connect_timeout`` seconds raises
-    :class:`~awa_fast.errors.DatabaseUnreachable` (docs/producing.md).
+    :class:`~awa_fast.errors.DatabaseUnreachable` (docs/producing.md). ``traces=False``
+    turns off, for this client's inserts and runners, the spans they make with
+    OpenTelemetry set up (docs/observability.md).
 
     ``dsn`` may name several hosts (``postgresql://a:5432,b:5432/app``): every connection
     goes to the primary among them, and, with no ``target_session_attrs`` in it, it gets
@@ -54,8 +56,9 @@ class Client(_SyncOnly):
         transaction_pooling: bool = False,
         connect_timeout: float = 5.0,
         read_url: str | None = None,
+        traces: bool = True,
     ) -> None:
-        super().__init__(dsn, transaction_pooling=transaction_pooling)
+        super().__init__(dsn, transaction_pooling=transaction_pooling, traces=traces)
         self._pool = ClientPool(
             self.dsn,
             max_connections=max_connections,
@@ -85,7 +88,7 @@ class Client(_SyncOnly):
     def insert(self, args: object, **options: Unpack[InsertOptions]) -> JobRow:
         check_insert_options("insert", options)
         with self._conn() as conn:
-            return producer_sync.insert(conn, args, **options)
+            return producer_sync.insert(conn, args, traces=self.traces, **options)
 
     def migrate(self) -> list[int]:
         """Apply pending schema migrations; returns the versions applied."""
@@ -94,7 +97,7 @@ class Client(_SyncOnly):
     def insert_many(self, items: Iterable[object], **options: Unpack[InsertOptions]) -> list[int]:
         check_insert_options("insert_many", options)
         with self._conn() as conn:
-            return producer_sync.insert_many(conn, items, **options)
+            return producer_sync.insert_many(conn, items, traces=self.traces, **options)
 
     def insert_many_copy(
         self,
@@ -126,7 +129,7 @@ class Client(_SyncOnly):
         """Open a transaction on one of this client's connections, for the application's
         statements and job inserts together (``with client.transaction() as
         tx:``); the block commits when it ends and rolls back on an exception."""
-        return SyncTransaction.begin(self._conn())
+        return SyncTransaction.begin(self._conn(), traces=self.traces)
 
     def run_op(self, op: admin.Op[T]) -> T:
         """Run an admin operation (an :class:`awa_fast.admin.Op`, as that module's

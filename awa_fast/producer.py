@@ -10,9 +10,7 @@ generated from their asyncio twins by tools/async_to_sync.py, in
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
-import hashlib
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,14 +32,14 @@ from awa_fast.codec import (
 )
 from awa_fast.db.queries import Q
 from awa_fast.errors import UniqueConflict, ValidationError
+from awa_fast.tracing import active
 from awa_fast.types import (
-    JOB_STATES,
-    UNIQUE_STATE_BITS,
     InsertOptions,
     InsertRequest,
     JobRow,
     UniqueOpts,
 )
+from awa_fast.unique import job_key, unique_options
 
 _SMALLINT_MAX = 32767
 
@@ -73,7 +71,7 @@ class Options:
         if kind is None:
             raise ValidationError("kind", "is required when args is a dict")
         encoded = encode_args(args).decode()
-        unique_key = _unique_key(self.unique, kind, self.queue, encoded) if self.unique else None
+        unique_key = job_key(self.unique, kind, self.queue, encoded) if self.unique else None
         return PreparedJob(self, kind, encoded, unique_key)
 
 
@@ -108,74 +106,10 @@ def _deadline(value: float | None) -> float | None:
     return None if value is None else validation.positive_seconds("deadline", value)
 
 
-def _unique(value: UniqueOpts | Mapping[str, Any] | None) -> UniqueOpts | None:
-    if value is None or isinstance(value, UniqueOpts):
-        opts = value
-    else:
-        try:
-            opts = UniqueOpts(**dict(value))
-        except TypeError as exc:
-            raise ValidationError("unique", str(exc)) from exc
-    if opts is not None:
-        for flag in ("by_args", "by_queue"):
-            if not isinstance(getattr(opts, flag), bool):
-                raise ValidationError(
-                    f"unique.{flag}", f"must be True or False, got {getattr(opts, flag)!r}"
-                )
-        opts = dataclasses.replace(opts, states=_unique_states(opts.states))
-        bad = [s for s in opts.states if s not in JOB_STATES]
-        if bad or not opts.states:
-            raise ValidationError("unique", f"states must be job states, got {list(opts.states)}")
-        if opts.by_period is not None:
-            validation.int_in("unique.by_period", opts.by_period, 1, 10**9)
-    return opts
-
-
-def _unique_states(value: object) -> tuple[str, ...]:
-    """Unique states as names, from names or from the SDK's bitmask (1-255)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        if not 0 < value < 1 << len(UNIQUE_STATE_BITS):
-            raise ValidationError("unique", f"states as a bitmask must be 1..255, got {value}")
-        return tuple(s for bit, s in enumerate(UNIQUE_STATE_BITS) if value >> bit & 1)
-    if isinstance(value, str) or not isinstance(value, Iterable):
-        raise ValidationError("unique", f"states must be job states or a bitmask, got {value!r}")
-    return tuple(value)
-
-
-def _unique_key(opts: UniqueOpts, kind: str, queue: str, args: str) -> bytes:
-    period = opts.by_period
-    return unique_key(
-        kind,
-        queue=queue if opts.by_queue else None,
-        args=args if opts.by_args else None,
-        period_bucket=None if period is None else int(datetime.now().timestamp()) // period,
-    )
-
-
-def unique_key(
-    kind: str,
-    *,
-    queue: str | None = None,
-    args: str | None = None,
-    period_bucket: int | None = None,
-) -> bytes:
-    """The unique key of a kind and, each where the job's UniqueOpts take it, its queue,
-    its encoded args and its period bucket (epoch seconds // by_period). Inserts and
-    ``cancel_by_unique_key`` both hash here, so the two agree."""
-    parts: list[object] = [kind]
-    if queue is not None:
-        parts.append(queue)
-    if args is not None:
-        parts.append(orjson.loads(args))
-    if period_bucket is not None:
-        parts.append(period_bucket)
-    return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).digest()
-
-
 def options_of(request: InsertRequest) -> Options:
     """Validate everything of ``request`` but its args; raises :class:`ValidationError`
     naming the field."""
-    unique = _unique(request.unique)
+    unique = unique_options(request.unique)
     return Options(
         kind=None if request.kind is None else validation.name("kind", request.kind),
         queue=validation.name("queue", request.queue),
@@ -510,11 +444,21 @@ def _place(placed: list[int | None], jobs: Sequence[PreparedJob], ids: Sequence[
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any], args: object, **options: Unpack[InsertOptions]
+    conn: psycopg.AsyncConnection[Any],
+    args: object,
+    *,
+    traces: bool = True,
+    **options: Unpack[InsertOptions],
 ) -> JobRow:
     """Insert one job on ``conn``, inside the caller's transaction if one is open: the job
-    is visible when that transaction commits and gone if it rolls back."""
-    return await insert_prepared_async(conn, prepare(request_of(args, options)))
+    is visible when that transaction commits and gone if it rolls back. With OpenTelemetry
+    set up, and ``traces``, in a producer span whose context the job carries."""
+    job = prepare(request_of(args, options))
+    tracing = active(traces)  # None without OpenTelemetry: nothing more to do
+    if tracing is None:
+        return await insert_prepared_async(conn, job)
+    with tracing.sending([job]) as sent:
+        return sent(await insert_prepared_async(conn, job))
 
 
 async def insert_prepared_async(
@@ -548,21 +492,41 @@ async def drive_async(
 
 
 async def insert_many_async(
-    conn: psycopg.AsyncConnection[Any], items: Iterable[object], **options: Unpack[InsertOptions]
+    conn: psycopg.AsyncConnection[Any],
+    items: Iterable[object],
+    *,
+    traces: bool = True,
+    **options: Unpack[InsertOptions],
 ) -> list[int]:
     """Insert many jobs in one transaction; returns their ids in order.
 
     A uniform batch (see :func:`_uniform_params`) is one INSERT; any other goes over COPY.
     Ids come back in item order. Unique jobs go through the claim path one by one; a unique
     job whose key is held by a live job is skipped (its id is absent from the result).
+    ``traces`` as for :func:`insert_async`: one producer span for the batch.
     """
     items = list(items)
     uniform = _uniform_params(items, options)
+    jobs = prepare_many(items, options) if uniform is None else []
+    tracing = active(traces)
+    if tracing is None:
+        return await _insert_many_async(conn, items, uniform, jobs)
+    with tracing.sending(jobs, uniform) as sent:
+        return sent(await _insert_many_async(conn, items, uniform, jobs))
+
+
+async def _insert_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    items: list[object],
+    uniform: dict[str, Any] | None,
+    jobs: list[PreparedJob],
+) -> list[int]:
+    """:func:`insert_many_async`'s statements, for ``items`` validated: ``uniform``'s
+    parameters, or else ``jobs``."""
     if uniform is not None:
         async with _transaction(conn, one_statement=True):
             cur = await conn.execute(_uniform_statement(items), uniform)
             return _uniform_ids(await cur.fetchall())
-    jobs = prepare_many(items, options)
     plain = [j for j in jobs if j.unique_key is None]
     placed: list[int | None] = [None] * len(jobs)
     # Ids come from a sequence, outside any transaction's reach: with one COPY to send,

@@ -29,16 +29,29 @@ from awa_fast.producer import (
     prepare_many,
     request_of,
 )
+from awa_fast.tracing import active
 from awa_fast.types import (
     InsertOptions,
     JobRow,
 )
 
 
-def insert(conn: psycopg.Connection[Any], args: object, **options: Unpack[InsertOptions]) -> JobRow:
+def insert(
+    conn: psycopg.Connection[Any],
+    args: object,
+    *,
+    traces: bool = True,
+    **options: Unpack[InsertOptions],
+) -> JobRow:
     """Insert one job on ``conn``, inside the caller's transaction if one is open: the job
-    is visible when that transaction commits and gone if it rolls back."""
-    return insert_prepared(conn, prepare(request_of(args, options)))
+    is visible when that transaction commits and gone if it rolls back. With OpenTelemetry
+    set up, and ``traces``, in a producer span whose context the job carries."""
+    job = prepare(request_of(args, options))
+    tracing = active(traces)  # None without OpenTelemetry: nothing more to do
+    if tracing is None:
+        return insert_prepared(conn, job)
+    with tracing.sending([job]) as sent:
+        return sent(insert_prepared(conn, job))
 
 
 def insert_prepared(
@@ -70,21 +83,41 @@ def drive(steps: InsertSteps, execute: Callable[[str, dict[str, Any]], Rows]) ->
 
 
 def insert_many(
-    conn: psycopg.Connection[Any], items: Iterable[object], **options: Unpack[InsertOptions]
+    conn: psycopg.Connection[Any],
+    items: Iterable[object],
+    *,
+    traces: bool = True,
+    **options: Unpack[InsertOptions],
 ) -> list[int]:
     """Insert many jobs in one transaction; returns their ids in order.
 
     A uniform batch (see :func:`_uniform_params`) is one INSERT; any other goes over COPY.
     Ids come back in item order. Unique jobs go through the claim path one by one; a unique
     job whose key is held by a live job is skipped (its id is absent from the result).
+    ``traces`` as for :func:`insert`: one producer span for the batch.
     """
     items = list(items)
     uniform = _uniform_params(items, options)
+    jobs = prepare_many(items, options) if uniform is None else []
+    tracing = active(traces)
+    if tracing is None:
+        return _insert_many(conn, items, uniform, jobs)
+    with tracing.sending(jobs, uniform) as sent:
+        return sent(_insert_many(conn, items, uniform, jobs))
+
+
+def _insert_many(
+    conn: psycopg.Connection[Any],
+    items: list[object],
+    uniform: dict[str, Any] | None,
+    jobs: list[PreparedJob],
+) -> list[int]:
+    """:func:`insert_many`'s statements, for ``items`` validated: ``uniform``'s
+    parameters, or else ``jobs``."""
     if uniform is not None:
         with _transaction(conn, one_statement=True):
             cur = conn.execute(_uniform_statement(items), uniform)
             return _uniform_ids(cur.fetchall())
-    jobs = prepare_many(items, options)
     plain = [j for j in jobs if j.unique_key is None]
     placed: list[int | None] = [None] * len(jobs)
     # Ids come from a sequence, outside any transaction's reach: with one COPY to send,

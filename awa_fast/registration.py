@@ -18,6 +18,7 @@ from awa_fast.lifecycle.schedules import PeriodicOptions, periodic_job
 from awa_fast.lifecycle.transitions import Outcome
 from awa_fast.runtime.config import DEFAULT_CONCURRENCY, QueueSpec
 from awa_fast.runtime.serve import serve
+from awa_fast.tracing import option as tracing_option
 from awa_fast.worker import HandlerFunc, Registry, Worker
 
 F = TypeVar("F", bound=HandlerFunc)
@@ -26,9 +27,12 @@ F = TypeVar("F", bound=HandlerFunc)
 class Registration:
     """Registration shared by both clients: handlers, follow-ups, lifecycle hooks."""
 
-    def __init__(self, dsn: str, *, transaction_pooling: bool) -> None:
+    def __init__(self, dsn: str, *, transaction_pooling: bool, traces: bool = True) -> None:
         # How this client's pool and its runners connect (docs/pgbouncer.md).
         self.database = Database(dsn, pooled=transaction_pooling)
+        # Its inserts' producer spans and its runners' consumer spans, with OpenTelemetry
+        # set up (docs/observability.md, "Traces").
+        self.traces = tracing_option(traces)
         self.handlers = Handlers(Registry(), FollowupRegistry(), HookRegistry())
 
     @property

@@ -125,18 +125,25 @@ class Transaction(_Handle):
     back on an exception."""
 
     def __init__(
-        self, conn: psycopg.AsyncConnection[Any], release: contextlib.AsyncExitStack
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        release: contextlib.AsyncExitStack,
+        *,
+        traces: bool = True,
     ) -> None:
         super().__init__(conn)
         self._release = release
+        self._traces = traces  # its client's option: its inserts' producer spans
 
     @classmethod
-    async def begin(cls, pooled: contextlib.AbstractAsyncContextManager[Any]) -> Transaction:
+    async def begin(
+        cls, pooled: contextlib.AbstractAsyncContextManager[Any], *, traces: bool = True
+    ) -> Transaction:
         """Take a connection from ``pooled`` (a client's pool) and open a transaction on it."""
         async with contextlib.AsyncExitStack() as release:
             conn = await release.enter_async_context(pooled)
             await conn.execute("BEGIN")
-            return cls(conn, release.pop_all())
+            return cls(conn, release.pop_all(), traces=traces)
 
     def _cursor(self) -> psycopg.AsyncRawCursor[DictRow]:
         cur = psycopg.AsyncRawCursor(self._live(), row_factory=dict_row)
@@ -168,7 +175,7 @@ class Transaction(_Handle):
         """Insert a job in this transaction (validated as :func:`awa_fast.insert` does); a
         unique conflict raises and leaves the transaction usable."""
         check_insert_options("insert", options)
-        return await producer.insert_async(self._live(), args, **options)
+        return await producer.insert_async(self._live(), args, traces=self._traces, **options)
 
     async def insert_many(
         self, jobs: Iterable[object], **options: Unpack[InsertOptions]
@@ -176,7 +183,8 @@ class Transaction(_Handle):
         """Insert jobs in this transaction; returns them, in order, as the SDK's does."""
         check_insert_options("insert_many", options)
         conn = self._live()
-        op = admin.get_jobs(await producer.insert_many_async(conn, jobs, **options))
+        ids = await producer.insert_many_async(conn, jobs, traces=self._traces, **options)
+        op = admin.get_jobs(ids)
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(op.sql, op.params)
             return op.shape(await cur.fetchall())

@@ -29,17 +29,26 @@ class SyncTransaction(_Handle):
     ``with client.transaction() as tx:``): commits when the block ends, rolls
     back on an exception."""
 
-    def __init__(self, conn: psycopg.Connection[Any], release: contextlib.ExitStack) -> None:
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        release: contextlib.ExitStack,
+        *,
+        traces: bool = True,
+    ) -> None:
         super().__init__(conn)
         self._release = release
+        self._traces = traces  # its client's option: its inserts' producer spans
 
     @classmethod
-    def begin(cls, pooled: contextlib.AbstractContextManager[Any]) -> SyncTransaction:
+    def begin(
+        cls, pooled: contextlib.AbstractContextManager[Any], *, traces: bool = True
+    ) -> SyncTransaction:
         """Take a connection from ``pooled`` (a client's pool) and open a transaction on it."""
         with contextlib.ExitStack() as release:
             conn = release.enter_context(pooled)
             conn.execute("BEGIN")
-            return cls(conn, release.pop_all())
+            return cls(conn, release.pop_all(), traces=traces)
 
     def _cursor(self) -> psycopg.RawCursor[DictRow]:
         cur = psycopg.RawCursor(self._live(), row_factory=dict_row)
@@ -71,13 +80,14 @@ class SyncTransaction(_Handle):
         """Insert a job in this transaction (validated as :func:`awa_fast.insert` does); a
         unique conflict raises and leaves the transaction usable."""
         check_insert_options("insert", options)
-        return producer_sync.insert(self._live(), args, **options)
+        return producer_sync.insert(self._live(), args, traces=self._traces, **options)
 
     def insert_many(self, jobs: Iterable[object], **options: Unpack[InsertOptions]) -> list[JobRow]:
         """Insert jobs in this transaction; returns them, in order, as the SDK's does."""
         check_insert_options("insert_many", options)
         conn = self._live()
-        op = admin.get_jobs(producer_sync.insert_many(conn, jobs, **options))
+        ids = producer_sync.insert_many(conn, jobs, traces=self._traces, **options)
+        op = admin.get_jobs(ids)
         with conn.cursor(row_factory=dict_row) as cur:
             cur.execute(op.sql, op.params)
             return op.shape(cur.fetchall())

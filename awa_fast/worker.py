@@ -20,6 +20,7 @@ from awa_fast import callback_rules, validation
 from awa_fast.codec import Decoder, decoder_for, kind_of
 from awa_fast.errors import ConfigError, ConfigTypeError, ValidationError
 from awa_fast.outcomes import CallbackToken
+from awa_fast.tracing import KEY as TRACEPARENT_KEY
 from awa_fast.types import DEFAULT_CALLBACK_TIMEOUT, iso
 
 T = TypeVar("T")
@@ -198,6 +199,14 @@ class Job(Generic[T]):
         count, and moves it later."""
         deadline = self._deadline_at_us
         return None if deadline is None else iso(instant(deadline))
+
+    @property
+    def traceparent(self) -> str | None:
+        """The W3C traceparent of the span that inserted this job (the Awa SDK's field):
+        the context its handler's span continues, None when it was inserted without one
+        (docs/observability.md, "Traces")."""
+        value = self.metadata.get(TRACEPARENT_KEY)
+        return value if isinstance(value, str) else None
 
     def is_cancelled(self) -> bool:
         """True once the job was cancelled (admin cancel, deadline, shutdown): stop soon."""

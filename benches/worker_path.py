@@ -65,15 +65,14 @@ async def run_batches(
             await asyncio.sleep(0)
 
 
-def one_run(rows: int, size: int) -> float:
+def one_run(rows: int, size: int, *, traces: bool = True) -> float:
     registry = Registry()
     registry.add(noop, args_type=Noop, kind="Noop", queue="default")
     inflight = InFlight([rows], rows + 64)
     ring = OutcomeRing(1 << 20, 128)
     # The registrar connects only when a handler registers a callback; a no-op never does.
-    executor = Executor(
-        registry, ring, inflight, Backoff(), AttemptWriter(Database("postgresql:///unused"))
-    )
+    writer = AttemptWriter(Database("postgresql:///unused"))
+    executor = Executor(registry, ring, inflight, Backoff(), writer, traces=traces)
     batch = delivered_rows(rows, inflight)
     began = time.perf_counter()
     uvloop.run(run_batches(executor, inflight, batch, size))
@@ -84,9 +83,9 @@ def one_run(rows: int, size: int) -> float:
     return elapsed / rows * 1e6
 
 
-def measured(rows: int, size: int, *, worker_gc: bool) -> float:
+def measured(rows: int, size: int, *, worker_gc: bool, traces: bool = True) -> float:
     with collector.settled() if worker_gc else contextlib.nullcontext():
-        return one_run(rows, size)
+        return one_run(rows, size, traces=traces)
 
 
 def main() -> None:

@@ -18,6 +18,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.telemetry.spans import reset_tracer_provider
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
@@ -99,7 +101,8 @@ def check_pgbouncer(page: types.ModuleType, dsn: str) -> None:
 def check_observability(page: types.ModuleType, dsn: str) -> None:
     assert "awa_fast_worker_processes 1" in page.metrics
     completed = "SELECT count(*) FROM awa_fast.jobs WHERE state = 'completed'"
-    assert count(dsn, completed) == 2  # the scraped job and the telemetry one
+    assert count(dsn, completed) == 3  # the scraped job, the telemetry one, the traced one
+    assert page.processed.kind.name == "CONSUMER"
 
 
 def check_maintenance(page: types.ModuleType, dsn: str) -> None:
@@ -182,6 +185,9 @@ def page_module(request: pytest.FixtureRequest) -> Iterator[types.ModuleType]:
     sys.modules[module.__name__] = module
     yield module
     del sys.modules[module.__name__]
+    # A page may set OpenTelemetry's tracer provider (Traces): the tests after it run
+    # without one, as a process that never set one does.
+    reset_tracer_provider()
 
 
 @pytest.mark.parametrize("page", PAGES, ids=name)

@@ -28,6 +28,7 @@ TIERS: list[dict[str, tuple[str, ...]]] = [
             "awa_fast.callback_rules",
             "awa_fast.callback_contract",
             "awa_fast.outcomes",
+            "awa_fast.tracing",
         )
     },
     {"db": ("awa_fast.db",)},
@@ -35,6 +36,7 @@ TIERS: list[dict[str, tuple[str, ...]]] = [
         "jobs": (
             "awa_fast.producer",
             "awa_fast.producer_sync",
+            "awa_fast.unique",
             "awa_fast.transaction",
             "awa_fast.transaction_sync",
             "awa_fast.admin",

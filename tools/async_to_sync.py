@@ -48,6 +48,7 @@ NAMES = {
     "__aexit__": "__exit__",
     "_AsyncOnly": "_SyncOnly",
     "_execute_async": "_execute",
+    "_insert_many_async": "_insert_many",
     "_reached_async": "_reached",
     "asynccontextmanager": "contextmanager",
     "check_primary_async": "check_primary",

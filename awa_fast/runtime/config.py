@@ -115,6 +115,9 @@ class RunnerConfig:
     # only on direct_dsn, Postgres itself; without it claiming polls (docs/pgbouncer.md).
     # True for every runner of a client made with transaction_pooling=True.
     transaction_pooling: bool = False
+    # A consumer span around each attempt's handler, with OpenTelemetry set up
+    # (awa_fast.tracing; off for every runner of a client made with traces=False).
+    traces: bool = True
     direct_dsn: str | None = field(default=None, repr=False)  # it may hold a password
 
     def maintenance(self) -> MaintenanceConfig:
@@ -236,7 +239,7 @@ class RunnerConfig:
             "batch_interval",
         ):
             _seconds(name, getattr(self, name))
-        for name in ("standby", "transaction_pooling"):
+        for name in ("standby", "transaction_pooling", "traces"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         self._check_direct_dsn()

@@ -76,7 +76,11 @@ _FIELDS = frozenset(f.name for f in dataclasses.fields(RunnerConfig))
 
 
 def runner_config(
-    options: Mapping[str, Any], *, queues: QueueSpec | None = None, pooled: bool = False
+    options: Mapping[str, Any],
+    *,
+    queues: QueueSpec | None = None,
+    pooled: bool = False,
+    traces: bool = True,
 ) -> RunnerConfig:
     """A validated :class:`RunnerConfig` from ``options`` and the per-queue settings of
     ``queues`` given as the SDK's dicts (:func:`queue_settings`); a name it cannot honour
@@ -84,8 +88,11 @@ def runner_config(
     whose claim loops serve every queue, to at least that many. ``pooled``: the client's
     URL goes through a transaction pooler, so its runner's does too
     (:func:`_pooled_runner`). Weighted mode needs ``queues`` given, as the SDK's: it
-    cannot tell each handler's queue a minimum and a weight."""
+    cannot tell each handler's queue a minimum and a weight. ``traces`` False: the client's
+    option turns the runner's spans off, whatever ``options`` says."""
     config = _runner_options(_pooled_runner(options) if pooled else options)
+    if not traces:
+        config = dataclasses.replace(config, traces=False)
     if queues is None and config.global_max_workers is not None:
         raise ConfigError(
             "weighted mode requires explicit queue configs (global_max_workers set but "

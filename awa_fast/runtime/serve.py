@@ -32,13 +32,16 @@ class Served(Protocol):
 
     database: Database
     handlers: Handlers
+    traces: bool
 
     def default_queues(self) -> dict[str, int]: ...
 
 
 def serve(client: Served, queues: QueueSpec | None, *, processes: int | None, **config: Any) -> int:
     """Run ``client``'s handlers until signalled; ``processes=None`` runs them in-process."""
-    settings = runner_config(config, queues=queues, pooled=client.database.pooled)
+    settings = runner_config(
+        config, queues=queues, pooled=client.database.pooled, traces=client.traces
+    )
     parsed = parse_queues(
         queues if queues is not None else client.default_queues(), config=settings
     )

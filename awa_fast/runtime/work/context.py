@@ -50,6 +50,7 @@ class WorkerContext:
             threads,
             dlq_queues=self.config.dlq_for(list(self.capacity.queues)),
             completion=InTransaction(self.followups),
+            traces=self.config.traces,
         )
 
     def give_back(self, jobs: Sequence[Claimed], *, reason: str) -> None:

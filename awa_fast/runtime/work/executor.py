@@ -9,17 +9,22 @@ code runs in the single-process runner and in every worker process of the pool.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Mapping
 from concurrent.futures import Executor as ThreadPool
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from awa_fast._core import InFlight
 from awa_fast.codec import ENCODE_ERRORS, check_storable, decode_json
 from awa_fast.lifecycle import transitions as tr
 from awa_fast.runtime.claimed import Claimed, Delivered, json_text
+from awa_fast.tracing import active
 from awa_fast.worker import AttemptWrites, CompletesInTransaction, Handler, Job, Registry
+
+if TYPE_CHECKING:
+    from awa_fast.tracing.otel import Tracing
 
 log = logging.getLogger("awa_fast.executor")
 
@@ -63,6 +68,7 @@ class Executor:
     threads: ThreadPool | None = None
     dlq_queues: frozenset[str] = frozenset()
     completion: CompletesInTransaction | None = None  # job.complete_in (work/completion.py)
+    traces: bool = True  # the runner's option (awa_fast.tracing)
 
     async def run(self, row: Claimed, slot: int) -> None:
         """Run the handler for ``row``, which holds in-flight ``slot``, and push its outcome."""
@@ -127,7 +133,10 @@ class Executor:
 
     async def _perform(self, handler: Handler, job: Job[Any], attempt: tr.Attempt) -> tr.Transition:
         try:
-            if handler.is_async:
+            tracing = active(self.traces)  # None without OpenTelemetry: the handler, no more
+            if tracing is not None:
+                result = await self._traced(tracing, handler, job)
+            elif handler.is_async:
                 result = await handler.func(job)  # type: ignore[misc]
             elif self.threads is None:
                 result = handler.func(job)  # inline: a worker process's CPU-bound path
@@ -158,6 +167,20 @@ class Executor:
             return tr.failed_terminal(
                 f"handler returned an unusable {kind}: {tr.describe(exc)}", attempt
             )
+
+    async def _traced(self, tracing: Tracing, handler: Handler, job: Job[Any]) -> object:
+        """The handler run as :meth:`_perform` runs it, in the attempt's consumer span
+        (awa_fast.tracing), which records an exception it raises, then raises it on. Apart
+        from the untraced path, which then costs nothing more than the check."""
+        with tracing.processing(job):
+            if handler.is_async:
+                return await handler.func(job)  # type: ignore[misc]
+            if self.threads is None:
+                return handler.func(job)
+            # Run in a copy of this context: the span is current in the thread too.
+            run = contextvars.copy_context().run
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.threads, run, handler.func, job)
 
     def _job(self, row: Claimed, args: object, slot: int) -> Job[Any]:
         flags = self.flags

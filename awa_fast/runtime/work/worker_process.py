@@ -30,6 +30,7 @@ from awa_fast.runtime.work import collector
 from awa_fast.runtime.work.context import WorkerContext
 from awa_fast.runtime.work.executor import PROCESS_EXITS, run_claimed
 from awa_fast.runtime.work.starts import Starts
+from awa_fast.tracing import flush as flush_traces
 
 log = logging.getLogger("awa_fast.pool")
 
@@ -154,6 +155,7 @@ class WorkerProcess:
             self.recheck.cancel()
         transport.close()
         await self.executor.writer.close()
+        flush_traces()  # the process ends in os._exit, which flushes nothing
         return self.exit_code
 
     def on_message(self, message: list[Any]) -> None:

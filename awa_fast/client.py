@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, TypeVar, Unpack
+from typing import Any, Literal, TypeVar, Unpack, overload
 
 from psycopg import AsyncConnection, OperationalError
 from psycopg.rows import dict_row
@@ -32,8 +32,10 @@ from awa_fast.db.migrate import migrate as _migrate
 from awa_fast.registration import Registration, check_handled, check_registered
 from awa_fast.runtime import health
 from awa_fast.runtime.config import QueueSpec, parse_queues
+from awa_fast.runtime.maintenance_host import MaintenanceHost
 from awa_fast.runtime.options import runner_config
 from awa_fast.runtime.runner import Runner
+from awa_fast.runtime.serve import maintenance_host
 from awa_fast.transaction import Transaction
 from awa_fast.types import (
     DEFAULT_CALLBACK_TIMEOUT,
@@ -68,7 +70,7 @@ class _AsyncOnly(Registration):
 
     def __init__(self, dsn: str, *, transaction_pooling: bool) -> None:
         super().__init__(dsn, transaction_pooling=transaction_pooling)
-        self._runner: Runner | None = None
+        self._runner: Runner | MaintenanceHost | None = None
 
     async def health_check(self) -> health.HealthCheck:
         """Whether Postgres answers (within a few seconds, up or down) and, once started,
@@ -76,23 +78,37 @@ class _AsyncOnly(Registration):
         ``healthy`` is False before ``start()`` and after ``shutdown()``, as in the Awa SDK."""
         return await health.probe(self.dsn, self._runner)
 
+    @overload
+    async def start(
+        self, queues: None = None, *, maintenance_only: Literal[True], **config: Any
+    ) -> MaintenanceHost: ...
+    @overload
     async def start(
         self, queues: QueueSpec | None = None, *, processes: int | None = None, **config: Any
-    ) -> Runner:
+    ) -> Runner: ...
+    async def start(
+        self, queues: QueueSpec | None = None, *, processes: int | None = None, **config: Any
+    ) -> Runner | MaintenanceHost:
         """Start handlers for ``queues`` from this event loop: in this process, or in
         ``processes`` forked worker processes. Returns the running runner. ``config`` takes
         :class:`~awa_fast.runtime.config.RunnerConfig`'s fields or the Awa SDK's option names
         (:mod:`awa_fast.runtime.options`), ``global_max_workers`` with queue dicts of
         ``min_workers`` and ``weight`` for its weighted mode
-        (:mod:`awa_fast.runtime.claim.shares`)."""
+        (:mod:`awa_fast.runtime.claim.shares`). ``maintenance_only=True`` starts a host that
+        claims nothing (:mod:`awa_fast.runtime.maintenance_host`): no queues, no handlers."""
         if self._runner is not None:
             raise RuntimeError("this client is already running; call shutdown() first")
-        check_registered(self.handlers)
+        if not config.get("maintenance_only"):
+            check_registered(self.handlers)
         settings = runner_config(config, queues=queues, pooled=self.database.pooled)
-        given = queues if queues is not None else self.default_queues()
-        parsed = parse_queues(given, config=settings)
-        check_handled(self.handlers, parsed)
-        runner = Runner(self.dsn, self.handlers, parsed, settings, processes=processes)
+        runner: Runner | MaintenanceHost
+        if settings.maintenance_only:
+            runner = maintenance_host(self, queues, settings, processes=processes)
+        else:
+            given = queues if queues is not None else self.default_queues()
+            parsed = parse_queues(given, config=settings)
+            check_handled(self.handlers, parsed)
+            runner = Runner(self.dsn, self.handlers, parsed, settings, processes=processes)
         await runner.start()
         self._runner = runner
         return runner

@@ -101,6 +101,8 @@ def check_observability(page: types.ModuleType, dsn: str) -> None:
 
 
 def check_maintenance(page: types.ModuleType, dsn: str) -> None:
+    unclaimed = "SELECT count(*) FROM awa_fast.jobs WHERE queue = 'reports' AND run_lease = 0"
+    assert page.promoted.state == "available" and count(dsn, unclaimed) == 1
     assert page.stopped.attempt == page.cut_short.attempt == 1
     assert page.stopped.errors == []  # RetryAfter records no error
     assert count(dsn, "SELECT count(*) FROM awa_fast.jobs_deferred") == 2

@@ -74,11 +74,13 @@ class Heartbeat:
         config: HeartbeatConfig,
         *,
         host: Host,
-        inflight: InFlight,
-        flags: CancelFlags,
-        workers: Workers,
+        inflight: InFlight | None,
+        flags: CancelFlags | None,
+        workers: Workers | None,
         descriptors: Sequence[Descriptor],
     ) -> None:
+        """``inflight``, ``flags`` and ``workers`` None: a host that runs no attempts (a
+        maintenance-only one), whose beats renew its row and descriptors alone."""
         self.config = config
         self._host = host
         self._inflight = inflight
@@ -125,6 +127,8 @@ class Heartbeat:
             )
             beat.registered_again = True
         await self.refresh_descriptors(conn)
+        if self._inflight is None or self._flags is None or self._workers is None:
+            return beat
         ids, leases = self._inflight.running()
         running = set(zip(ids, leases, strict=True))
         waiting = {

@@ -10,9 +10,7 @@ generated from their asyncio twins by tools/async_to_sync.py, in
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
-import hashlib
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,7 +21,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
-from awa_fast import validation
+from awa_fast import unique, validation
 from awa_fast.codec import (
     ENCODE_ERRORS,
     check_storable,
@@ -35,8 +33,6 @@ from awa_fast.codec import (
 from awa_fast.db.queries import Q
 from awa_fast.errors import UniqueConflict, ValidationError
 from awa_fast.types import (
-    JOB_STATES,
-    UNIQUE_STATE_BITS,
     InsertOptions,
     InsertRequest,
     JobRow,
@@ -73,7 +69,8 @@ class Options:
         if kind is None:
             raise ValidationError("kind", "is required when args is a dict")
         encoded = encode_args(args).decode()
-        unique_key = _unique_key(self.unique, kind, self.queue, encoded) if self.unique else None
+        opts = self.unique
+        unique_key = unique.key_of(opts, kind, self.queue, encoded) if opts else None
         return PreparedJob(self, kind, encoded, unique_key)
 
 
@@ -108,74 +105,10 @@ def _deadline(value: float | None) -> float | None:
     return None if value is None else validation.positive_seconds("deadline", value)
 
 
-def _unique(value: UniqueOpts | Mapping[str, Any] | None) -> UniqueOpts | None:
-    if value is None or isinstance(value, UniqueOpts):
-        opts = value
-    else:
-        try:
-            opts = UniqueOpts(**dict(value))
-        except TypeError as exc:
-            raise ValidationError("unique", str(exc)) from exc
-    if opts is not None:
-        for flag in ("by_args", "by_queue"):
-            if not isinstance(getattr(opts, flag), bool):
-                raise ValidationError(
-                    f"unique.{flag}", f"must be True or False, got {getattr(opts, flag)!r}"
-                )
-        opts = dataclasses.replace(opts, states=_unique_states(opts.states))
-        bad = [s for s in opts.states if s not in JOB_STATES]
-        if bad or not opts.states:
-            raise ValidationError("unique", f"states must be job states, got {list(opts.states)}")
-        if opts.by_period is not None:
-            validation.int_in("unique.by_period", opts.by_period, 1, 10**9)
-    return opts
-
-
-def _unique_states(value: object) -> tuple[str, ...]:
-    """Unique states as names, from names or from the SDK's bitmask (1-255)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        if not 0 < value < 1 << len(UNIQUE_STATE_BITS):
-            raise ValidationError("unique", f"states as a bitmask must be 1..255, got {value}")
-        return tuple(s for bit, s in enumerate(UNIQUE_STATE_BITS) if value >> bit & 1)
-    if isinstance(value, str) or not isinstance(value, Iterable):
-        raise ValidationError("unique", f"states must be job states or a bitmask, got {value!r}")
-    return tuple(value)
-
-
-def _unique_key(opts: UniqueOpts, kind: str, queue: str, args: str) -> bytes:
-    period = opts.by_period
-    return unique_key(
-        kind,
-        queue=queue if opts.by_queue else None,
-        args=args if opts.by_args else None,
-        period_bucket=None if period is None else int(datetime.now().timestamp()) // period,
-    )
-
-
-def unique_key(
-    kind: str,
-    *,
-    queue: str | None = None,
-    args: str | None = None,
-    period_bucket: int | None = None,
-) -> bytes:
-    """The unique key of a kind and, each where the job's UniqueOpts take it, its queue,
-    its encoded args and its period bucket (epoch seconds // by_period). Inserts and
-    ``cancel_by_unique_key`` both hash here, so the two agree."""
-    parts: list[object] = [kind]
-    if queue is not None:
-        parts.append(queue)
-    if args is not None:
-        parts.append(orjson.loads(args))
-    if period_bucket is not None:
-        parts.append(period_bucket)
-    return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).digest()
-
-
 def options_of(request: InsertRequest) -> Options:
     """Validate everything of ``request`` but its args; raises :class:`ValidationError`
     naming the field."""
-    unique = _unique(request.unique)
+    unique_opts = unique.checked(request.unique)
     return Options(
         kind=None if request.kind is None else validation.name("kind", request.kind),
         queue=validation.name("queue", request.queue),
@@ -184,7 +117,7 @@ def options_of(request: InsertRequest) -> Options:
         run_at=validation.run_at(request.run_at),
         tags=_tags(request.tags),
         metadata=encode_json("metadata", _metadata(request.metadata)).decode(),
-        unique=unique,
+        unique=unique_opts,
         deadline=_deadline(request.deadline),
     )
 

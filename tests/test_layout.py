@@ -35,6 +35,8 @@ TIERS: list[dict[str, tuple[str, ...]]] = [
         "jobs": (
             "awa_fast.producer",
             "awa_fast.producer_sync",
+            "awa_fast.unique",
+            "awa_fast.backpressure",
             "awa_fast.transaction",
             "awa_fast.transaction_sync",
             "awa_fast.admin",

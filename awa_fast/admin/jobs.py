@@ -12,8 +12,8 @@ from awa_fast.admin.ops import UNCLAIMED_KEY_STATES, Op, Rows, any_rows, revived
 from awa_fast.codec import encode_args
 from awa_fast.db.queries import Q
 from awa_fast.errors import JobNotFound, ValidationError
-from awa_fast.producer import unique_key
 from awa_fast.types import JOB_STATES, JobRow
+from awa_fast.unique import unique_key
 
 
 def _jobs(rows: Rows) -> list[JobRow]:

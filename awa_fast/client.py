@@ -341,6 +341,10 @@ class AsyncClient(_AsyncOnly):
     async def queue_stats(self) -> list[admin.QueueStat]:
         return await self.run_op(admin.queue_stats())
 
+    async def queue_depth(self, queue: str) -> int:
+        """``queue``'s available jobs, as a backpressure check reads them (docs/producing.md)."""
+        return await self.run_op(admin.queue_depth(queue))
+
     async def storage_status(self) -> str:
         """The Awa SDK's storage-transition report, as pretty JSON: one engine, always
         active, with nothing to transition to (its blockers say so)."""

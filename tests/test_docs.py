@@ -73,6 +73,9 @@ def check_producing(page: types.ModuleType, dsn: str) -> None:
     assert count(dsn, "SELECT count(*) FROM awa_fast.jobs_hot WHERE queue = 'receipts'") == 1
     assert count(dsn, "SELECT count(*) FROM awa_fast.job_packs") >= 1  # insert_many's 1,000
     assert count(dsn, "SELECT count(*) FROM orders") == 1
+    assert count(dsn, "SELECT count(*) FROM awa_fast.jobs WHERE queue = 'digests'") == 4
+    archived = "SELECT count(*) FROM awa_fast.jobs WHERE queue = 'archive' AND state = 'completed'"
+    assert count(dsn, archived) == page.paced.inserted == 2000
 
 
 def check_followups(page: types.ModuleType, dsn: str) -> None:

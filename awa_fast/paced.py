@@ -27,8 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Unpack
 
-from awa_fast import validation
-from awa_fast.backpressure import PRESSURE
+from awa_fast import backpressure, validation
 from awa_fast.client import AsyncClient
 from awa_fast.errors import ValidationError
 from awa_fast.types import InsertOptions, InsertRequest, check_insert_options
@@ -143,7 +142,7 @@ async def _until_room_async(client: AsyncClient, marks: Marks) -> float:
     mark, else once it has drained to the low one; the seconds it held (0: none)."""
     if await client.queue_depth(marks.queue) < marks.high:
         return 0.0
-    PRESSURE.signal(marks.queue)
+    backpressure.PRESSURE.signal(marks.queue)
     started = time.monotonic()
     looks = 1
     while True:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable
 from typing import Unpack
 
-from awa_fast.backpressure import PRESSURE
+from awa_fast import backpressure
 from awa_fast.client_sync import Client
 from awa_fast.paced import Marks, Paced
 from awa_fast.types import InsertOptions
@@ -53,7 +53,7 @@ def _until_room(client: Client, marks: Marks) -> float:
     mark, else once it has drained to the low one; the seconds it held (0: none)."""
     if client.queue_depth(marks.queue) < marks.high:
         return 0.0
-    PRESSURE.signal(marks.queue)
+    backpressure.PRESSURE.signal(marks.queue)
     started = time.monotonic()
     looks = 1
     while True:

@@ -27,7 +27,7 @@ from typing import Protocol
 import orjson
 import psycopg
 
-from awa_fast.backpressure import PRESSURE
+from awa_fast import backpressure
 from awa_fast.db.connections import Database
 from awa_fast.db.queries import Q
 from awa_fast.runtime import health
@@ -230,7 +230,7 @@ METRICS = (
         "depth asked: inserts with max_queue_depth that would reach four fifths of it or "
         "pass it (refused), and each time a paced producer held back.",
         label="queue",
-        process=lambda: PRESSURE.read()[0],
+        process=lambda: backpressure.PRESSURE.read()[0],
     ),
     Metric(
         "awa_fast_inserts_backpressure_refused_total",
@@ -238,7 +238,7 @@ METRICS = (
         "Inserts of this process refused with QueueFull: their jobs would have taken the "
         "queue's available jobs past their max_queue_depth.",
         label="queue",
-        process=lambda: PRESSURE.read()[1],
+        process=lambda: backpressure.PRESSURE.read()[1],
     ),
 )
 

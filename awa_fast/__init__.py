@@ -31,6 +31,7 @@ from awa_fast.errors import (
     JobNotFound,
     LeaseLost,
     LiveRuntimesRequireExclusiveWindow,
+    QueueFull,
     RuntimeVersionFloorNotMet,
     SchemaNotMigrated,
     SerializationError,
@@ -44,6 +45,8 @@ from awa_fast.errors import (
 )
 from awa_fast.lifecycle import Backoff, Event, EventType, OutcomeContext
 from awa_fast.outcomes import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
+from awa_fast.paced import Paced, insert_paced_async
+from awa_fast.paced_sync import insert_paced
 from awa_fast.partitioned import PartitionedQueue
 from awa_fast.producer import insert_async, insert_many_async
 from awa_fast.producer_sync import insert, insert_many
@@ -90,7 +93,9 @@ __all__ = [
     "LeaseLost",
     "LiveRuntimesRequireExclusiveWindow",
     "OutcomeContext",
+    "Paced",
     "PartitionedQueue",
+    "QueueFull",
     "QueueHealth",
     "QueueStat",
     "RawClient",
@@ -122,6 +127,8 @@ __all__ = [
     "insert_async",
     "insert_many",
     "insert_many_async",
+    "insert_paced",
+    "insert_paced_async",
     "migrate",
     "migrations",
     "migrations_range",

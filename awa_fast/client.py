@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar, Unpack
+from typing import Any, Literal, TypeVar, Unpack, overload
 
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
@@ -26,8 +26,10 @@ from awa_fast.db.migrate import migrate as _migrate
 from awa_fast.registration import Registration, check_handled, check_registered
 from awa_fast.runtime import health
 from awa_fast.runtime.config import QueueSpec, parse_queues
+from awa_fast.runtime.maintenance_host import MaintenanceHost
 from awa_fast.runtime.options import runner_config
 from awa_fast.runtime.runner import Runner
+from awa_fast.runtime.serve import maintenance_host
 from awa_fast.transaction import Transaction
 from awa_fast.types import (
     DEFAULT_CALLBACK_TIMEOUT,
@@ -59,7 +61,7 @@ class _AsyncOnly(Registration):
 
     def __init__(self, dsn: str, *, transaction_pooling: bool, traces: bool = True) -> None:
         super().__init__(dsn, transaction_pooling=transaction_pooling, traces=traces)
-        self._runner: Runner | None = None
+        self._runner: Runner | MaintenanceHost | None = None
 
     async def health_check(self) -> health.HealthCheck:
         """Whether Postgres answers (within a few seconds, up or down) and, once started,
@@ -67,25 +69,39 @@ class _AsyncOnly(Registration):
         ``healthy`` is False before ``start()`` and after ``shutdown()``, as in the Awa SDK."""
         return await health.probe(self.dsn, self._runner)
 
+    @overload
+    async def start(
+        self, queues: None = None, *, maintenance_only: Literal[True], **config: Any
+    ) -> MaintenanceHost: ...
+    @overload
     async def start(
         self, queues: QueueSpec | None = None, *, processes: int | None = None, **config: Any
-    ) -> Runner:
+    ) -> Runner: ...
+    async def start(
+        self, queues: QueueSpec | None = None, *, processes: int | None = None, **config: Any
+    ) -> Runner | MaintenanceHost:
         """Start handlers for ``queues`` from this event loop: in this process, or in
         ``processes`` forked worker processes. Returns the running runner. ``config`` takes
         :class:`~awa_fast.runtime.config.RunnerConfig`'s fields or the Awa SDK's option names
         (:mod:`awa_fast.runtime.options`), ``global_max_workers`` with queue dicts of
         ``min_workers`` and ``weight`` for its weighted mode
-        (:mod:`awa_fast.runtime.claim.shares`)."""
+        (:mod:`awa_fast.runtime.claim.shares`). ``maintenance_only=True`` starts a host that
+        claims nothing (:mod:`awa_fast.runtime.maintenance_host`): no queues, no handlers."""
         if self._runner is not None:
             raise RuntimeError("this client is already running; call shutdown() first")
-        check_registered(self.handlers)
+        if not config.get("maintenance_only"):
+            check_registered(self.handlers)
         settings = runner_config(
             config, queues=queues, pooled=self.database.pooled, traces=self.traces
         )
-        given = queues if queues is not None else self.default_queues()
-        parsed = parse_queues(given, config=settings)
-        check_handled(self.handlers, parsed)
-        runner = Runner(self.dsn, self.handlers, parsed, settings, processes=processes)
+        runner: Runner | MaintenanceHost
+        if settings.maintenance_only:
+            runner = maintenance_host(self, queues, settings, processes=processes)
+        else:
+            given = queues if queues is not None else self.default_queues()
+            parsed = parse_queues(given, config=settings)
+            check_handled(self.handlers, parsed)
+            runner = Runner(self.dsn, self.handlers, parsed, settings, processes=processes)
         await runner.start()
         self._runner = runner
         return runner
@@ -304,6 +320,10 @@ class AsyncClient(_AsyncOnly):
         """Each queue's counts, read from the read URL if the client was given one (counts
         there lag the primary by the standby's replay delay)."""
         return await self.run_read_op(admin.queue_stats())
+
+    async def queue_depth(self, queue: str) -> int:
+        """``queue``'s available jobs, as a backpressure check reads them (docs/producing.md)."""
+        return await self.run_op(admin.queue_depth(queue))
 
     async def storage_status(self) -> str:
         """The Awa SDK's storage-transition report, as pretty JSON: one engine, always

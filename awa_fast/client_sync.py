@@ -213,6 +213,10 @@ class Client(_SyncOnly):
         there lag the primary by the standby's replay delay)."""
         return self.run_read_op(admin.queue_stats())
 
+    def queue_depth(self, queue: str) -> int:
+        """``queue``'s available jobs, as a backpressure check reads them (docs/producing.md)."""
+        return self.run_op(admin.queue_depth(queue))
+
     def storage_status(self) -> str:
         """The Awa SDK's storage-transition report, as pretty JSON: one engine, always
         active, with nothing to transition to (its blockers say so)."""

@@ -47,6 +47,23 @@ class UniqueConflict(AwaError):
         self.job_id = job_id
 
 
+class QueueFull(AwaError):
+    """An insert that asked for backpressure (``max_queue_depth``) was refused: its queue
+    held ``depth`` available jobs, and the ``jobs`` it would add would have taken it past
+    ``limit``. Nothing of the call was inserted; try again later, slower, or elsewhere."""
+
+    def __init__(self, queue: str, *, depth: int, limit: int, jobs: int = 1) -> None:
+        adding = "a job" if jobs == 1 else f"{jobs} jobs"
+        super().__init__(
+            f"queue {queue!r} is full: it holds {depth} available jobs, and {adding} more "
+            f"would pass its max_queue_depth of {limit}"
+        )
+        self.queue = queue
+        self.depth = depth
+        self.limit = limit
+        self.jobs = jobs
+
+
 class TerminalError(Exception):
     """Raise from a handler to fail the job now, with no further attempts."""
 

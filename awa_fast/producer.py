@@ -21,7 +21,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
-from awa_fast import validation
+from awa_fast import backpressure, validation
 from awa_fast.codec import (
     ENCODE_ERRORS,
     check_storable,
@@ -58,6 +58,7 @@ class Options:
     metadata: str
     unique: UniqueOpts | None
     deadline: float | None
+    max_queue_depth: int | None  # backpressure asked (awa_fast.backpressure), or None
 
     def kind_for(self, args_type: type) -> str | None:
         """The kind of jobs of ``args_type`` under these options: the one given, else the
@@ -120,6 +121,7 @@ def options_of(request: InsertRequest) -> Options:
         metadata=encode_json("metadata", _metadata(request.metadata)).decode(),
         unique=unique,
         deadline=_deadline(request.deadline),
+        max_queue_depth=backpressure.limit_of(request.max_queue_depth),
     )
 
 
@@ -319,6 +321,10 @@ def _one_copy(jobs: Sequence[PreparedJob]) -> bool:
 
 Rows = Sequence[Mapping[str, Any]]
 Step = tuple[str, dict[str, Any]]  # a named statement and its parameters
+FOLLOWUPS_UNREFUSED = (
+    "a follow-up commits with the transition that makes it and is never refused; "
+    "drop the option, or insert the job from the handler"
+)
 InsertSteps = Generator[Step, Rows, JobRow]
 
 
@@ -326,8 +332,16 @@ def insert_steps(job: PreparedJob, *, parent_id: int | None = None) -> InsertSte
     """The statements of one insert, in order, for a driver to run (:func:`drive_async`,
     or its twin): each step yields a named statement with its parameters and is sent the
     statement's rows back. A unique key a live job holds raises :class:`UniqueConflict`
-    between statements, none failing, so the caller's transaction stays usable.
-    ``parent_id`` is set for a follow-up only: the job whose transition inserts it."""
+    between statements, none failing, so the caller's transaction stays usable; so does
+    a full queue's :class:`~awa_fast.errors.QueueFull`, when the job asks for
+    backpressure (its depth is read first). ``parent_id`` is set for a follow-up only:
+    the job whose transition inserts it, which commits with it and is never refused."""
+    limit = job.options.max_queue_depth
+    if limit is not None:
+        if parent_id is not None:
+            raise ValidationError("max_queue_depth", FOLLOWUPS_UNREFUSED)
+        asked = backpressure.wanted([(job.options.queue, 1, limit)])
+        backpressure.admit(asked, (yield Q.queue_backlog, backpressure.params(asked)))
     job_id = None
     if job.unique_key is not None:
         job_id = (yield Q.job_next_ids, {"count": 1})[0]["nextval"]
@@ -387,6 +401,7 @@ def _uniform_params(items: list[object], options: InsertOptions) -> dict[str, An
         "metadata": shared.metadata,
         "deadline": shared.deadline,
         "count": len(items),
+        "max_queue_depth": shared.max_queue_depth,  # for the check before, not the statement
     }
 
 
@@ -504,6 +519,9 @@ async def insert_many_async(
     Ids come back in item order. Unique jobs go through the claim path one by one; a unique
     job whose key is held by a live job is skipped (its id is absent from the result).
     ``traces`` as for :func:`insert_async`: one producer span for the batch.
+    Backpressure (``max_queue_depth``) is all or nothing: every queue asked of is checked
+    with all the jobs the call adds there before anything is written, and one that would
+    pass its limit refuses the whole call (:class:`~awa_fast.errors.QueueFull`).
     """
     items = list(items)
     uniform = _uniform_params(items, options)
@@ -524,9 +542,14 @@ async def _insert_many_async(
     """:func:`insert_many_async`'s statements, for ``items`` validated: ``uniform``'s
     parameters, or else ``jobs``."""
     if uniform is not None:
+        limit = uniform.pop("max_queue_depth")
+        if limit is not None:
+            await _admit_async(conn, [(uniform["queue"], uniform["count"], limit)])
         async with _transaction(conn, one_statement=True):
             cur = await conn.execute(_uniform_statement(items), uniform)
             return _uniform_ids(await cur.fetchall())
+    if any(job.options.max_queue_depth is not None for job in jobs):
+        await _admit_async(conn, [(j.options.queue, 1, j.options.max_queue_depth) for j in jobs])
     plain = [j for j in jobs if j.unique_key is None]
     placed: list[int | None] = [None] * len(jobs)
     # Ids come from a sequence, outside any transaction's reach: with one COPY to send,
@@ -549,3 +572,14 @@ async def _insert_many_async(
                     inserted = await insert_prepared_async(conn, job)
                     placed[index] = inserted.id
     return [job_id for job_id in placed if job_id is not None]
+
+
+async def _admit_async(
+    conn: psycopg.AsyncConnection[Any], groups: Iterable[tuple[str, int, int | None]]
+) -> None:
+    """Refuse (:class:`~awa_fast.errors.QueueFull`) the jobs, in groups of (queue, how
+    many, limit asked), that would take a queue past its limit; one read of the depths."""
+    asked = backpressure.wanted(groups)
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(Q.queue_backlog, backpressure.params(asked))
+        backpressure.admit(asked, await cur.fetchall())

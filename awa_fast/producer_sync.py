@@ -10,6 +10,8 @@ from typing import Any, Unpack
 import psycopg
 from psycopg.rows import dict_row
 
+from awa_fast import backpressure
+from awa_fast.db.queries import Q
 from awa_fast.errors import UniqueConflict
 from awa_fast.producer import (
     _NOW_AND_IDS,
@@ -95,6 +97,9 @@ def insert_many(
     Ids come back in item order. Unique jobs go through the claim path one by one; a unique
     job whose key is held by a live job is skipped (its id is absent from the result).
     ``traces`` as for :func:`insert`: one producer span for the batch.
+    Backpressure (``max_queue_depth``) is all or nothing: every queue asked of is checked
+    with all the jobs the call adds there before anything is written, and one that would
+    pass its limit refuses the whole call (:class:`~awa_fast.errors.QueueFull`).
     """
     items = list(items)
     uniform = _uniform_params(items, options)
@@ -115,9 +120,14 @@ def _insert_many(
     """:func:`insert_many`'s statements, for ``items`` validated: ``uniform``'s
     parameters, or else ``jobs``."""
     if uniform is not None:
+        limit = uniform.pop("max_queue_depth")
+        if limit is not None:
+            _admit(conn, [(uniform["queue"], uniform["count"], limit)])
         with _transaction(conn, one_statement=True):
             cur = conn.execute(_uniform_statement(items), uniform)
             return _uniform_ids(cur.fetchall())
+    if any(job.options.max_queue_depth is not None for job in jobs):
+        _admit(conn, [(j.options.queue, 1, j.options.max_queue_depth) for j in jobs])
     plain = [j for j in jobs if j.unique_key is None]
     placed: list[int | None] = [None] * len(jobs)
     # Ids come from a sequence, outside any transaction's reach: with one COPY to send,
@@ -140,3 +150,12 @@ def _insert_many(
                     inserted = insert_prepared(conn, job)
                     placed[index] = inserted.id
     return [job_id for job_id in placed if job_id is not None]
+
+
+def _admit(conn: psycopg.Connection[Any], groups: Iterable[tuple[str, int, int | None]]) -> None:
+    """Refuse (:class:`~awa_fast.errors.QueueFull`) the jobs, in groups of (queue, how
+    many, limit asked), that would take a queue past its limit; one read of the depths."""
+    asked = backpressure.wanted(groups)
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(Q.queue_backlog, backpressure.params(asked))
+        backpressure.admit(asked, cur.fetchall())

@@ -59,7 +59,8 @@ class UniqueOpts:
 class InsertOptions(TypedDict, total=False):
     """Keyword options of every insert call. ``unique_opts`` is the Awa SDK's name for
     ``unique``; ``ordering_key``, the SDK's shard key, is checked and has no effect: one
-    queue here is one claim order, as the SDK's is at its default of one shard."""
+    queue here is one claim order, as the SDK's is at its default of one shard.
+    ``max_queue_depth`` asks for backpressure (awa_fast.backpressure)."""
 
     kind: str | None
     queue: str
@@ -72,6 +73,7 @@ class InsertOptions(TypedDict, total=False):
     unique_opts: UniqueOpts | Mapping[str, Any] | None
     deadline: float | None
     ordering_key: bytes | str | None
+    max_queue_depth: int | None
 
 
 def check_insert_options(function: str, options: Mapping[str, object]) -> None:
@@ -96,6 +98,9 @@ class InsertRequest:
     metadata: Mapping[str, Any] | None = None
     unique: UniqueOpts | Mapping[str, Any] | None = None
     deadline: float | None = None  # seconds per attempt; None: the queue's deadline
+    # Refuse the insert (QueueFull) if the queue's available jobs would pass this
+    # (awa_fast.backpressure); None: no check, and no statement for one.
+    max_queue_depth: int | None = None
 
 
 def iso(at: datetime) -> str:

@@ -283,6 +283,36 @@ def test_a_unique_conflict_leaves_an_asyncpg_transaction_usable(orders: str) -> 
     assert (order_count(orders), states(orders)) == (1, {"available": 1})
 
 
+def test_a_full_queue_refuses_on_asyncpg_and_sqlalchemy_leaving_them_usable(
+    orders: str,
+) -> None:
+    """Backpressure through the bridge: the depth read on the application's connection,
+    QueueFull between statements, and the transaction goes on to commit its row."""
+
+    async def on_asyncpg() -> None:
+        conn = await asyncpg.connect(orders)
+        try:
+            async with conn.transaction():
+                await insert_job(conn, SendEmail("a"), max_queue_depth=1)
+                with pytest.raises(awa_fast.QueueFull) as full:
+                    await insert_job(conn, SendEmail("b"), max_queue_depth=1)
+                assert (full.value.depth, full.value.limit) == (1, 1)
+                await conn.execute(ORDER)
+        finally:
+            await conn.close()
+
+    run(on_asyncpg())
+    engine = create_engine(url(orders, "psycopg"))
+    try:
+        with Session(engine) as session, session.begin():
+            with pytest.raises(awa_fast.QueueFull):
+                insert_job_sync(session, SendEmail("c"), max_queue_depth=1)
+            session.execute(text("INSERT INTO orders VALUES (2)"))
+    finally:
+        engine.dispose()
+    assert (order_count(orders), states(orders)) == (2, {"available": 1})
+
+
 def test_workers_are_woken_when_the_bridges_transaction_commits(dsn: str) -> None:
     async def main() -> None:
         conn = await asyncpg.connect(dsn)

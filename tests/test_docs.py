@@ -77,6 +77,9 @@ def check_producing(page: types.ModuleType, dsn: str) -> None:
     assert count(dsn, "SELECT count(*) FROM awa_fast.jobs_hot WHERE queue = 'receipts'") == 1
     assert count(dsn, "SELECT count(*) FROM awa_fast.job_packs") >= 1  # insert_many's 1,000
     assert count(dsn, "SELECT count(*) FROM orders") == 1
+    assert count(dsn, "SELECT count(*) FROM awa_fast.jobs WHERE queue = 'digests'") == 4
+    archived = "SELECT count(*) FROM awa_fast.jobs WHERE queue = 'archive' AND state = 'completed'"
+    assert count(dsn, archived) == page.paced.inserted == 2000
 
 
 def check_followups(page: types.ModuleType, dsn: str) -> None:
@@ -106,6 +109,8 @@ def check_observability(page: types.ModuleType, dsn: str) -> None:
 
 
 def check_maintenance(page: types.ModuleType, dsn: str) -> None:
+    unclaimed = "SELECT count(*) FROM awa_fast.jobs WHERE queue = 'reports' AND run_lease = 0"
+    assert page.promoted.state == "available" and count(dsn, unclaimed) == 1
     assert page.stopped.attempt == page.cut_short.attempt == 1
     assert page.stopped.errors == []  # RetryAfter records no error
     assert count(dsn, "SELECT count(*) FROM awa_fast.jobs_deferred") == 2

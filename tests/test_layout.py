@@ -37,6 +37,7 @@ TIERS: list[dict[str, tuple[str, ...]]] = [
             "awa_fast.producer",
             "awa_fast.producer_sync",
             "awa_fast.unique",
+            "awa_fast.backpressure",
             "awa_fast.transaction",
             "awa_fast.transaction_sync",
             "awa_fast.admin",

@@ -3,7 +3,8 @@
 Each module of MODULES ends with its asyncio source, after the marker line; its
 synchronous twin, the module of the same name with ``_sync`` added, is generated from it:
 ``async`` and ``await`` dropped, ``Awaitable[T]`` read as ``T``, ``asyncio.to_thread(f,
-...)`` as ``f(...)``, and the names of NAMES swapped in code and in strings. The twin
+...)`` as ``f(...)``, ``asyncio.sleep`` as ``time.sleep`` (the module imports ``time``), and
+the names of NAMES swapped in code and in strings. The twin
 imports what the module defines above the marker (what both sides share, and what differs
 for real: the clients' mixins), and the twins of the other modules' names. ruff then drops
 the imports it does not use and formats it.
@@ -32,6 +33,7 @@ MODULES = (
     "awa_fast/transaction.py",
     "awa_fast/client_pool.py",
     "awa_fast/client.py",
+    "awa_fast/paced.py",
 )
 SOURCE = "# ---- asyncio source: its synchronous twin is generated from it ----\n"
 NAMES = {
@@ -56,7 +58,10 @@ NAMES = {
     "enter_async_context": "enter_context",
     "insert_async": "insert",
     "insert_many_async": "insert_many",
+    "insert_paced_async": "insert_paced",
     "insert_prepared_async": "insert_prepared",
+    "_admit_async": "_admit",
+    "_until_room_async": "_until_room",
 }
 # In strings (docstrings): the names above and "asyncio" as an adjective are swapped, and
 # an example's "async with" and "await" made synchronous.
@@ -81,6 +86,8 @@ def to_sync(source: str) -> str:
             edits.append((at(tok.start), at(tokens[i + 1].end), ""))
             close = _closing(tokens, i + 1)
             edits.append((at(tokens[close].start), at(tokens[close].end), ""))
+        elif words[:3] == ["asyncio", ".", "sleep"]:
+            edits.append((at(tok.start), at(tok.end), "time"))
         elif words[:4] == ["asyncio", ".", "to_thread", "("] and words[5] == ",":
             edits.append((at(tok.start), at(tokens[i + 6].start), f"{words[4]}("))
             i += 5  # on past the function's name and the comma

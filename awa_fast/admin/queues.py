@@ -43,6 +43,14 @@ def _stats(rows: Rows) -> list[QueueStat]:
     return [QueueStat(**r) for r in rows]
 
 
+def queue_depth(queue: str) -> Op[int]:
+    """``queue``'s available jobs (packed ones included): the depth backpressure checks
+    (awa_fast.backpressure), read from the counters, not the jobs; 0 for a queue never
+    seen."""
+    params = {"queues": [validation.name("queue", queue)]}
+    return Op(Q.queue_backlog, params, lambda rows: int(rows[0]["depth"]) if rows else 0)
+
+
 def pause_queue(queue: str, paused_by: str | None = None) -> Op[None]:
     """Stop claims from ``queue``; ``paused_by`` records who did (shown by queue_stats)."""
     if paused_by is not None and not isinstance(paused_by, str):

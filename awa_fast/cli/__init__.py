@@ -243,6 +243,8 @@ def _cmd_serve(opts: argparse.Namespace) -> int:
     # the client's pool too: handlers in the workers use it
     app.database = Database(url, pooled=opts.pgbouncer or app.database.pooled)
     queues = dict(opts.queue) if opts.queue else None
+    if opts.maintenance_only and opts.processes:
+        raise SystemExit("awa-fast serve: --maintenance-only runs no worker processes")
     processes = opts.processes or os.cpu_count() or 1
     return serve(app, queues, processes=processes, **serve_config(opts))
 
@@ -262,6 +264,10 @@ def serve_config(opts: argparse.Namespace) -> dict[str, Any]:
         config["queue_rate_limits"] = dict(opts.rate_limit)
     if not opts.standby:
         config["standby"] = False
+    if opts.maintenance_only:
+        config["maintenance_only"] = True
+    if not opts.run_maintenance:
+        config["run_maintenance"] = False
     if opts.pgbouncer:
         config["transaction_pooling"] = True
     direct = opts.direct_database_url or os.environ.get("AWA_FAST_DIRECT_DATABASE_URL")
@@ -397,6 +403,20 @@ def parser() -> argparse.ArgumentParser:
         help="seconds running handlers get to finish on the first SIGTERM or SIGINT (30)",
     )
     _no_standby(serve, help="leave no standby claims: every job starts on a claim of its own")
+    roles = serve.add_mutually_exclusive_group()
+    roles.add_argument(
+        "--maintenance-only",
+        action="store_true",
+        help="claim no jobs and run no workers: leader election and maintenance only "
+        "(promotion, rescue, retention, periodic jobs...); no handler need be registered",
+    )
+    roles.add_argument(
+        "--no-maintenance",
+        dest="run_maintenance",
+        action="store_false",
+        help="claim and run jobs, and leave elections and maintenance to other hosts "
+        "(maintenance-only ones); without any, nothing is promoted or rescued",
+    )
     serve.add_argument(
         "--prefetch",
         type=int,

@@ -119,6 +119,12 @@ class RunnerConfig:
     # (awa_fast.tracing; off for every runner of a client made with traces=False).
     traces: bool = True
     direct_dsn: str | None = field(default=None, repr=False)  # it may hold a password
+    # A maintenance-only host (awa_fast.runtime.maintenance_host): leader election and the
+    # maintenance services, its row and heartbeat, metrics and health; no claims, workers,
+    # listener or committer, and no queues. run_maintenance=False keeps a job host out of
+    # elections, for deployments whose maintenance-only hosts do the leader's work.
+    maintenance_only: bool = False
+    run_maintenance: bool = True
 
     def maintenance(self) -> MaintenanceConfig:
         """The maintenance services' configurations, from the settings that name them."""
@@ -239,9 +245,20 @@ class RunnerConfig:
             "batch_interval",
         ):
             _seconds(name, getattr(self, name))
-        for name in ("standby", "transaction_pooling", "traces"):
+        for name in (
+            "standby",
+            "transaction_pooling",
+            "traces",
+            "maintenance_only",
+            "run_maintenance",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.maintenance_only and not self.run_maintenance:
+            raise ConfigError(
+                "maintenance_only=True with run_maintenance=False would run nothing: a "
+                "maintenance-only host runs the maintenance"
+            )
         self._check_direct_dsn()
         self._check_descriptor_retention()
         # stored as checked: (float rate, int burst), whatever sequence the caller gave

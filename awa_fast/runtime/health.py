@@ -40,7 +40,7 @@ class QueueHealth:
 class HealthCheck:
     postgres_connected: bool
     running: bool  # the client runs handlers (started and not shut down)
-    poll_loop_alive: bool
+    poll_loop_alive: bool  # its claim loops run (a maintenance-only host: its maintenance)
     heartbeat_alive: bool
     shutting_down: bool
     leader: bool  # this client is the maintenance leader of its database

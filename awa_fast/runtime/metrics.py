@@ -27,6 +27,7 @@ from typing import Protocol
 import orjson
 import psycopg
 
+from awa_fast import backpressure
 from awa_fast.db.connections import Database
 from awa_fast.db.queries import Q
 from awa_fast.runtime import health
@@ -55,16 +56,27 @@ class Reader(Protocol):
 Value = float | Mapping[str, float] | None
 
 
+def _of_the_process(snapshot: Snapshot) -> Value:
+    return None  # a process's metric is read with ``process``, not from a runner
+
+
 @dataclass(frozen=True, slots=True)
 class Metric:
     name: str
     type: str  # "counter" or "gauge"
     help: str
-    read: Callable[[Snapshot], Value]
+    read: Callable[[Snapshot], Value] = _of_the_process
     label: str | None = None  # the label ``read`` keys its numbers by
     # How two runners' readings make their process's (awa_fast.telemetry exports a
     # process): counters and capacities add up.
     combine: Callable[[float, float], float] = operator.add
+    # A metric of the process, not of its runners (the producers' backpressure): read
+    # here, once, so that a process that runs no runner exports it too.
+    process: Callable[[], Value] | None = None
+
+    def reading(self, snapshot: Snapshot) -> Value:
+        """The number(s) ``/metrics`` serves for a runner's ``snapshot``."""
+        return self.read(snapshot) if self.process is None else self.process()
 
 
 # The depth gauges: (counted state, what its gauge's name says, what it counts).
@@ -211,6 +223,23 @@ METRICS = (
         lambda s: s.deleted,
     ),
     *(_depth(*depth) for depth in DEPTHS),
+    Metric(
+        "awa_fast_inserts_backpressure_signalled_total",
+        "counter",
+        "Backpressure checks of this process that found the queue close to or over the "
+        "depth asked: inserts with max_queue_depth that would reach four fifths of it or "
+        "pass it (refused), and each time a paced producer held back.",
+        label="queue",
+        process=lambda: backpressure.PRESSURE.read()[0],
+    ),
+    Metric(
+        "awa_fast_inserts_backpressure_refused_total",
+        "counter",
+        "Inserts of this process refused with QueueFull: their jobs would have taken the "
+        "queue's available jobs past their max_queue_depth.",
+        label="queue",
+        process=lambda: backpressure.PRESSURE.read()[1],
+    ),
 )
 
 
@@ -242,7 +271,7 @@ def render(snapshot: Snapshot) -> str:
     lines: list[str] = []
     for metric in METRICS:
         lines += (f"# HELP {metric.name} {metric.help}", f"# TYPE {metric.name} {metric.type}")
-        value = metric.read(snapshot)
+        value = metric.reading(snapshot)
         if isinstance(value, Mapping):
             lines += (
                 f'{metric.name}{{{metric.label}="{_escape(key)}"}} {number}'

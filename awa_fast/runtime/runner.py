@@ -283,11 +283,11 @@ class Runner:
         LIVE.add(self)
 
     async def _start(self) -> None:
-        await _at_start(
+        await at_start(
             lambda: asyncio.to_thread(require_migrated, self.database.dsn), what="schema check"
         )
         await self.workers.start()
-        await _at_start(self._register, what="host registration")
+        await at_start(self._register, what="host registration")
         claim_conns = await self._claim_connections()
         if self.database.pooled:
             await self._warn_of_planner_settings(claim_conns[0])
@@ -309,8 +309,11 @@ class Runner:
         self._services = [
             asyncio.create_task(run("heartbeat", lambda: self.heartbeat.run(stopping))),
             asyncio.create_task(run("listener", lambda: self.listener.run(stopping))),
-            asyncio.create_task(run("maintenance", lambda: self.maintenance.run(stopping))),
         ]
+        if self.config.run_maintenance:  # else left to other hosts (maintenance-only ones)
+            self._services.append(
+                asyncio.create_task(run("maintenance", lambda: self.maintenance.run(stopping)))
+            )
 
     async def _warn_of_planner_settings(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Say so when the pooler's sessions lack the hot planner settings, which the runtime
@@ -330,7 +333,7 @@ class Runner:
         conns: list[psycopg.AsyncConnection[Any]] = []
         try:
             for _ in range(self.config.claimers):
-                conns.append(await _at_start(self.claimer.connect, what="claim connection"))
+                conns.append(await at_start(self.claimer.connect, what="claim connection"))
         except BaseException:
             for conn in conns:
                 await conn.close()
@@ -338,22 +341,7 @@ class Runner:
         return conns
 
     async def _register(self) -> None:
-        """The periodic jobs and descriptors registered on its client, on one connection,
-        then this host's row, on the host's own (awa_fast.runtime.host.row)."""
-        async with await psycopg.AsyncConnection.connect(
-            self.database.dsn,
-            autocommit=True,
-            application_name="awa-fast runner",
-            prepare_threshold=self.database.prepare_threshold(),
-            **held_open(self.database.dsn),
-        ) as conn:
-            await periodic.register(conn, list(self.handlers.schedules.values()))
-            await descriptors.register(
-                conn,
-                queues=list(self.handlers.queue_descriptors.values()),
-                kinds=list(self.handlers.kind_descriptors.values()),
-            )
-        await self.host.register()
+        await register(self.database, self.handlers, self.host)
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop claiming; let handlers finish (up to ``timeout``) while heartbeats go on;
@@ -397,7 +385,26 @@ class Runner:
             await server.wait_closed()
 
 
-async def _at_start(step: Callable[[], Awaitable[T]], *, what: str, attempts: int = 4) -> T:
+async def register(database: Database, handlers: Handlers, host: Host) -> None:
+    """The periodic jobs and descriptors registered on a client, on one connection, then
+    its host's row, on the host's own (awa_fast.runtime.host.row)."""
+    async with await psycopg.AsyncConnection.connect(
+        database.dsn,
+        autocommit=True,
+        application_name="awa-fast runner",
+        prepare_threshold=database.prepare_threshold(),
+        **held_open(database.dsn),
+    ) as conn:
+        await periodic.register(conn, list(handlers.schedules.values()))
+        await descriptors.register(
+            conn,
+            queues=list(handlers.queue_descriptors.values()),
+            kinds=list(handlers.kind_descriptors.values()),
+        )
+    await host.register()
+
+
+async def at_start(step: Callable[[], Awaitable[T]], *, what: str, attempts: int = 4) -> T:
     """``step()`` for ``start``, which fails fast when the database cannot be reached, but
     not on one session cut off while it was being set up (a restart or
     ``pg_terminate_backend`` at that moment): that is retried a few times."""

@@ -17,8 +17,10 @@ from typing import Any, Protocol
 import uvloop
 
 from awa_fast.db.connections import Database
+from awa_fast.errors import ConfigError
 from awa_fast.lifecycle.handlers import Handlers
-from awa_fast.runtime.config import QueueSpec, parse_queues
+from awa_fast.runtime.config import QueueSpec, RunnerConfig, parse_queues
+from awa_fast.runtime.maintenance_host import MaintenanceHost
 from awa_fast.runtime.options import runner_config
 from awa_fast.runtime.runner import Runner
 from awa_fast.runtime.work import collector
@@ -38,20 +40,47 @@ class Served(Protocol):
 
 
 def serve(client: Served, queues: QueueSpec | None, *, processes: int | None, **config: Any) -> int:
-    """Run ``client``'s handlers until signalled; ``processes=None`` runs them in-process."""
+    """Run ``client``'s handlers until signalled; ``processes=None`` runs them in-process.
+    With ``maintenance_only=True``, a maintenance-only host instead, which ignores
+    ``processes`` (it has no workers) and refuses ``queues``."""
     settings = runner_config(
         config, queues=queues, pooled=client.database.pooled, traces=client.traces
     )
-    parsed = parse_queues(
-        queues if queues is not None else client.default_queues(), config=settings
-    )
-    runner = Runner(client.database.dsn, client.handlers, parsed, settings, processes=processes)
+    runner: Runner | MaintenanceHost
+    if settings.maintenance_only:
+        runner = maintenance_host(client, queues, settings)
+    else:
+        parsed = parse_queues(
+            queues if queues is not None else client.default_queues(), config=settings
+        )
+        runner = Runner(client.database.dsn, client.handlers, parsed, settings, processes=processes)
     runner.prefork()
     with collector.settled():  # the process runs jobs until it returns
         return uvloop.run(_until_signalled(runner))
 
 
-async def _until_signalled(runner: Runner) -> int:
+def maintenance_host(
+    client: Served,
+    queues: QueueSpec | None,
+    settings: RunnerConfig,
+    *,
+    processes: int | None = None,
+) -> MaintenanceHost:
+    """A maintenance-only host for ``client``; queues or worker processes asked of it are
+    refused, rather than silently not run. Its handlers need not be registered."""
+    if queues is not None:
+        raise ConfigError(
+            "a maintenance-only host claims no jobs: give it no queues (serve --queue), "
+            f"got {queues!r}"
+        )
+    if processes is not None:
+        raise ConfigError(
+            f"a maintenance-only host runs no worker processes: got processes={processes!r}"
+        )
+    return MaintenanceHost(client.database.dsn, client.handlers, settings)
+
+
+async def _until_signalled(runner: Runner | MaintenanceHost) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
@@ -65,7 +94,8 @@ async def _until_signalled(runner: Runner) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     await runner.start()
-    log.info("serving %s", ", ".join(f"{q}={c}" for q, c in runner.queues.items()))
+    served = ", ".join(f"{q}={c}" for q, c in runner.queues.items())
+    log.info("serving %s", served or "maintenance only")
     await stop.wait()
     await runner.stop()
     return 0

@@ -38,7 +38,7 @@ class Snapshot:
     promoted: int
     rescued: Mapping[str, int]  # by sweep
     deleted: int
-    claiming: bool  # a claim loop runs
+    claiming: bool  # a claim loop runs (a maintenance-only host: its maintenance loop)
     heartbeat_alive: bool
     stopping: bool
     loops_down: tuple[str, ...]  # long-lived loops waiting for their restart

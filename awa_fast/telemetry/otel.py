@@ -120,7 +120,8 @@ class Pipeline:
 
     def _last_export(self) -> str | None:
         """Collect and export once more; what went wrong, if anything did. Nothing is
-        sent (and nothing fails) while no runner has numbers."""
+        sent (and nothing fails) while the process has no numbers: no runner, and no
+        backpressure counted."""
         self._exporter.latest = None
         try:
             self._readings.refresh()

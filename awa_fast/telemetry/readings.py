@@ -23,7 +23,8 @@ from awa_fast.runtime.snapshot import LIVE, Snapshot
 # A metric's numbers by label value (None: a metric without a label).
 Numbers = dict[str | None, float]
 
-COUNTERS = tuple(metric for metric in METRICS if metric.type == "counter")
+# The runners' counters, whose stopped runners' final counts are kept.
+COUNTERS = tuple(m for m in METRICS if m.type == "counter" and m.process is None)
 
 
 class Readings:
@@ -56,7 +57,10 @@ class Readings:
             self._depths = summed if read else None
 
     def read(self, metric: Metric) -> Numbers:
-        """``metric``'s numbers for the process now (empty while no runner has any)."""
+        """``metric``'s numbers for the process now (empty while no runner has any; a
+        metric of the process's own, whether or not it runs a runner)."""
+        if metric.process is not None:
+            return _numbers(metric.process())
         with self._lock:
             live, stopped = LIVE.take()
             live = [dataclasses.replace(s, depths=self._depths) for s in live]

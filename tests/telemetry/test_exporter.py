@@ -26,6 +26,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AGGREGATION_TEMPORALITY_CUMULATIVE
 
 import awa_fast
+from awa_fast import backpressure
+from awa_fast.backpressure import Pressure
 from awa_fast.errors import TelemetryError, ValidationError
 from awa_fast.telemetry.otel import TIMEOUT
 from tests.helpers import await_until, free_port, run, states
@@ -45,8 +47,11 @@ class Ping:
 
 
 @pytest.fixture(autouse=True)
-def telemetry_stopped() -> Iterator[None]:
-    """No test leaves telemetry running for the next, whatever became of it."""
+def telemetry_stopped(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No test leaves telemetry running for the next, whatever became of it; and each
+    starts in a process that has counted no backpressure (awa_fast.backpressure), whose
+    counts telemetry exports with or without a runner."""
+    monkeypatch.setattr(backpressure, "PRESSURE", Pressure())
     yield
     with contextlib.suppress(TelemetryError):
         awa_fast.shutdown_telemetry()
@@ -129,7 +134,7 @@ def test_shutdown_sends_a_final_export_and_init_twice_keeps_the_first(dsn: str) 
         (request,) = first.requests  # sent before shutdown_telemetry returned
         awa_fast.shutdown_telemetry()  # stopped already: nothing to do
         assert awa_fast.init_telemetry(second.endpoint, "second", 50) is True
-        awa_fast.shutdown_telemetry()  # no runner, no numbers: nothing is sent
+        awa_fast.shutdown_telemetry()  # no runner, nothing counted: nothing is sent
     export = read_export(request)
     assert export.resource["service.name"] == "first"
     assert export.number(CLAIMED, queue="q") == N
@@ -344,3 +349,20 @@ def test_failed_exports_are_logged_once_in_20_seconds_at_most(
     assert len(failures) < rejected  # fewer lines than failed exports: rate-limited
     assert {r.levelno for r in failures} == {logging.ERROR}
     assert "PERMISSION_DENIED" in failures[0].getMessage()
+
+
+def test_a_process_that_only_produces_exports_its_backpressure(dsn: str) -> None:
+    """A bulk loader runs no runner: what its inserts' checks found is exported all the
+    same."""
+    with Collector() as collector:
+        awa_fast.init_telemetry(collector.endpoint, "loader", 3_600_000)
+        with awa_fast.Client(dsn) as producer:
+            producer.insert(Ping(0), queue="bp", max_queue_depth=1)  # at its limit: a signal
+            with pytest.raises(awa_fast.QueueFull):
+                producer.insert(Ping(1), queue="bp", max_queue_depth=1)
+        awa_fast.shutdown_telemetry()
+    (request,) = collector.requests
+    export = read_export(request)
+    assert export.number("awa_fast_inserts_backpressure_refused_total", queue="bp") == 1
+    assert export.number("awa_fast_inserts_backpressure_signalled_total", queue="bp") == 2
+    assert CLAIMED not in export.metrics

@@ -30,3 +30,13 @@ FROM awa_fast.queue_counts c
 CROSS JOIN unnest(%(states)s::text[]) AS s(state)
 GROUP BY c.queue, s.state
 ORDER BY c.queue, s.state;
+
+-- name: queue_backlog
+-- The available jobs (packed ones included) of each of `queues` that has any: a
+-- backpressure check's depth (awa_fast.backpressure). From the counters, as every count
+-- is: each queue's rollup row by its key, and the deltas the leader has not folded yet
+-- (about two count intervals of statements while it runs), never the job rows.
+SELECT queue, sum(n)::bigint AS depth
+FROM awa_fast.queue_counts
+WHERE queue = ANY(%(queues)s::text[]) AND state = 'available'
+GROUP BY queue;

@@ -87,11 +87,13 @@ class Heartbeat:
         config: HeartbeatConfig,
         *,
         host: Host,
-        inflight: InFlight,
-        flags: CancelFlags,
-        workers: Workers,
+        inflight: InFlight | None,
+        flags: CancelFlags | None,
+        workers: Workers | None,
         descriptors: Sequence[Descriptor],
     ) -> None:
+        """``inflight``, ``flags`` and ``workers`` None: a host that runs no attempts (a
+        maintenance-only one), whose beats renew its row and descriptors alone."""
         self.config = config
         self._host = host
         self._inflight = inflight
@@ -140,6 +142,8 @@ class Heartbeat:
         """Flag every attempt held here unstarted, to be given back at its turn: the
         connection to the database closed (the module's docstring says why). Returns those
         flagged now; each retry of a long outage finds the same ones flagged already."""
+        if self._inflight is None or self._flags is None:
+            return []  # a maintenance-only host holds no jobs
         held = [(job, lease) for job, lease, _, started in self._inflight.attempts() if not started]
         new = [attempt for attempt in held if attempt not in self._held_back]
         for job, lease in new:
@@ -164,6 +168,8 @@ class Heartbeat:
             )
             beat.registered_again = True
         await self.refresh_descriptors(conn)
+        if self._inflight is None or self._flags is None or self._workers is None:
+            return beat
         ids, leases = self._inflight.running()
         running = set(zip(ids, leases, strict=True))
         waiting = {

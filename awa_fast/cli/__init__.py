@@ -21,12 +21,12 @@ import orjson
 
 from awa_fast import __version__, bench, logs, sdk_commands
 from awa_fast.cli import values
+from awa_fast.cli.local import local_commands
 from awa_fast.cli.schema import cmd_grants, cmd_migrate
 from awa_fast.cli.urls import URL_FILE_HELP, URL_HELP, database_url, ensure_migrated, given_url
 from awa_fast.client_sync import Client
 from awa_fast.db.connections import Database
 from awa_fast.errors import AwaError, JobNotFound
-from awa_fast.localpg import LocalCluster, local_cluster, local_database_url
 from awa_fast.runtime.config import DEFAULT_CONCURRENCY
 from awa_fast.runtime.serve import serve
 
@@ -297,53 +297,6 @@ def _cmd_bench(opts: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_local_status(opts: argparse.Namespace) -> int:
-    """Whether the zero-config cluster runs: 0 if it does, 3 if not (as ``pg_ctl status``)."""
-    cluster = local_cluster()
-    state = _local_state(cluster)
-    print(f"state: {state}")
-    if state != "absent":
-        print(f"url: {local_database_url(cluster)}")
-    print(f"data: {cluster.root}")
-    return 0 if state == "running" else 3
-
-
-def _local_state(cluster: LocalCluster) -> str:
-    if not cluster.initialised():
-        return "absent"
-    return "running" if cluster.running() else "stopped"
-
-
-def _cmd_local_stop(opts: argparse.Namespace) -> int:
-    """Stop the zero-config cluster, keeping its data; nothing to stop is not an error."""
-    cluster = local_cluster()
-    if not cluster.running():
-        print(f"awa-fast local stop: no local Postgres runs in {cluster.root}", file=sys.stderr)
-        return 0
-    cluster.stop()
-    print(f"awa-fast local stop: stopped; the data stays in {cluster.root}", file=sys.stderr)
-    return 0
-
-
-_LOCAL_COMMANDS = (
-    (
-        "status",
-        "whether it runs, its URL and its data folder (exit 3: not running)",
-        _cmd_local_status,
-    ),
-    ("stop", "stop it; its data stays for the next command that needs it", _cmd_local_stop),
-)
-
-
-def _local_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``local status | stop``: the server the commands start when given no URL."""
-    local = sub.add_parser("local", help="the local Postgres started when no database URL is given")
-    local.set_defaults(database_url=None, database_url_file=None)
-    actions = local.add_subparsers(dest="action", required=True)
-    for name, help, run in _LOCAL_COMMANDS:
-        actions.add_parser(name, help=help, description=help).set_defaults(run=run)
-
-
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="awa-fast", description=DESCRIPTION)
     top.add_argument("--version", action="version", version=f"awa-fast {__version__}")
@@ -543,7 +496,7 @@ def parser() -> argparse.ArgumentParser:
         "--include", action="append", default=[], metavar="FILE.jsonl", help="peer results"
     )
     bench.set_defaults(run=_cmd_bench)
-    _local_commands(sub)
+    local_commands(sub)
     return top
 
 

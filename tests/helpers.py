@@ -273,6 +273,22 @@ def supervisor_of(worker_pid: int) -> int | None:
     return None if server is None else parent_pid(server)
 
 
+def busy_worker(dsn: str, supervisor: int, *, table: str) -> int:
+    """A live worker process of ``supervisor`` that wrote one of the latest rows of
+    ``table`` (a test's record of handler runs, with ``pid`` and ``at`` columns)."""
+    recent = f"SELECT pid FROM {table} ORDER BY at DESC LIMIT 8"
+
+    def latest() -> int | None:
+        with psycopg.connect(dsn) as conn:
+            pids = [pid for (pid,) in conn.execute(recent).fetchall()]
+        return next((int(pid) for pid in pids if supervisor_of(pid) == supervisor), None)
+
+    wait_until(lambda: latest() is not None, what=f"a live worker with recent {table}")
+    pid = latest()
+    assert pid is not None
+    return pid
+
+
 def parent_pid(pid: int) -> int | None:
     """The parent of process ``pid``, from /proc; None once it is gone."""
     try:

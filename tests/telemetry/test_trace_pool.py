@@ -76,4 +76,6 @@ def test_forked_workers_continue_the_traces_of_the_jobs_they_run(
         assert span["parent"] == f"{producer.context.span_id:016x}"
     # Exported by the workers, not the supervisor: each from the process that ran it.
     assert server.proc.pid not in {s["pid"] for s in processed}
+    # At most the pool's two worker processes: a third pid would be a span from a process
+    # that is neither (a replacement, or a fork that exported its parent's spans).
     assert 1 <= len({s["pid"] for s in processed}) <= 2

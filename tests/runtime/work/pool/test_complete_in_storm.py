@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import awa_fast
-from tests.helpers import states, supervisor_of, wait_until
+from tests.helpers import busy_worker, states, wait_until
 from tests.runtime.work.pool.effects_app import Effect
 
 JOBS = 4_000
@@ -35,21 +35,6 @@ def _after_effects(dsn: str, more: int) -> None:
     wait_until(lambda: _effects(dsn) >= target, timeout=60, what=f"{more} more effects")
 
 
-def _busy_worker(dsn: str, supervisor: int) -> int:
-    """A live worker of ``supervisor`` that committed one of the latest effects."""
-
-    def latest() -> int | None:
-        for (pid,) in _query(dsn, "SELECT pid FROM effects ORDER BY at DESC LIMIT 8"):
-            if supervisor_of(pid) == supervisor:
-                return int(pid)
-        return None
-
-    wait_until(lambda: latest() is not None, what="a live worker with recent effects")
-    pid = latest()
-    assert pid is not None
-    return pid
-
-
 @pytest.mark.slow
 def test_killed_workers_leave_one_effect_per_completed_job(serve: Any, dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -68,7 +53,7 @@ def test_killed_workers_leave_one_effect_per_completed_job(serve: Any, dsn: str)
     supervisor = server.proc.pid
     for _ in range(KILLS):
         _after_effects(dsn, 150)
-        os.kill(_busy_worker(dsn, supervisor), signal.SIGKILL)
+        os.kill(busy_worker(dsn, supervisor, table="effects"), signal.SIGKILL)
     wait_until(
         lambda: states(dsn).get("completed", 0) == JOBS,
         timeout=180,

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import awa_fast
-from tests.helpers import states, supervisor_of, wait_until
+from tests.helpers import busy_worker, states, wait_until
 from tests.runtime.work.pool.app import Step
 
 JOBS = 30_000  # the first backlog; topped up so that no step finds the queue drained
@@ -30,21 +30,6 @@ def _query(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
 
 def _completed(dsn: str) -> int:
     return states(dsn).get("completed", 0)
-
-
-def _busy_worker(dsn: str, supervisor: int) -> int:
-    """The worker process that recorded the latest call and is still alive."""
-
-    def latest() -> int | None:
-        for (pid,) in _query(dsn, "SELECT pid FROM calls ORDER BY at DESC LIMIT 8"):
-            if supervisor_of(pid) == supervisor:
-                return int(pid)
-        return None
-
-    wait_until(lambda: latest() is not None, what="a live worker with recent calls")
-    pid = latest()
-    assert pid is not None
-    return pid
 
 
 def _stall(dsn: str) -> dict[str, Any]:
@@ -112,16 +97,16 @@ def test_kill_storm_and_a_long_stop_lose_and_repeat_nothing(serve: Any, dsn: str
     supervisor = server.proc.pid
     _after_progress(dsn, 500, backlog=backlog)
     for _ in range(KILLS):
-        os.kill(_busy_worker(dsn, supervisor), signal.SIGKILL)
+        os.kill(busy_worker(dsn, supervisor, table="calls"), signal.SIGKILL)
         _after_progress(dsn, 200, backlog=backlog)
     # A worker stopped past the stall timeout keeps its slot; resumed, it goes on.
-    stopped = _busy_worker(dsn, supervisor)
+    stopped = busy_worker(dsn, supervisor, table="calls")
     os.kill(stopped, signal.SIGSTOP)
     time.sleep(STOPPED_FOR)  # the stop under test, not a wait for anything
     os.kill(stopped, signal.SIGCONT)
     _after_progress(dsn, 200, backlog=backlog)
     # One stopped and then killed: dead, not paused, so its slot is taken back.
-    stopped = _busy_worker(dsn, supervisor)
+    stopped = busy_worker(dsn, supervisor, table="calls")
     os.kill(stopped, signal.SIGSTOP)
     os.kill(stopped, signal.SIGKILL)
     total = backlog.inserted
